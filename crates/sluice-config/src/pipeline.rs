@@ -1,0 +1,234 @@
+//! The shape of a pipeline config. Each default is one `DEFAULT_*` constant.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use sluice_core::Guarantee;
+
+/// Largest batch in events. Big enough to amortise a sink round trip and a
+/// checkpoint commit, small enough to keep a batch's memory modest.
+pub const DEFAULT_MAX_EVENTS: usize = 2000;
+/// Largest batch in approximate bytes (16 MiB), a memory bound per batch.
+pub const DEFAULT_MAX_BYTES: usize = 16 * 1024 * 1024;
+/// Longest a partial batch waits for more events (ms); bounds added latency.
+pub const DEFAULT_MAX_MS: u64 = 50;
+/// Batches in flight per sink before the source is held back. With 4, a
+/// sink can work on one batch while the next three queue.
+pub const DEFAULT_MAX_INFLIGHT: usize = 4;
+/// Never cut a source transaction across batches: a sink never sees half
+/// of a transaction, and one transaction is at most one sink transaction.
+pub const DEFAULT_RESPECT_SOURCE_TX: bool = true;
+/// Upper bound on any one sink call (s), so a hung sink cannot stall the
+/// pipeline forever; a call past it is a transient failure and is retried.
+pub const DEFAULT_SINK_BATCH_DEADLINE_SECS: u64 = 60;
+/// Sinks are required unless marked otherwise: a sink someone configured
+/// is assumed to matter until they say it does not.
+pub const DEFAULT_REQUIRED: bool = true;
+/// Rows in each generated transaction.
+pub const DEFAULT_GENERATOR_ROWS_PER_TX: u32 = 10;
+/// The generator's database name in event lineage.
+pub const DEFAULT_GENERATOR_DATABASE: &str = "generator";
+/// The generator's single table when none is listed.
+pub const DEFAULT_GENERATOR_TABLE: &str = "orders";
+
+/// A whole config: one file, or every file of a folder merged.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub pipelines: Vec<PipelineConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    pub name: String,
+    pub source: SourceConfig,
+    pub sinks: Vec<SinkConfig>,
+    #[serde(default)]
+    pub batch: BatchConfig,
+    #[serde(default)]
+    pub commit_policy: CommitPolicy,
+    #[serde(default = "default_deadline")]
+    pub sink_batch_deadline_secs: u64,
+}
+
+fn default_deadline() -> u64 {
+    DEFAULT_SINK_BATCH_DEADLINE_SECS
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchConfig {
+    #[serde(default = "default_max_events")]
+    pub max_events: usize,
+    #[serde(default = "default_max_bytes")]
+    pub max_bytes: usize,
+    #[serde(default = "default_max_ms")]
+    pub max_ms: u64,
+    #[serde(default = "default_max_inflight")]
+    pub max_inflight: usize,
+    #[serde(default = "default_respect_source_tx")]
+    pub respect_source_tx: bool,
+}
+
+fn default_max_events() -> usize {
+    DEFAULT_MAX_EVENTS
+}
+fn default_max_bytes() -> usize {
+    DEFAULT_MAX_BYTES
+}
+fn default_max_ms() -> u64 {
+    DEFAULT_MAX_MS
+}
+fn default_max_inflight() -> usize {
+    DEFAULT_MAX_INFLIGHT
+}
+fn default_respect_source_tx() -> bool {
+    DEFAULT_RESPECT_SOURCE_TX
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        Self {
+            max_events: DEFAULT_MAX_EVENTS,
+            max_bytes: DEFAULT_MAX_BYTES,
+            max_ms: DEFAULT_MAX_MS,
+            max_inflight: DEFAULT_MAX_INFLIGHT,
+            respect_source_tx: DEFAULT_RESPECT_SOURCE_TX,
+        }
+    }
+}
+
+/// When the pipeline's checkpoints may advance.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommitPolicy {
+    #[serde(default)]
+    pub mode: PolicyMode,
+    /// With `mode: quorum`: how many sinks must hold a batch durably.
+    pub quorum: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyMode {
+    /// Every required sink holds the batch durably.
+    #[default]
+    Required,
+    /// Every sink, required or not.
+    All,
+    /// At least `quorum` sinks, including every required one.
+    Quorum,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", content = "config", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SourceConfig {
+    Generator(GeneratorConfig),
+}
+
+impl SourceConfig {
+    pub fn id(&self) -> &str {
+        match self {
+            SourceConfig::Generator(c) => &c.id,
+        }
+    }
+
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            SourceConfig::Generator(_) => "generator",
+        }
+    }
+}
+
+/// The deterministic synthetic source.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeneratorConfig {
+    pub id: String,
+    /// Transactions to generate; absent means endless.
+    pub tx_count: Option<u64>,
+    #[serde(default = "default_rows_per_tx")]
+    pub rows_per_tx: u32,
+    #[serde(default = "default_tables")]
+    pub tables: Vec<String>,
+    #[serde(default = "default_generator_database")]
+    pub database: String,
+    /// Upper bound on events per second; absent means as fast as possible.
+    pub events_per_sec: Option<u64>,
+    /// Changes the generated values; the same seed always replays the same stream.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+fn default_rows_per_tx() -> u32 {
+    DEFAULT_GENERATOR_ROWS_PER_TX
+}
+fn default_tables() -> Vec<String> {
+    vec![DEFAULT_GENERATOR_TABLE.to_string()]
+}
+fn default_generator_database() -> String {
+    DEFAULT_GENERATOR_DATABASE.to_string()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", content = "config", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SinkConfig {
+    File(FileSinkConfig),
+    Stdout(StdoutSinkConfig),
+}
+
+impl SinkConfig {
+    pub fn id(&self) -> &str {
+        match self {
+            SinkConfig::File(c) => &c.id,
+            SinkConfig::Stdout(c) => &c.id,
+        }
+    }
+
+    pub fn required(&self) -> bool {
+        match self {
+            SinkConfig::File(c) => c.required,
+            SinkConfig::Stdout(c) => c.required,
+        }
+    }
+
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            SinkConfig::File(_) => "file",
+            SinkConfig::Stdout(_) => "stdout",
+        }
+    }
+
+    /// The guarantee the sink declares as configured; the built sink reports
+    /// the same through `Sink::guarantee`.
+    pub fn guarantee(&self) -> Guarantee {
+        match self {
+            SinkConfig::File(_) => Guarantee::ExactlyOnce { condition: None },
+            SinkConfig::Stdout(_) => Guarantee::AtLeastOnce { dedup: "event id" },
+        }
+    }
+}
+
+fn default_required() -> bool {
+    DEFAULT_REQUIRED
+}
+
+/// JSON Lines in one local file; the position rides in every line.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSinkConfig {
+    pub id: String,
+    pub path: PathBuf,
+    #[serde(default = "default_required")]
+    pub required: bool,
+}
+
+/// JSON Lines on standard output, for trying things out.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StdoutSinkConfig {
+    pub id: String,
+    #[serde(default = "default_required")]
+    pub required: bool,
+}

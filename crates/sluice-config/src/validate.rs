@@ -1,0 +1,168 @@
+//! Pure validation: no I/O. Every error names the field path and the fix.
+
+use std::collections::HashSet;
+
+use crate::error::Invalid;
+use crate::pipeline::{BatchConfig, CommitPolicy, Config, PipelineConfig, PolicyMode, SinkConfig, SourceConfig};
+
+/// The longest id or name. Ids end up in checkpoint keys, file names and
+/// Kafka transactional ids, so they stay short and plain.
+pub const MAX_ID_LEN: usize = 64;
+
+pub fn validate(config: &Config) -> Result<(), Invalid> {
+    if config.pipelines.is_empty() {
+        return Err(Invalid::new("pipelines", "no pipeline is defined", "add at least one entry under `pipelines:`"));
+    }
+    let mut names = HashSet::new();
+    let mut source_ids = HashSet::new();
+    let mut file_paths = HashSet::new();
+    for (index, pipeline) in config.pipelines.iter().enumerate() {
+        let at = format!("pipelines[{index}]");
+        check_id(&format!("{at}.name"), &pipeline.name)?;
+        if !names.insert(pipeline.name.as_str()) {
+            return Err(Invalid::new(
+                format!("{at}.name"),
+                format!("pipeline name {:?} is used twice", pipeline.name),
+                "give every pipeline its own name",
+            ));
+        }
+        let source_id = pipeline.source.id();
+        if !source_ids.insert(source_id) {
+            return Err(Invalid::new(
+                format!("{at}.source.config.id"),
+                format!("source id {source_id:?} is used by two pipelines; their checkpoints would collide"),
+                "give every pipeline's source its own id",
+            ));
+        }
+        validate_pipeline(&at, pipeline)?;
+        for (sink_index, sink) in pipeline.sinks.iter().enumerate() {
+            if let SinkConfig::File(file) = sink
+                && !file_paths.insert(file.path.clone())
+            {
+                return Err(Invalid::new(
+                    format!("{at}.sinks[{sink_index}].config.path"),
+                    format!("{} is written by another file sink", file.path.display()),
+                    "give every file sink its own path",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn validate_pipeline(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid> {
+    validate_source(&format!("{at}.source.config"), &pipeline.source)?;
+    if pipeline.sinks.is_empty() {
+        return Err(Invalid::new(format!("{at}.sinks"), "the pipeline has no sink", "add at least one sink"));
+    }
+    let mut sink_ids = HashSet::new();
+    for (index, sink) in pipeline.sinks.iter().enumerate() {
+        let sink_at = format!("{at}.sinks[{index}].config");
+        check_id(&format!("{sink_at}.id"), sink.id())?;
+        if !sink_ids.insert(sink.id()) {
+            return Err(Invalid::new(
+                format!("{sink_at}.id"),
+                format!("sink id {:?} is used twice in pipeline {:?}", sink.id(), pipeline.name),
+                "give every sink of a pipeline its own id; the id keys its checkpoint",
+            ));
+        }
+        validate_sink(&sink_at, sink)?;
+    }
+    validate_batch(&format!("{at}.batch"), &pipeline.batch)?;
+    validate_policy(&format!("{at}.commit_policy"), &pipeline.commit_policy, &pipeline.sinks)?;
+    if pipeline.sink_batch_deadline_secs == 0 {
+        return Err(Invalid::new(
+            format!("{at}.sink_batch_deadline_secs"),
+            "must be at least 1",
+            "set a deadline in seconds that a healthy sink always meets, e.g. 60",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_source(at: &str, source: &SourceConfig) -> Result<(), Invalid> {
+    match source {
+        SourceConfig::Generator(c) => {
+            check_id(&format!("{at}.id"), &c.id)?;
+            if c.rows_per_tx == 0 {
+                return Err(Invalid::new(format!("{at}.rows_per_tx"), "must be at least 1", "set rows_per_tx: 1 or more"));
+            }
+            if c.tables.is_empty() {
+                return Err(Invalid::new(format!("{at}.tables"), "the list is empty", "list at least one table name, or leave tables out"));
+            }
+            for (index, table) in c.tables.iter().enumerate() {
+                check_id(&format!("{at}.tables[{index}]"), table)?;
+            }
+            if c.events_per_sec == Some(0) {
+                return Err(Invalid::new(
+                    format!("{at}.events_per_sec"),
+                    "must be at least 1",
+                    "leave events_per_sec out to generate as fast as possible",
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn validate_sink(at: &str, sink: &SinkConfig) -> Result<(), Invalid> {
+    match sink {
+        SinkConfig::File(c) if c.path.as_os_str().is_empty() => {
+            Err(Invalid::new(format!("{at}.path"), "the path is empty", "set path to the JSON Lines file to write"))
+        }
+        SinkConfig::File(_) | SinkConfig::Stdout(_) => Ok(()),
+    }
+}
+
+fn validate_batch(at: &str, batch: &BatchConfig) -> Result<(), Invalid> {
+    let positive = [
+        ("max_events", batch.max_events as u64),
+        ("max_bytes", batch.max_bytes as u64),
+        ("max_ms", batch.max_ms),
+        ("max_inflight", batch.max_inflight as u64),
+    ];
+    for (field, value) in positive {
+        if value == 0 {
+            return Err(Invalid::new(format!("{at}.{field}"), "must be at least 1", format!("raise {field} or leave it out for the default")));
+        }
+    }
+    Ok(())
+}
+
+fn validate_policy(at: &str, policy: &CommitPolicy, sinks: &[SinkConfig]) -> Result<(), Invalid> {
+    match (policy.mode, policy.quorum) {
+        (PolicyMode::Quorum, None) => Err(Invalid::new(
+            format!("{at}.quorum"),
+            "mode quorum needs a quorum",
+            format!("set quorum to a number from 1 to {}", sinks.len()),
+        )),
+        (PolicyMode::Quorum, Some(n)) if n == 0 || n > sinks.len() => Err(Invalid::new(
+            format!("{at}.quorum"),
+            format!("quorum {n} is outside 1..={}, the pipeline's sink count", sinks.len()),
+            format!("set quorum to a number from 1 to {}", sinks.len()),
+        )),
+        (PolicyMode::Required | PolicyMode::All, Some(_)) => Err(Invalid::new(
+            format!("{at}.quorum"),
+            "quorum is only read with mode: quorum",
+            "remove quorum, or set mode: quorum",
+        )),
+        (PolicyMode::Required, None) if !sinks.iter().any(SinkConfig::required) => Err(Invalid::new(
+            format!("{at}.mode"),
+            "mode required with no required sink would let checkpoints advance on nothing",
+            "mark at least one sink `required: true`, or choose mode all or quorum",
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn check_id(field: &str, id: &str) -> Result<(), Invalid> {
+    let plain = id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if id.is_empty() || id.len() > MAX_ID_LEN || !plain {
+        return Err(Invalid::new(
+            field,
+            format!("{id:?} is not a valid id"),
+            format!("use 1 to {MAX_ID_LEN} characters from A-Z, a-z, 0-9, '_', '-' and '.'"),
+        ));
+    }
+    Ok(())
+}

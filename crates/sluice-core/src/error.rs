@@ -1,0 +1,88 @@
+//! Error classes shared by sources and sinks.
+//!
+//! Errors are classified by type, never by message text: `Transient` is
+//! retried with backoff, `Permanent` stops the component and tells the
+//! operator what to do.
+
+/// Any underlying error kept as the `source()` of ours.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+macro_rules! classified_error {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, thiserror::Error)]
+        pub enum $name {
+            /// Worth retrying: a server may come back, a timeout may pass.
+            #[error("{detail}")]
+            Transient {
+                detail: String,
+                #[source]
+                cause: Option<BoxError>,
+            },
+            /// Retrying will not help; an operator has to act on `hint`.
+            #[error("{detail}; hint: {hint}")]
+            Permanent {
+                detail: String,
+                hint: String,
+                #[source]
+                cause: Option<BoxError>,
+            },
+        }
+
+        impl $name {
+            pub fn transient(detail: impl Into<String>) -> Self {
+                Self::Transient { detail: detail.into(), cause: None }
+            }
+
+            pub fn transient_from(detail: impl Into<String>, cause: impl Into<BoxError>) -> Self {
+                Self::Transient { detail: detail.into(), cause: Some(cause.into()) }
+            }
+
+            pub fn permanent(detail: impl Into<String>, hint: impl Into<String>) -> Self {
+                Self::Permanent { detail: detail.into(), hint: hint.into(), cause: None }
+            }
+
+            pub fn permanent_from(
+                detail: impl Into<String>,
+                hint: impl Into<String>,
+                cause: impl Into<BoxError>,
+            ) -> Self {
+                Self::Permanent { detail: detail.into(), hint: hint.into(), cause: Some(cause.into()) }
+            }
+
+            pub fn is_transient(&self) -> bool {
+                matches!(self, Self::Transient { .. })
+            }
+        }
+    };
+}
+
+classified_error!(
+    /// A sink could not take or persist a batch.
+    SinkError
+);
+classified_error!(
+    /// A source could not produce events.
+    SourceError
+);
+
+/// The checkpoint store failed. Store failures are never retried silently:
+/// a checkpoint that cannot be saved is reported, and nothing moves.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("checkpoint store at {path}: {detail}")]
+    Io {
+        path: String,
+        detail: String,
+        #[source]
+        cause: Option<BoxError>,
+    },
+    #[error("checkpoint {key} would move backward from {stored} to {proposed}; nothing was written")]
+    Regression {
+        key: String,
+        stored: String,
+        proposed: String,
+    },
+    #[error("checkpoint {key} holds {text:?}, which is not a position; hint: reset it with `sluice checkpoints reset`")]
+    Corrupt { key: String, text: String },
+}

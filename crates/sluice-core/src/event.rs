@@ -1,0 +1,168 @@
+//! The change event every source emits and every sink receives.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
+use uuid::Uuid;
+
+use crate::position::Position;
+use crate::time::format_utc_micros;
+use crate::value::Row;
+
+/// What happened to the row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    Insert,
+    Update,
+    Delete,
+    /// A row read by a snapshot rather than from the log.
+    Read,
+    Truncate,
+}
+
+impl Op {
+    /// The one-letter code used on the wire: `c`, `u`, `d`, `r`, `t`.
+    pub fn code(self) -> &'static str {
+        match self {
+            Op::Insert => "c",
+            Op::Update => "u",
+            Op::Delete => "d",
+            Op::Read => "r",
+            Op::Truncate => "t",
+        }
+    }
+}
+
+/// A deterministic event id: UUIDv5 of the source id and the position.
+///
+/// A replayed event gets the same id as the original, which is what lets
+/// consumers of at-least-once sinks drop duplicates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EventId(pub Uuid);
+
+/// The namespace of Sluice event ids (a fixed random UUID; never change it,
+/// or every id changes).
+const EVENT_ID_NAMESPACE: Uuid = Uuid::from_u128(0x6c1f_3a52_9d0e_4b8a_a1c7_52e9_0f3d_7b64);
+
+impl EventId {
+    pub fn new(source_id: &str, position: &Position) -> Self {
+        let name = format!("{source_id}/{position}");
+        EventId(Uuid::new_v5(&EVENT_ID_NAMESPACE, name.as_bytes()))
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.hyphenated().fmt(f)
+    }
+}
+
+/// One row change, with its lineage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub op: Op,
+    pub source_id: Arc<str>,
+    pub database: Arc<str>,
+    /// Schema-qualified where the source has schemas (`public.orders`).
+    pub table: Arc<str>,
+    /// The primary key (or replica identity) columns of the row.
+    pub key: Option<Row>,
+    pub before: Option<Row>,
+    pub after: Option<Row>,
+    /// The version of the table schema the event was decoded with.
+    pub schema_version: u32,
+    pub position: Position,
+    pub tx_id: Arc<str>,
+    /// True on the last event of its source transaction.
+    pub tx_end: bool,
+    /// Commit time of the source transaction, microseconds since the Unix epoch, UTC.
+    pub commit_time_us: i64,
+}
+
+impl Event {
+    /// Computed on demand so sinks that never need it pay nothing.
+    pub fn id(&self) -> EventId {
+        EventId::new(&self.source_id, &self.position)
+    }
+
+    /// A rough size used by the batcher's byte limit.
+    pub fn approx_byte_size(&self) -> usize {
+        let rows = [&self.key, &self.before, &self.after];
+        let row_bytes: usize = rows.iter().filter_map(|r| r.as_ref()).map(Row::approx_byte_size).sum();
+        row_bytes + self.table.len() + 64
+    }
+}
+
+/// The JSON envelope sinks write, one object per event.
+impl Serialize for Event {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(13))?;
+        map.serialize_entry("id", &self.id().to_string())?;
+        map.serialize_entry("op", self.op.code())?;
+        map.serialize_entry("source", &*self.source_id)?;
+        map.serialize_entry("db", &*self.database)?;
+        map.serialize_entry("table", &*self.table)?;
+        map.serialize_entry("key", &self.key)?;
+        map.serialize_entry("before", &self.before)?;
+        map.serialize_entry("after", &self.after)?;
+        map.serialize_entry("schema_version", &self.schema_version)?;
+        map.serialize_entry("position", &self.position)?;
+        map.serialize_entry("tx_id", &*self.tx_id)?;
+        map.serialize_entry("tx_end", &self.tx_end)?;
+        map.serialize_entry("commit_time", &format_utc_micros(self.commit_time_us))?;
+        map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::Value;
+
+    fn event(tx: u64, seq: u32) -> Event {
+        Event {
+            op: Op::Insert,
+            source_id: "gen1".into(),
+            database: "shop".into(),
+            table: "orders".into(),
+            key: None,
+            before: None,
+            after: Some(Row {
+                columns: vec![Arc::from("id")].into(),
+                values: vec![Value::Int(1)],
+            }),
+            schema_version: 1,
+            position: Position::Generator { tx, seq },
+            tx_id: tx.to_string().into(),
+            tx_end: false,
+            commit_time_us: 1_700_000_000_123_456,
+        }
+    }
+
+    #[test]
+    fn event_id_depends_only_on_source_and_position() {
+        let a = event(5, 2);
+        let mut replay = event(5, 2);
+        replay.table = "other".into();
+        assert_eq!(a.id(), replay.id());
+        assert_ne!(a.id(), event(5, 3).id());
+        let mut other_source = event(5, 2);
+        other_source.source_id = "gen2".into();
+        assert_ne!(a.id(), other_source.id());
+    }
+
+    #[test]
+    fn envelope_carries_lineage() {
+        let json: serde_json::Value = serde_json::to_value(event(5, 2)).unwrap();
+        assert_eq!(json["op"], "c");
+        assert_eq!(json["source"], "gen1");
+        assert_eq!(json["db"], "shop");
+        assert_eq!(json["position"], "gen:5:2");
+        assert_eq!(json["tx_id"], "5");
+        assert_eq!(json["after"]["id"], 1);
+        assert_eq!(json["commit_time"], "2023-11-14T22:13:20.123456Z");
+        assert_eq!(json["id"], event(5, 2).id().to_string());
+    }
+}

@@ -1,0 +1,22 @@
+//! Sluice's core model: events, positions, and the contracts between
+//! sources, sinks, the checkpoint store and the coordinator. No I/O lives
+//! here.
+
+pub mod checkpoint;
+pub mod error;
+pub mod event;
+pub mod guarantee;
+pub mod position;
+pub mod sink;
+pub mod source;
+pub mod time;
+pub mod value;
+
+pub use checkpoint::{CheckpointKey, CheckpointStore};
+pub use error::{BoxError, SinkError, SourceError, StoreError};
+pub use event::{Event, EventId, Op};
+pub use guarantee::Guarantee;
+pub use position::{Lsn, Position, PositionParseError};
+pub use sink::Sink;
+pub use source::{AckWatermark, Source, SourceStatus};
+pub use value::{Columns, JsonText, Row, Value};

@@ -1,0 +1,63 @@
+//! The source contract.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+
+use crate::error::SourceError;
+use crate::event::Event;
+use crate::position::Position;
+
+/// Whether a source has more to give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceStatus {
+    Open,
+    /// A finite source delivered its last event.
+    Ended,
+}
+
+/// A reader of one database's change log.
+///
+/// Contract:
+/// - `start(from)` positions the reader. Every event after `from` must then
+///   be delivered, in log order. Events at or before `from` may be delivered
+///   again (a source that can only resume at a transaction boundary re-reads
+///   the whole transaction); the coordinator filters them per sink.
+/// - `poll` appends at least one event to `out`, waiting as long as it takes,
+///   or returns `Ended`. A transaction may span several polls; its last event
+///   has `tx_end` set.
+/// - `poll` is dropped mid-await only at shutdown, so it need not be
+///   cancel-safe beyond leaving nothing half-acknowledged.
+/// - The source may release log space (acknowledge the server, let the
+///   server recycle WAL) only up to [`AckWatermark::get`], which the
+///   coordinator advances to the lowest stored checkpoint of all sinks.
+#[async_trait]
+pub trait Source: Send {
+    /// The source's id from the config; part of every checkpoint key.
+    fn id(&self) -> &str;
+
+    async fn start(&mut self, from: Option<Position>, acked: AckWatermark) -> Result<(), SourceError>;
+
+    async fn poll(&mut self, out: &mut Vec<Event>) -> Result<SourceStatus, SourceError>;
+}
+
+/// The position up to which every sink's checkpoint is stored, shared by
+/// the coordinator (writer) and the source (reader). It only moves forward.
+#[derive(Debug, Clone, Default)]
+pub struct AckWatermark(Arc<Mutex<Option<Position>>>);
+
+impl AckWatermark {
+    pub fn get(&self) -> Option<Position> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Moves the watermark to `position` if that is forward; returns whether it moved.
+    pub fn advance(&self, position: &Position) -> bool {
+        let mut current = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.as_ref().is_some_and(|c| c >= position) {
+            return false;
+        }
+        *current = Some(position.clone());
+        true
+    }
+}

@@ -1,0 +1,68 @@
+//! The dispatcher: batches the source's events and hands every batch to
+//! every sink writer.
+//!
+//! Each writer's queue holds `max_inflight` batches; a full queue makes the
+//! dispatcher wait, which holds the source back. That is the only place a
+//! fast sink waits for a slow one.
+
+use std::sync::Arc;
+
+use sluice_core::Event;
+use tokio::sync::mpsc;
+use tracing::debug;
+
+use crate::batch::{Batch, Batcher};
+use crate::shutdown::Shutdown;
+
+pub(crate) struct Dispatcher {
+    pub batcher: Batcher,
+    pub chunks: mpsc::Receiver<Vec<Event>>,
+    pub writers: Vec<mpsc::Sender<Arc<Batch>>>,
+    pub shutdown: Shutdown,
+}
+
+impl Dispatcher {
+    pub async fn run(mut self) {
+        loop {
+            let deadline = self.batcher.deadline();
+            tokio::select! {
+                biased;
+                _ = self.shutdown.wait() => break,
+                chunk = self.chunks.recv() => {
+                    let Some(events) = chunk else { break };
+                    for event in events {
+                        if let Some(batch) = self.batcher.push(event) {
+                            self.send(batch).await;
+                        }
+                    }
+                }
+                _ = sleep_until(deadline) => {
+                    if let Some(batch) = self.batcher.on_deadline() {
+                        self.send(batch).await;
+                    }
+                }
+            }
+        }
+        // Stop intake, then drain: whole transactions still in the batcher
+        // go out; a trailing partial one is read again on the next start.
+        if let Some(batch) = self.batcher.finish() {
+            self.send(batch).await;
+        }
+    }
+
+    async fn send(&self, batch: Arc<Batch>) {
+        debug!(seq = batch.seq, events = batch.events.len(), last = %batch.last(), "batch cut");
+        for writer in &self.writers {
+            // A writer that is gone stopped for a reason the pipeline
+            // already knows (detached, abandoned, failed).
+            let _ = writer.send(batch.clone()).await;
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,87 @@
+//! The source task: reads the source into chunks for the dispatcher.
+//!
+//! A transient source error restarts the source from the last position
+//! handed on; what the source re-reads at or below it is dropped here, so
+//! the dispatcher sees a strictly increasing stream.
+
+use sluice_core::{AckWatermark, Event, Position, Source, SourceError, SourceStatus};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::backoff::Backoff;
+use crate::shutdown::Shutdown;
+
+pub(crate) struct Intake {
+    pub source: Box<dyn Source>,
+    pub from: Option<Position>,
+    pub ack: AckWatermark,
+    pub chunks: mpsc::Sender<Vec<Event>>,
+    pub shutdown: Shutdown,
+}
+
+impl Intake {
+    pub async fn run(mut self) -> Result<(), SourceError> {
+        let mut last = self.from.clone();
+        let mut backoff = Backoff::default();
+        if !self.start(last.clone(), &mut backoff).await? {
+            return Ok(());
+        }
+        info!(from = ?last, "source started");
+        loop {
+            let mut chunk = Vec::new();
+            let polled = tokio::select! {
+                biased;
+                _ = self.shutdown.wait() => return Ok(()),
+                polled = self.source.poll(&mut chunk) => polled,
+            };
+            match polled {
+                Ok(status) => {
+                    backoff.reset();
+                    if let Some(last) = &last {
+                        chunk.retain(|e| e.position > *last);
+                    }
+                    if let Some(event) = chunk.last() {
+                        last = Some(event.position.clone());
+                        if self.chunks.send(chunk).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    if status == SourceStatus::Ended {
+                        info!(last = ?last, "source ended");
+                        return Ok(());
+                    }
+                }
+                Err(err) if err.is_transient() => {
+                    warn!(error = %err, "source failed; restarting it from the last position read");
+                    if !self.start(last.clone(), &mut backoff).await? {
+                        return Ok(());
+                    }
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Starts the source, retrying transient failures; `false` on shutdown.
+    async fn start(&mut self, from: Option<Position>, backoff: &mut Backoff) -> Result<bool, SourceError> {
+        loop {
+            if backoff.attempt() > 0 {
+                let delay = backoff.next_delay();
+                tokio::select! {
+                    biased;
+                    _ = self.shutdown.wait() => return Ok(false),
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            } else {
+                backoff.next_delay();
+            }
+            match self.source.start(from.clone(), self.ack.clone()).await {
+                Ok(()) => return Ok(true),
+                Err(err) if err.is_transient() => {
+                    warn!(error = %err, attempt = backoff.attempt(), "source start failed; retrying");
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+}

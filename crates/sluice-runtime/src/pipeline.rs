@@ -1,0 +1,214 @@
+//! One pipeline: a source, its sinks, and the tasks that connect them.
+//!
+//! ```text
+//! intake ──chunks──► dispatcher (batcher) ──Arc<Batch>──► writer per sink ──Report──► checkpointer
+//!   ▲                                          (queue: max_inflight)                      │
+//!   └──────────── AckWatermark: MIN of every stored checkpoint ◄──────────────────────────┘
+//! ```
+//!
+//! Shutdown runs in order: the intake stops, the dispatcher sends the whole
+//! transactions it holds and closes the writers' queues, each writer
+//! drains its queue and flushes its sink, and the checkpointer makes the
+//! final commit once the last writer is done. A failing task triggers the
+//! same shutdown, so the others still end cleanly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_config::{BatchConfig, CommitPolicy, PolicyMode};
+use sluice_core::{AckWatermark, CheckpointKey, CheckpointStore, Position, Sink, Source};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::{Instrument, info, info_span};
+
+use crate::batch::Batcher;
+use crate::checkpointer::{Checkpointer, lowest};
+use crate::dispatch::Dispatcher;
+use crate::error::PipelineError;
+use crate::intake::Intake;
+use crate::shutdown::{Shutdown, TriggerOnDrop};
+use crate::writer::SinkWriter;
+
+/// Chunks of source events queued between the intake and the dispatcher.
+const CHUNK_QUEUE: usize = 4;
+
+/// A sink and whether the commit policy counts it as required.
+pub struct SinkSpec {
+    pub sink: Box<dyn Sink>,
+    pub required: bool,
+}
+
+/// The settings of one pipeline, as validated config gives them.
+#[derive(Debug, Clone)]
+pub struct PipelineSettings {
+    pub name: String,
+    pub batch: BatchConfig,
+    pub commit_policy: CommitPolicy,
+    pub sink_batch_deadline: Duration,
+}
+
+/// Where each sink's checkpoint stands when a run ends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunReport {
+    pub checkpoints: Vec<(CheckpointKey, Option<Position>)>,
+}
+
+pub struct Pipeline {
+    pub settings: PipelineSettings,
+    pub source: Box<dyn Source>,
+    pub sinks: Vec<SinkSpec>,
+    pub store: Arc<dyn CheckpointStore>,
+}
+
+impl Pipeline {
+    /// Runs until the source ends and every sink is flushed, or until
+    /// `shutdown`; either way the final checkpoints are committed.
+    pub async fn run(self, shutdown: Shutdown) -> Result<RunReport, PipelineError> {
+        let name = self.settings.name.clone();
+        let span = info_span!("pipeline", pipeline = %name);
+        self.run_inner(shutdown).instrument(span).await
+    }
+
+    async fn run_inner(self, external: Shutdown) -> Result<RunReport, PipelineError> {
+        let Pipeline { settings, source, sinks, store } = self;
+        let pipeline = settings.name.clone();
+        let source_id = source.id().to_string();
+        let keys: Vec<CheckpointKey> = sinks.iter().map(|s| CheckpointKey::new(&source_id, s.sink.id())).collect();
+        let load_store = store.clone();
+        let load_keys = keys.clone();
+        let stored = tokio::task::spawn_blocking(move || load_store.load(&load_keys))
+            .await
+            .map_err(|e| task_error(&pipeline, "checkpoint load", e))?
+            .map_err(|error| PipelineError::Store { pipeline: pipeline.clone(), error })?;
+
+        // The source resumes from the lowest checkpoint; sinks ahead of it
+        // filter what they already have.
+        let from = lowest(&stored);
+        let ack = AckWatermark::default();
+        if let Some(from) = &from {
+            ack.advance(from);
+        }
+        info!(from = ?from, sinks = sinks.len(), "pipeline starting");
+
+        let shutdown = Shutdown::new();
+        let relay = {
+            let (external, shutdown) = (external.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                external.wait().await;
+                shutdown.trigger();
+            })
+        };
+
+        let (report_tx, report_rx) = mpsc::channel(64 * sinks.len().max(1));
+        let may_detach_optional = settings.commit_policy.mode != PolicyMode::All;
+        let mut writer_txs = Vec::new();
+        let mut writers: Vec<(String, JoinHandle<_>)> = Vec::new();
+        let required: Vec<bool> = sinks.iter().map(|s| s.required).collect();
+        for (index, spec) in sinks.into_iter().enumerate() {
+            let (tx, rx) = mpsc::channel(settings.batch.max_inflight);
+            writer_txs.push(tx);
+            let sink_id = spec.sink.id().to_string();
+            let writer = SinkWriter {
+                index,
+                sink_id: sink_id.clone(),
+                sink: spec.sink,
+                may_detach: !spec.required && may_detach_optional,
+                deadline: settings.sink_batch_deadline,
+                stored: stored[index].clone(),
+                batches: rx,
+                reports: report_tx.clone(),
+                shutdown: shutdown.clone(),
+            };
+            let span = info_span!("sink", sink = %sink_id);
+            writers.push((sink_id, spawn_guarded(&shutdown, writer.run().instrument(span))));
+        }
+        drop(report_tx);
+
+        let checkpointer = Checkpointer {
+            keys: keys.clone(),
+            required,
+            mode: settings.commit_policy.mode,
+            quorum: settings.commit_policy.quorum,
+            durable: stored.clone(),
+            stored,
+            store,
+            ack: ack.clone(),
+            reports: report_rx,
+        };
+        let checkpointer = spawn_guarded(&shutdown, checkpointer.run().instrument(info_span!("checkpointer")));
+
+        let (chunk_tx, chunk_rx) = mpsc::channel(CHUNK_QUEUE);
+        let intake = Intake { source, from, ack, chunks: chunk_tx, shutdown: shutdown.clone() };
+        let intake = spawn_guarded(&shutdown, intake.run().instrument(info_span!("source", source = %source_id)));
+        let dispatcher = Dispatcher {
+            batcher: Batcher::new(settings.batch.clone()),
+            chunks: chunk_rx,
+            writers: writer_txs,
+            shutdown: shutdown.clone(),
+        };
+        let dispatcher = tokio::spawn(dispatcher.run().instrument(info_span!("dispatcher")));
+
+        let mut first_error = None;
+        match intake.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => first_error = Some(PipelineError::Source { pipeline: pipeline.clone(), source_id, error }),
+            Err(e) => first_error = Some(task_error(&pipeline, "source", e)),
+        }
+        if let Err(e) = dispatcher.await {
+            first_error.get_or_insert(task_error(&pipeline, "dispatcher", e));
+        }
+        for (sink, writer) in writers {
+            match writer.await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    first_error.get_or_insert(PipelineError::Sink { pipeline: pipeline.clone(), sink, error });
+                }
+                Err(e) => {
+                    first_error.get_or_insert(task_error(&pipeline, &format!("sink writer {sink}"), e));
+                }
+            }
+        }
+        let stored = match checkpointer.await {
+            Ok(Ok(stored)) => Some(stored),
+            Ok(Err(error)) => {
+                first_error.get_or_insert(PipelineError::Store { pipeline: pipeline.clone(), error });
+                None
+            }
+            Err(e) => {
+                first_error.get_or_insert(task_error(&pipeline, "checkpointer", e));
+                None
+            }
+        };
+        relay.abort();
+        if let Some(error) = first_error {
+            return Err(error);
+        }
+        let stored = stored.unwrap_or_default();
+        info!(checkpoints = ?stored, "pipeline stopped");
+        Ok(RunReport { checkpoints: keys.into_iter().zip(stored).collect() })
+    }
+}
+
+/// Spawns a task that triggers `shutdown` if it fails or panics.
+fn spawn_guarded<T, E>(shutdown: &Shutdown, task: impl Future<Output = Result<T, E>> + Send + 'static) -> JoinHandle<Result<T, E>>
+where
+    T: Send + 'static,
+    E: Send + 'static,
+{
+    let guard = TriggerOnDrop(Some(shutdown.clone()));
+    tokio::spawn(async move {
+        let result = task.await;
+        if result.is_ok() {
+            guard.disarm();
+        }
+        result
+    })
+}
+
+fn task_error(pipeline: &str, task: &str, error: tokio::task::JoinError) -> PipelineError {
+    PipelineError::Task {
+        pipeline: pipeline.to_string(),
+        task: task.to_string(),
+        detail: error.to_string(),
+    }
+}

@@ -1,0 +1,250 @@
+//! One writer task per sink.
+//!
+//! The writer owns its sink and is the only caller of it. It filters each
+//! batch to the events above the sink's own position, so a sink never sees
+//! an event twice from the coordinator; retries a failed batch, after
+//! letting the sink recover, with capped exponential backoff; and reports
+//! the sink's durable watermark to the checkpointer.
+//!
+//! Batches a buffering sink accepted but has not made durable are kept
+//! (`retained`) until they are durable, because a failure makes the sink
+//! drop its buffer and they must be written again.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_core::{Position, Sink, SinkError};
+use tokio::sync::mpsc;
+use tracing::{error, info, warn};
+
+use crate::backoff::Backoff;
+use crate::batch::Batch;
+use crate::shutdown::Shutdown;
+
+/// What writers tell the checkpointer.
+#[derive(Debug)]
+pub(crate) enum Report {
+    /// The sink opened; it starts from `start` (its stored checkpoint or
+    /// what it holds itself, whichever is higher).
+    Opened { sink: usize, start: Option<Position> },
+    /// The sink's durable watermark moved.
+    Durable { sink: usize, position: Position },
+}
+
+/// How a writer ended early.
+enum Stop {
+    /// An optional sink failed; it gets nothing more this run.
+    Detached(SinkError),
+    /// Shutdown came while the writer was retrying.
+    Abandoned,
+    /// A required sink failed in a way retrying cannot fix.
+    Fatal(SinkError),
+}
+
+pub(crate) struct SinkWriter {
+    pub index: usize,
+    pub sink: Box<dyn Sink>,
+    pub sink_id: String,
+    /// Whether a failure detaches the sink instead of retrying forever.
+    pub may_detach: bool,
+    pub deadline: Duration,
+    pub stored: Option<Position>,
+    pub batches: mpsc::Receiver<Arc<Batch>>,
+    pub reports: mpsc::Sender<Report>,
+    pub shutdown: Shutdown,
+}
+
+struct State {
+    /// Everything at or below this was handed to the sink.
+    position: Option<Position>,
+    durable: Option<Position>,
+    retained: VecDeque<Arc<Batch>>,
+}
+
+impl SinkWriter {
+    pub async fn run(mut self) -> Result<(), SinkError> {
+        let mut state = State {
+            position: self.stored.clone(),
+            durable: self.stored.clone(),
+            retained: VecDeque::new(),
+        };
+        let outcome = self.work(&mut state).await;
+        match outcome {
+            Ok(()) => {
+                self.close().await;
+                Ok(())
+            }
+            Err(Stop::Abandoned) => {
+                warn!(durable = ?state.durable, "shutdown while the sink was failing; its checkpoint stays where it is");
+                Ok(())
+            }
+            Err(Stop::Detached(err)) => {
+                error!(
+                    error = %err,
+                    durable = ?state.durable,
+                    "optional sink detached after a failure; it keeps its checkpoint and catches up from it on the next start"
+                );
+                self.close().await;
+                // Keep taking batches so the pipeline never waits on us.
+                while self.batches.recv().await.is_some() {}
+                Ok(())
+            }
+            Err(Stop::Fatal(err)) => Err(err),
+        }
+    }
+
+    async fn work(&mut self, state: &mut State) -> Result<(), Stop> {
+        self.open(state).await?;
+        self.report(Report::Opened { sink: self.index, start: state.position.clone() }).await;
+        while let Some(batch) = self.batches.recv().await {
+            state.retained.push_back(batch);
+            self.deliver(state).await?;
+        }
+        self.flush(state).await
+    }
+
+    /// Writes every retained batch past the sink's position, retrying
+    /// until the sink takes them all.
+    async fn deliver(&mut self, state: &mut State) -> Result<(), Stop> {
+        let mut backoff = Backoff::default();
+        'attempt: loop {
+            for index in 0..state.retained.len() {
+                let batch = state.retained[index].clone();
+                let events = batch.after(state.position.as_ref());
+                let Some(last) = events.last() else { continue };
+                match with_deadline(self.deadline, "write", self.sink.write(events)).await {
+                    Ok(durable) => {
+                        state.position = Some(last.position.clone());
+                        self.note_durable(state, durable).await;
+                    }
+                    Err(err) => {
+                        self.recover(state, err, &mut backoff).await?;
+                        continue 'attempt;
+                    }
+                }
+            }
+            prune(state);
+            return Ok(());
+        }
+    }
+
+    async fn flush(&mut self, state: &mut State) -> Result<(), Stop> {
+        let mut backoff = Backoff::default();
+        loop {
+            self.deliver(state).await?;
+            match with_deadline(self.deadline, "flush", self.sink.flush()).await {
+                Ok(durable) => {
+                    self.note_durable(state, durable).await;
+                    return Ok(());
+                }
+                Err(err) => self.recover(state, err, &mut backoff).await?,
+            }
+        }
+    }
+
+    /// Opens the sink, retrying transient failures.
+    async fn open(&mut self, state: &mut State) -> Result<(), Stop> {
+        let mut backoff = Backoff::default();
+        loop {
+            match with_deadline(self.deadline, "open", self.sink.open()).await {
+                Ok(holds) => {
+                    // The higher of the stored checkpoint and what the sink
+                    // holds: a sink that stores its position with its data
+                    // may be ahead of the store after a crash.
+                    let start = state.durable.clone().max(holds);
+                    state.position = start.clone();
+                    state.durable = start;
+                    return Ok(());
+                }
+                Err(err) => self.back_off(err, &mut backoff).await?,
+            }
+        }
+    }
+
+    /// After a failed call: wait, reopen the sink so it is consistent again,
+    /// and rewind to what is durable so retained batches are written again.
+    async fn recover(&mut self, state: &mut State, err: SinkError, backoff: &mut Backoff) -> Result<(), Stop> {
+        self.back_off(err, backoff).await?;
+        loop {
+            match with_deadline(self.deadline, "open", self.sink.open()).await {
+                Ok(holds) => {
+                    state.position = state.durable.clone().max(holds);
+                    return Ok(());
+                }
+                Err(err) => self.back_off(err, backoff).await?,
+            }
+        }
+    }
+
+    /// Decides whether to retry `err`, and sleeps before the retry.
+    async fn back_off(&mut self, err: SinkError, backoff: &mut Backoff) -> Result<(), Stop> {
+        if !err.is_transient() {
+            return Err(if self.may_detach { Stop::Detached(err) } else { Stop::Fatal(err) });
+        }
+        // An optional sink gets one deadline's worth of retries before it
+        // is detached, so a failing optional sink holds the pipeline back
+        // for at most that long.
+        if self.may_detach && backoff.attempt() > 0 && retried_for(backoff) >= self.deadline {
+            return Err(Stop::Detached(err));
+        }
+        let delay = backoff.next_delay();
+        warn!(error = %err, attempt = backoff.attempt(), retry_in_ms = delay.as_millis() as u64, "sink call failed; retrying");
+        tokio::select! {
+            biased;
+            _ = self.shutdown.wait() => Err(Stop::Abandoned),
+            _ = tokio::time::sleep(delay) => Ok(()),
+        }
+    }
+
+    async fn note_durable(&mut self, state: &mut State, durable: Option<Position>) {
+        let Some(durable) = durable else { return };
+        if state.durable.as_ref().is_some_and(|d| *d >= durable) {
+            return;
+        }
+        state.durable = Some(durable.clone());
+        self.report(Report::Durable { sink: self.index, position: durable }).await;
+    }
+
+    async fn report(&mut self, report: Report) {
+        // The checkpointer outlives every writer; a send can only fail if
+        // it died, and then the pipeline is already stopping.
+        let _ = self.reports.send(report).await;
+    }
+
+    async fn close(&mut self) {
+        match with_deadline(self.deadline, "close", self.sink.close()).await {
+            Ok(()) => info!(sink = %self.sink_id, "sink closed"),
+            Err(err) => warn!(sink = %self.sink_id, error = %err, "sink close failed"),
+        }
+    }
+}
+
+/// Drops retained batches that are wholly durable.
+fn prune(state: &mut State) {
+    let Some(durable) = &state.durable else { return };
+    while state.retained.front().is_some_and(|b| b.last() <= durable) {
+        state.retained.pop_front();
+    }
+}
+
+/// Runs one sink call under the batch deadline; a timeout is transient.
+async fn with_deadline<T>(
+    deadline: Duration,
+    what: &str,
+    call: impl Future<Output = Result<T, SinkError>>,
+) -> Result<T, SinkError> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(result) => result,
+        Err(_) => Err(SinkError::transient(format!(
+            "sink {what} exceeded sink_batch_deadline_secs ({}s)",
+            deadline.as_secs()
+        ))),
+    }
+}
+
+/// Roughly how long a backoff sequence has waited so far.
+fn retried_for(backoff: &Backoff) -> Duration {
+    let mut probe = Backoff::default();
+    (0..backoff.attempt()).map(|_| probe.next_delay()).sum()
+}

@@ -1,0 +1,135 @@
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use sluice_core::{Event, Guarantee, Position, Sink, SinkError};
+
+use super::recover::{Tail, recover};
+
+pub struct FileSink {
+    id: String,
+    path: PathBuf,
+    /// Behind a mutex that a blocking write holds until it finishes, so a
+    /// recovery after a timed-out write waits for that write instead of
+    /// racing it.
+    file: Arc<Mutex<Option<File>>>,
+    held: Option<Position>,
+    buf: Vec<u8>,
+}
+
+impl FileSink {
+    pub fn new(id: impl Into<String>, path: impl Into<PathBuf>) -> Self {
+        Self {
+            id: id.into(),
+            path: path.into(),
+            file: Arc::new(Mutex::new(None)),
+            held: None,
+            buf: Vec::new(),
+        }
+    }
+
+    fn permanent(&self, problem: String) -> SinkError {
+        SinkError::permanent(
+            format!("file sink {:?}: {}: {problem}", self.id, self.path.display()),
+            "check the path and its permissions, or point the sink at a new file",
+        )
+    }
+}
+
+fn blocking_failed(e: tokio::task::JoinError) -> SinkError {
+    SinkError::transient_from("file sink: blocking I/O task failed", e)
+}
+
+#[async_trait]
+impl Sink for FileSink {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn guarantee(&self) -> Guarantee {
+        Guarantee::ExactlyOnce { condition: None }
+    }
+
+    async fn open(&mut self) -> Result<Option<Position>, SinkError> {
+        let path = self.path.clone();
+        let slot = self.file.clone();
+        let tail = tokio::task::spawn_blocking(move || -> Result<Tail, String> {
+            let mut guard = slot.lock().unwrap_or_else(PoisonError::into_inner);
+            *guard = None;
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            }
+            let mut file = OpenOptions::new()
+                .read(true)
+                .append(true)
+                .create(true)
+                .open(&path)
+                .map_err(|e| format!("cannot open: {e}"))?;
+            let tail = recover(&mut file)?;
+            *guard = Some(file);
+            Ok(tail)
+        })
+        .await
+        .map_err(blocking_failed)?
+        .map_err(|problem| self.permanent(problem))?;
+        self.held = match tail {
+            Tail::Empty => None,
+            Tail::Holds(position) => Some(position),
+        };
+        Ok(self.held.clone())
+    }
+
+    async fn write(&mut self, events: &[Event]) -> Result<Option<Position>, SinkError> {
+        let Some(last) = events.last() else {
+            return Ok(self.held.clone());
+        };
+        self.buf.clear();
+        for event in events {
+            serde_json::to_writer(&mut self.buf, event)
+                .map_err(|e| SinkError::permanent_from("file sink: cannot encode an event", "report this as a bug", e))?;
+            self.buf.push(b'\n');
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        let slot = self.file.clone();
+        let (result, returned) = tokio::task::spawn_blocking(move || {
+            let mut guard = slot.lock().unwrap_or_else(PoisonError::into_inner);
+            let result = match guard.as_mut() {
+                None => Err("the file is not open".to_string()),
+                Some(file) => file
+                    .write_all(&buf)
+                    .and_then(|()| file.sync_data())
+                    .map_err(|e| e.to_string()),
+            };
+            if result.is_err() {
+                // A failed append may have left a partial line; recovery in
+                // `open` must run before the next write.
+                *guard = None;
+            }
+            buf.clear();
+            (result, buf)
+        })
+        .await
+        .map_err(blocking_failed)?;
+        self.buf = returned;
+        result.map_err(|e| {
+            SinkError::transient(format!("file sink {:?}: writing {} failed: {e}", self.id, self.path.display()))
+        })?;
+        self.held = Some(last.position.clone());
+        Ok(self.held.clone())
+    }
+
+    async fn flush(&mut self) -> Result<Option<Position>, SinkError> {
+        // Every write is fsynced before it returns.
+        Ok(self.held.clone())
+    }
+
+    async fn close(&mut self) -> Result<(), SinkError> {
+        let slot = self.file.clone();
+        tokio::task::spawn_blocking(move || slot.lock().unwrap_or_else(PoisonError::into_inner).take())
+            .await
+            .map_err(blocking_failed)?;
+        Ok(())
+    }
+}

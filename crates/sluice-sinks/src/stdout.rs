@@ -1,0 +1,63 @@
+//! The stdout sink: JSON Lines on standard output, for trying things out.
+//! It cannot know what a reader already saw, so it is at-least-once.
+
+use async_trait::async_trait;
+use sluice_core::{Event, Guarantee, Position, Sink, SinkError};
+use tokio::io::AsyncWriteExt;
+
+pub struct StdoutSink {
+    id: String,
+    out: tokio::io::Stdout,
+    buf: Vec<u8>,
+    written: Option<Position>,
+}
+
+impl StdoutSink {
+    pub fn new(id: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            out: tokio::io::stdout(),
+            buf: Vec::new(),
+            written: None,
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for StdoutSink {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn guarantee(&self) -> Guarantee {
+        Guarantee::AtLeastOnce { dedup: "event id" }
+    }
+
+    async fn open(&mut self) -> Result<Option<Position>, SinkError> {
+        Ok(None)
+    }
+
+    async fn write(&mut self, events: &[Event]) -> Result<Option<Position>, SinkError> {
+        self.buf.clear();
+        for event in events {
+            serde_json::to_writer(&mut self.buf, event)
+                .map_err(|e| SinkError::permanent_from("stdout sink: cannot encode an event", "report this as a bug", e))?;
+            self.buf.push(b'\n');
+        }
+        let io = |e| SinkError::transient_from("stdout sink: write failed", e);
+        self.out.write_all(&self.buf).await.map_err(io)?;
+        self.out.flush().await.map_err(io)?;
+        if let Some(last) = events.last() {
+            self.written = Some(last.position.clone());
+        }
+        Ok(self.written.clone())
+    }
+
+    async fn flush(&mut self) -> Result<Option<Position>, SinkError> {
+        Ok(self.written.clone())
+    }
+
+    async fn close(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,124 @@
+//! A fault-injecting sink wrapper for coordinator tests.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use sluice_core::{Event, Guarantee, Position, Sink, SinkError};
+use tokio::sync::Notify;
+
+/// What one `write` call does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Pass the write through.
+    None,
+    /// Fail before writing anything.
+    FailBefore,
+    /// Fail before writing, with an error retrying cannot fix.
+    Reject,
+    /// Write, then report a failure: the retry must not duplicate.
+    FailAfter,
+    /// Write half the batch, then fail: a torn write.
+    FailMidway,
+    /// Never return, so the coordinator's deadline fires.
+    Hang,
+    /// Write, then pull the plug on the whole process (see [`CrashSwitch`]).
+    CrashAfter,
+    /// Pull the plug before writing.
+    CrashBefore,
+}
+
+/// Faults consumed one per `write`; once empty, writes pass through.
+#[derive(Debug, Clone, Default)]
+pub struct FaultPlan(Arc<Mutex<VecDeque<Fault>>>);
+
+impl FaultPlan {
+    pub fn new(faults: impl IntoIterator<Item = Fault>) -> Self {
+        Self(Arc::new(Mutex::new(faults.into_iter().collect())))
+    }
+
+    fn next(&self) -> Fault {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).pop_front().unwrap_or(Fault::None)
+    }
+}
+
+/// Fired by a crash fault. The test harness waits on it and then drops the
+/// whole runtime mid-flight, which is what a kill -9 does to in-memory state.
+#[derive(Debug, Clone, Default)]
+pub struct CrashSwitch(Arc<Notify>);
+
+impl CrashSwitch {
+    pub async fn fired(&self) {
+        self.0.notified().await;
+    }
+
+    fn fire(&self) {
+        self.0.notify_one();
+    }
+}
+
+pub struct FaultySink<S> {
+    inner: S,
+    plan: FaultPlan,
+    crash: CrashSwitch,
+}
+
+impl<S: Sink> FaultySink<S> {
+    pub fn new(inner: S, plan: FaultPlan, crash: CrashSwitch) -> Self {
+        Self { inner, plan, crash }
+    }
+}
+
+async fn crash(switch: CrashSwitch) -> Result<Option<Position>, SinkError> {
+    switch.fire();
+    std::future::pending().await
+}
+
+fn injected() -> SinkError {
+    SinkError::transient("injected fault")
+}
+
+#[async_trait]
+impl<S: Sink> Sink for FaultySink<S> {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+
+    fn guarantee(&self) -> Guarantee {
+        self.inner.guarantee()
+    }
+
+    async fn open(&mut self) -> Result<Option<Position>, SinkError> {
+        self.inner.open().await
+    }
+
+    async fn write(&mut self, events: &[Event]) -> Result<Option<Position>, SinkError> {
+        match self.plan.next() {
+            Fault::None => self.inner.write(events).await,
+            Fault::FailBefore => Err(injected()),
+            Fault::Reject => Err(SinkError::permanent("injected permanent fault", "remove the fault")),
+            Fault::FailAfter => {
+                self.inner.write(events).await?;
+                Err(injected())
+            }
+            Fault::FailMidway => {
+                self.inner.write(&events[..events.len() / 2]).await?;
+                Err(injected())
+            }
+            Fault::Hang => std::future::pending().await,
+            Fault::CrashAfter => {
+                self.inner.write(events).await?;
+                crash(self.crash.clone()).await
+            }
+            Fault::CrashBefore => crash(self.crash.clone()).await,
+        }
+    }
+
+    async fn flush(&mut self) -> Result<Option<Position>, SinkError> {
+        self.inner.flush().await
+    }
+
+    async fn close(&mut self) -> Result<(), SinkError> {
+        self.inner.close().await
+    }
+}

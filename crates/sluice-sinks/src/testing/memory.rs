@@ -1,0 +1,145 @@
+//! A memory sink for tests and benchmarks.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+use sluice_core::{Event, Guarantee, Position, Sink, SinkError};
+
+/// What survives a simulated crash: the events the sink made durable.
+#[derive(Debug, Default)]
+pub struct MemoryLog {
+    state: Mutex<LogState>,
+}
+
+#[derive(Debug, Default)]
+struct LogState {
+    events: Vec<Event>,
+    event_count: u64,
+    last: Option<Position>,
+}
+
+impl MemoryLog {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    /// The durable events, in arrival order (empty when not retaining).
+    pub fn events(&self) -> Vec<Event> {
+        self.lock().events.clone()
+    }
+
+    /// How many events were accepted, retained or not.
+    pub fn event_count(&self) -> u64 {
+        self.lock().event_count
+    }
+
+    pub fn last_position(&self) -> Option<Position> {
+        self.lock().last.clone()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LogState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// How a [`MemorySink`] behaves.
+#[derive(Debug, Clone, Copy)]
+pub struct MemoryOptions {
+    /// Report the last durable position on `open`, like a sink that stores
+    /// its checkpoint with its data; such a sink must never see duplicates.
+    pub co_located: bool,
+    /// Keep the events (tests) or only count them (benchmarks).
+    pub retain: bool,
+    /// Make events durable only every N writes (and on flush), like a sink
+    /// that buffers; events accepted but not yet durable die with a crash.
+    pub durable_every: u32,
+}
+
+impl Default for MemoryOptions {
+    fn default() -> Self {
+        Self {
+            co_located: false,
+            retain: true,
+            durable_every: 1,
+        }
+    }
+}
+
+pub struct MemorySink {
+    id: String,
+    log: Arc<MemoryLog>,
+    options: MemoryOptions,
+    pending: Vec<Event>,
+    pending_last: Option<Position>,
+    writes_since_durable: u32,
+}
+
+impl MemorySink {
+    pub fn new(id: impl Into<String>, log: Arc<MemoryLog>, options: MemoryOptions) -> Self {
+        Self {
+            id: id.into(),
+            log,
+            options,
+            pending: Vec::new(),
+            pending_last: None,
+            writes_since_durable: 0,
+        }
+    }
+
+    fn make_durable(&mut self) -> Option<Position> {
+        let mut state = self.log.lock();
+        if let Some(last) = self.pending_last.take() {
+            state.last = Some(last);
+        }
+        state.events.append(&mut self.pending);
+        state.last.clone()
+    }
+}
+
+#[async_trait]
+impl Sink for MemorySink {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn guarantee(&self) -> Guarantee {
+        if self.options.co_located {
+            Guarantee::ExactlyOnce { condition: None }
+        } else {
+            Guarantee::AtLeastOnce { dedup: "event id" }
+        }
+    }
+
+    async fn open(&mut self) -> Result<Option<Position>, SinkError> {
+        // What was accepted but not durable is gone, as after a crash.
+        self.pending.clear();
+        self.pending_last = None;
+        self.writes_since_durable = 0;
+        Ok(if self.options.co_located { self.log.last_position() } else { None })
+    }
+
+    async fn write(&mut self, events: &[Event]) -> Result<Option<Position>, SinkError> {
+        if let Some(last) = events.last() {
+            self.pending_last = Some(last.position.clone());
+            self.log.lock().event_count += events.len() as u64;
+            if self.options.retain {
+                self.pending.extend_from_slice(events);
+            }
+        }
+        self.writes_since_durable += 1;
+        if self.writes_since_durable >= self.options.durable_every {
+            self.writes_since_durable = 0;
+            return Ok(self.make_durable());
+        }
+        Ok(self.log.last_position())
+    }
+
+    async fn flush(&mut self) -> Result<Option<Position>, SinkError> {
+        self.writes_since_durable = 0;
+        Ok(self.make_durable())
+    }
+
+    async fn close(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}

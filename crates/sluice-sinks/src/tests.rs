@@ -1,0 +1,104 @@
+use std::io::Write;
+use std::sync::Arc;
+
+use sluice_core::{Event, Op, Position, Row, Sink, Value};
+
+use super::*;
+
+fn event(tx: u64, seq: u32) -> Event {
+    Event {
+        op: Op::Insert,
+        source_id: "src".into(),
+        database: "db".into(),
+        table: "t".into(),
+        key: None,
+        before: None,
+        after: Some(Row {
+            columns: vec![Arc::from("id")].into(),
+            values: vec![Value::Int(tx as i64)],
+        }),
+        schema_version: 1,
+        position: Position::Generator { tx, seq },
+        tx_id: tx.to_string().into(),
+        tx_end: true,
+        commit_time_us: 0,
+    }
+}
+
+fn lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn file_sink_reports_what_it_holds_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested/out.jsonl");
+    let mut sink = FileSink::new("f", &path);
+    assert_eq!(sink.open().await.unwrap(), None);
+    let durable = sink.write(&[event(1, 0), event(2, 0)]).await.unwrap();
+    assert_eq!(durable, Some(Position::Generator { tx: 2, seq: 0 }));
+    sink.close().await.unwrap();
+    let mut reopened = FileSink::new("f", &path);
+    assert_eq!(reopened.open().await.unwrap(), Some(Position::Generator { tx: 2, seq: 0 }));
+    reopened.write(&[event(3, 0)]).await.unwrap();
+    let held: Vec<_> = lines(&path).iter().map(|l| l["position"].as_str().unwrap().to_string()).collect();
+    assert_eq!(held, ["gen:1:0", "gen:2:0", "gen:3:0"]);
+}
+
+#[tokio::test]
+async fn file_sink_cuts_a_torn_last_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.jsonl");
+    let mut sink = FileSink::new("f", &path);
+    sink.open().await.unwrap();
+    sink.write(&[event(1, 0)]).await.unwrap();
+    let whole_len = std::fs::metadata(&path).unwrap().len();
+    let torn = serde_json::to_string(&event(2, 0)).unwrap();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(&torn.as_bytes()[..torn.len() / 2])
+        .unwrap();
+    let mut reopened = FileSink::new("f", &path);
+    assert_eq!(reopened.open().await.unwrap(), Some(Position::Generator { tx: 1, seq: 0 }));
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), whole_len);
+}
+
+#[tokio::test]
+async fn file_sink_with_only_a_torn_line_starts_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.jsonl");
+    std::fs::write(&path, "{\"position\":\"gen:1").unwrap();
+    let mut sink = FileSink::new("f", &path);
+    assert_eq!(sink.open().await.unwrap(), None);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+}
+
+#[tokio::test]
+async fn file_sink_refuses_a_file_it_did_not_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, "shopping list\n").unwrap();
+    let err = FileSink::new("f", &path).open().await.unwrap_err();
+    assert!(!err.is_transient());
+    let message = err.to_string();
+    assert!(message.contains("not a Sluice event") && message.contains("hint:"), "{message}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "shopping list\n");
+}
+
+#[test]
+fn preflight_catches_paths_that_cannot_be_created() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(file::preflight(&dir.path().join("a/b/c.jsonl")).is_ok());
+    assert!(file::preflight(dir.path()).unwrap_err().contains("is a directory"));
+    let blocker = dir.path().join("blocker");
+    std::fs::write(&blocker, "").unwrap();
+    let problem = file::preflight(&blocker.join("out.jsonl")).unwrap_err();
+    assert!(problem.contains("is not a directory"), "{problem}");
+    assert!(!dir.path().join("a").exists(), "preflight must not create anything");
+}

@@ -1,0 +1,137 @@
+//! The embedded checkpoint store: one redb file on local disk.
+//!
+//! redb commits are ACID with copy-on-write pages and a checksummed
+//! double-buffered commit slot, so a kill -9 (or power loss) during a commit
+//! leaves either the previous or the new state, never a mix. The file is
+//! locked while open, so two Sluice processes cannot share a data dir.
+
+use std::path::{Path, PathBuf};
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use sluice_core::{CheckpointKey, CheckpointStore, Position, StoreError};
+
+const CHECKPOINTS: TableDefinition<&str, &str> = TableDefinition::new("checkpoints");
+
+/// The store file's name inside the data dir.
+pub const STORE_FILE_NAME: &str = "checkpoints.redb";
+
+pub struct EmbeddedStore {
+    db: Database,
+    path: PathBuf,
+}
+
+impl EmbeddedStore {
+    /// Opens (creating if needed) `checkpoints.redb` in `data_dir`.
+    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        let path = data_dir.join(STORE_FILE_NAME);
+        std::fs::create_dir_all(data_dir).map_err(|e| io_error(&path, "cannot create the data dir", e))?;
+        let db = Database::create(&path).map_err(|e| {
+            let detail = match e {
+                redb::DatabaseError::DatabaseAlreadyOpen => {
+                    "the store is open in another process; hint: stop the other sluice process using this --data-dir, or give this one its own".to_string()
+                }
+                other => format!("cannot open: {other}"),
+            };
+            StoreError::Io { path: path.display().to_string(), detail, cause: None }
+        })?;
+        let store = Self { db, path };
+        // Create the table up front so reads on a fresh store find it.
+        store.write(|_| Ok(()))?;
+        Ok(store)
+    }
+
+    fn error(&self, detail: &str, cause: impl Into<sluice_core::BoxError>) -> StoreError {
+        io_error(&self.path, detail, cause)
+    }
+
+    fn write(
+        &self,
+        change: impl FnOnce(&mut redb::Table<&str, &str>) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let txn = self.db.begin_write().map_err(|e| self.error("cannot begin a transaction", e))?;
+        {
+            let mut table = txn.open_table(CHECKPOINTS).map_err(|e| self.error("cannot open the table", e))?;
+            change(&mut table)?;
+        }
+        txn.commit().map_err(|e| self.error("commit failed", e))
+    }
+}
+
+fn io_error(path: &Path, detail: &str, cause: impl Into<sluice_core::BoxError>) -> StoreError {
+    let cause = cause.into();
+    StoreError::Io {
+        path: path.display().to_string(),
+        detail: format!("{detail}: {cause}"),
+        cause: Some(cause),
+    }
+}
+
+fn parse(key: &str, text: &str) -> Result<Position, StoreError> {
+    text.parse().map_err(|_| StoreError::Corrupt {
+        key: key.to_string(),
+        text: text.to_string(),
+    })
+}
+
+impl CheckpointStore for EmbeddedStore {
+    fn load(&self, keys: &[CheckpointKey]) -> Result<Vec<Option<Position>>, StoreError> {
+        let txn = self.db.begin_read().map_err(|e| self.error("cannot begin a read", e))?;
+        let table = txn.open_table(CHECKPOINTS).map_err(|e| self.error("cannot open the table", e))?;
+        keys.iter()
+            .map(|key| {
+                let key = key.to_string();
+                let stored = table.get(key.as_str()).map_err(|e| self.error("read failed", e))?;
+                stored.map(|text| parse(&key, text.value())).transpose()
+            })
+            .collect()
+    }
+
+    fn list(&self) -> Result<Vec<(String, Position)>, StoreError> {
+        let txn = self.db.begin_read().map_err(|e| self.error("cannot begin a read", e))?;
+        let table = txn.open_table(CHECKPOINTS).map_err(|e| self.error("cannot open the table", e))?;
+        let mut all = Vec::new();
+        for entry in table.iter().map_err(|e| self.error("read failed", e))? {
+            let (key, text) = entry.map_err(|e| self.error("read failed", e))?;
+            all.push((key.value().to_string(), parse(key.value(), text.value())?));
+        }
+        Ok(all)
+    }
+
+    fn commit(&self, updates: &[(CheckpointKey, Position)]) -> Result<(), StoreError> {
+        self.write(|table| {
+            for (key, position) in updates {
+                let key = key.to_string();
+                let stored = table
+                    .get(key.as_str())
+                    .map_err(|e| self.error("read failed", e))?
+                    .map(|text| parse(&key, text.value()))
+                    .transpose()?;
+                if let Some(stored) = stored.filter(|stored| stored > position) {
+                    // Returning an error drops the transaction uncommitted.
+                    return Err(StoreError::Regression {
+                        key,
+                        stored: stored.to_string(),
+                        proposed: position.to_string(),
+                    });
+                }
+                table
+                    .insert(key.as_str(), position.to_string().as_str())
+                    .map_err(|e| self.error("write failed", e))?;
+            }
+            Ok(())
+        })
+    }
+
+    fn remove(&self, keys: &[CheckpointKey]) -> Result<usize, StoreError> {
+        let mut removed = 0;
+        self.write(|table| {
+            for key in keys {
+                if table.remove(key.to_string().as_str()).map_err(|e| self.error("delete failed", e))?.is_some() {
+                    removed += 1;
+                }
+            }
+            Ok(())
+        })?;
+        Ok(removed)
+    }
+}

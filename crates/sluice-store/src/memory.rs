@@ -1,0 +1,76 @@
+//! An in-memory store for tests, with a way to wait for a checkpoint
+//! instead of sleeping.
+
+use std::collections::BTreeMap;
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+use sluice_core::{CheckpointKey, CheckpointStore, Position, StoreError};
+
+/// Shared by clone-free reference (`Arc<MemoryStore>`); survives a
+/// simulated crash of everything else, as a file on disk would.
+#[derive(Default)]
+pub struct MemoryStore {
+    state: Mutex<BTreeMap<String, Position>>,
+    changed: Condvar,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn get(&self, key: &CheckpointKey) -> Option<Position> {
+        self.lock().get(&key.to_string()).cloned()
+    }
+
+    /// Blocks until `key` is stored at or beyond `target`, or `timeout`
+    /// passes; returns whether it got there.
+    pub fn wait_for(&self, key: &CheckpointKey, target: &Position, timeout: Duration) -> bool {
+        let key = key.to_string();
+        let guard = self.lock();
+        let (_guard, result) = self
+            .changed
+            .wait_timeout_while(guard, timeout, |state| state.get(&key).is_none_or(|p| p < target))
+            .unwrap_or_else(PoisonError::into_inner);
+        !result.timed_out()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Position>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl CheckpointStore for MemoryStore {
+    fn load(&self, keys: &[CheckpointKey]) -> Result<Vec<Option<Position>>, StoreError> {
+        let state = self.lock();
+        Ok(keys.iter().map(|k| state.get(&k.to_string()).cloned()).collect())
+    }
+
+    fn list(&self) -> Result<Vec<(String, Position)>, StoreError> {
+        Ok(self.lock().iter().map(|(k, p)| (k.clone(), p.clone())).collect())
+    }
+
+    fn commit(&self, updates: &[(CheckpointKey, Position)]) -> Result<(), StoreError> {
+        let mut state = self.lock();
+        for (key, position) in updates {
+            if let Some(stored) = state.get(&key.to_string()).filter(|stored| *stored > position) {
+                return Err(StoreError::Regression {
+                    key: key.to_string(),
+                    stored: stored.to_string(),
+                    proposed: position.to_string(),
+                });
+            }
+        }
+        for (key, position) in updates {
+            state.insert(key.to_string(), position.clone());
+        }
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    fn remove(&self, keys: &[CheckpointKey]) -> Result<usize, StoreError> {
+        let mut state = self.lock();
+        Ok(keys.iter().filter(|k| state.remove(&k.to_string()).is_some()).count())
+    }
+}
