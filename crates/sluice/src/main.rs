@@ -1,1 +1,54 @@
-fn main() {}
+//! The `sluice` binary: parses the command line and hands over to the
+//! commands. Exit codes: 0 done, 1 a pipeline failed while running, 2 the
+//! config or the environment is unusable (nothing was written).
+
+mod assemble;
+mod checkpoints;
+mod cli;
+mod logging;
+mod run;
+mod validate;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use cli::{Cli, Command};
+
+/// A failure before any pipeline started: config, paths, data dir.
+pub const EXIT_BAD_INPUT: u8 = 2;
+/// A pipeline stopped on an error it could not retry.
+pub const EXIT_PIPELINE_FAILED: u8 = 1;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    logging::init(cli.log_format, &cli.log_level);
+    let result = match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Validate(args) => validate::validate(args),
+        Command::Checkpoints(args) => checkpoints::checkpoints(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("error: {:#}", failure.error);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+/// An error and the exit code it maps to.
+pub struct Failure {
+    pub code: u8,
+    pub error: anyhow::Error,
+}
+
+impl Failure {
+    pub fn bad_input(error: impl Into<anyhow::Error>) -> Self {
+        Self { code: EXIT_BAD_INPUT, error: error.into() }
+    }
+
+    pub fn pipeline(error: impl Into<anyhow::Error>) -> Self {
+        Self { code: EXIT_PIPELINE_FAILED, error: error.into() }
+    }
+}

@@ -1,0 +1,57 @@
+//! Turns validated config into runnable pipelines.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use sluice_config::{Config, PipelineConfig, SourceConfig};
+use sluice_core::{CheckpointStore, Source};
+use sluice_generator::GeneratorSource;
+use sluice_runtime::{Pipeline, PipelineSettings, SinkSpec};
+use sluice_store::EmbeddedStore;
+
+use crate::Failure;
+
+/// Loads and validates a config, then checks what can be checked without
+/// writing anything. Every failure is bad input.
+pub fn load(path: &Path) -> Result<Config, Failure> {
+    let config = sluice_config::load(path).map_err(Failure::bad_input)?;
+    for (p, pipeline) in config.pipelines.iter().enumerate() {
+        for (s, sink) in pipeline.sinks.iter().enumerate() {
+            sluice_sinks::preflight(sink).map_err(|(field, problem)| {
+                Failure::bad_input(anyhow!("pipelines[{p}].sinks[{s}].config.{field}: {problem}"))
+            })?;
+        }
+    }
+    Ok(config)
+}
+
+pub fn open_store(data_dir: &Path) -> Result<Arc<dyn CheckpointStore>, Failure> {
+    let store = EmbeddedStore::open(data_dir).map_err(|e| {
+        Failure::bad_input(anyhow!("--data-dir {}: {e}", data_dir.display()))
+    })?;
+    Ok(Arc::new(store))
+}
+
+pub fn pipeline(config: &PipelineConfig, store: Arc<dyn CheckpointStore>) -> Pipeline {
+    let source: Box<dyn Source> = match &config.source {
+        SourceConfig::Generator(c) => Box::new(GeneratorSource::new(c.clone())),
+    };
+    let sinks = config
+        .sinks
+        .iter()
+        .map(|sink| SinkSpec { sink: sluice_sinks::build(sink), required: sink.required() })
+        .collect();
+    Pipeline {
+        settings: PipelineSettings {
+            name: config.name.clone(),
+            batch: config.batch.clone(),
+            commit_policy: config.commit_policy.clone(),
+            sink_batch_deadline: Duration::from_secs(config.sink_batch_deadline_secs),
+        },
+        source,
+        sinks,
+        store,
+    }
+}

@@ -1,0 +1,81 @@
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// The data dir when `--data-dir` is not given.
+pub const DEFAULT_DATA_DIR: &str = "./sluice-data";
+
+/// Sluice: change data capture with a checkpoint per sink.
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log filter, e.g. `info` or `sluice_runtime=debug,info`; RUST_LOG wins when set.
+    #[arg(long, global = true, default_value = "info")]
+    pub log_level: String,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the pipelines of a config until their sources end or a signal arrives.
+    Run(RunArgs),
+    /// Check a config without running it, and show each sink's guarantee.
+    Validate(ConfigArgs),
+    /// Inspect or reset stored checkpoints.
+    Checkpoints(CheckpointsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    /// A pipeline file, or a folder of .yaml/.yml files.
+    #[arg(short = 'c', long = "config")]
+    pub config: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Where the checkpoint store lives.
+    #[arg(long, default_value = DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckpointsArgs {
+    #[command(subcommand)]
+    pub action: CheckpointsAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CheckpointsAction {
+    /// Show each sink's stored checkpoint.
+    List(RunArgs),
+    /// Delete stored checkpoints so the sinks start again from the source's beginning.
+    Reset(ResetArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ResetArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Only this pipeline.
+    #[arg(long)]
+    pub pipeline: Option<String>,
+    /// Only this sink (by id).
+    #[arg(long)]
+    pub sink: Option<String>,
+    /// Confirm: sinks that do not store their own position will receive their events again.
+    #[arg(long)]
+    pub yes: bool,
+}

@@ -1,0 +1,81 @@
+//! `sluice run`: every pipeline of the config in one process.
+
+use anyhow::anyhow;
+use sluice_runtime::Shutdown;
+use tracing::{error, info, warn};
+
+use crate::cli::RunArgs;
+use crate::{Failure, assemble};
+
+pub fn run(args: RunArgs) -> Result<(), Failure> {
+    let config = assemble::load(&args.config.config)?;
+    let store = assemble::open_store(&args.data_dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("sluice")
+        .build()
+        .map_err(|e| Failure::pipeline(anyhow!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(async move {
+        let shutdown = Shutdown::new();
+        let signals = tokio::spawn(watch_signals(shutdown.clone()));
+        let mut runs = Vec::new();
+        for pipeline in &config.pipelines {
+            let name = pipeline.name.clone();
+            let run = assemble::pipeline(pipeline, store.clone()).run(shutdown.clone());
+            let shutdown = shutdown.clone();
+            runs.push((
+                name,
+                tokio::spawn(async move {
+                    let result = run.await;
+                    if result.is_err() {
+                        // One pipeline failing stops the process, so an
+                        // orchestrator sees the failure and restarts it.
+                        shutdown.trigger();
+                    }
+                    result
+                }),
+            ));
+        }
+        let mut first_error = None;
+        for (name, handle) in runs {
+            match handle.await {
+                Ok(Ok(report)) => info!(pipeline = %name, checkpoints = ?report.checkpoints, "pipeline done"),
+                Ok(Err(err)) => {
+                    error!(pipeline = %name, error = %err, "pipeline failed");
+                    first_error.get_or_insert(anyhow!(err));
+                }
+                Err(err) => {
+                    first_error.get_or_insert(anyhow!("pipeline {name} task failed: {err}"));
+                }
+            }
+        }
+        signals.abort();
+        match first_error {
+            Some(err) => Err(Failure::pipeline(err)),
+            None => Ok(()),
+        }
+    })
+}
+
+/// SIGINT or SIGTERM starts an orderly shutdown; a second one exits at once
+/// (checkpoints are safe either way: they only ever trail what sinks hold).
+async fn watch_signals(shutdown: Shutdown) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        warn!("cannot install signal handlers; stop sluice with SIGKILL");
+        return;
+    };
+    for count in 0.. {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+        if count == 0 {
+            info!("signal received; draining and saving checkpoints (send again to exit at once)");
+            shutdown.trigger();
+        } else {
+            warn!("second signal; exiting without draining");
+            std::process::exit(130);
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The binary's commands and its handling of bad input.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn quickstart_pipeline_writes_every_event_once_and_records_the_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &generator_to_file(300, 7, None, "out/orders.jsonl"));
+    let config = config.to_str().unwrap();
+    let output = run(&["run", "-c", config], dir.path());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let held = std::fs::read_to_string(dir.path().join("out/orders.jsonl")).unwrap();
+    let held: Vec<&str> = held.lines().collect();
+    assert_eq!(held, expected_lines(300, 7));
+
+    let output = run(&["checkpoints", "list", "-c", config], dir.path());
+    let listing = String::from_utf8_lossy(&output.stdout);
+    assert!(listing.contains("gen1::sink::local  gen:300:6"), "{listing}");
+
+    // A second run finds everything delivered and adds nothing.
+    let output = run(&["run", "-c", config], dir.path());
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(line_count(&dir.path().join("out/orders.jsonl")), 2100);
+}
+
+#[test]
+fn validate_shows_each_sink_and_its_guarantee() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = generator_to_file(1, 1, None, "out.jsonl").replace(
+        "    batch:",
+        "      - type: stdout\n        config: { id: console, required: false }\n    batch:",
+    );
+    let config = write_config(dir.path(), &text);
+    let output = run(&["validate", "-c", config.to_str().unwrap()], dir.path());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(table.contains("local    file    yes       exactly-once"), "{table}");
+    assert!(table.contains("console  stdout  no        at-least-once (dedup: event id)"), "{table}");
+    assert!(!dir.path().join("out.jsonl").exists(), "validate writes nothing");
+}
+
+/// Each bad config exits 2 with a message naming the field, and nothing is written.
+#[test]
+fn bad_input_exits_2_names_the_field_and_writes_nothing() {
+    let good = generator_to_file(10, 1, None, "out/orders.jsonl");
+    let cases: Vec<(String, &str)> = vec![
+        ("pipelines:\n  - name: [oops\n".into(), "line"),
+        (good.replace("path:", "pth:"), "unknown field `pth`"),
+        (good.replace("out/orders.jsonl", "${SLUICE_TEST_UNSET_DIR}/o.jsonl"), "SLUICE_TEST_UNSET_DIR is not set"),
+        (
+            good.replace("    batch:", "      - type: stdout\n        config: { id: local }\n    batch:"),
+            "pipelines[0].sinks[1].config.id",
+        ),
+        (good.replace("    batch:", "    commit_policy: { mode: quorum, quorum: 2 }\n    batch:"), "pipelines[0].commit_policy.quorum"),
+        (good.replace("out/orders.jsonl", "blocker/orders.jsonl"), "pipelines[0].sinks[0].config.path"),
+    ];
+    for (text, expected) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("blocker"), "a file, not a folder").unwrap();
+        let config = write_config(dir.path(), &text);
+        for command in ["run", "validate"] {
+            let output = run(&[command, "-c", config.to_str().unwrap()], dir.path());
+            let message = stderr(&output);
+            assert_eq!(output.status.code(), Some(2), "{command}: {message}");
+            assert!(message.contains(expected), "{command}: expected {expected:?} in {message}");
+            assert_eq!(message.lines().count(), 1, "one clear error: {message}");
+        }
+        assert!(!dir.path().join("sluice-data").exists(), "no store created for {expected}");
+        assert!(!dir.path().join("out").exists(), "no output created for {expected}");
+    }
+}
+
+#[test]
+fn checkpoints_reset_needs_confirmation_and_then_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &generator_to_file(5, 2, None, "out.jsonl"));
+    let config = config.to_str().unwrap();
+    assert!(run(&["run", "-c", config], dir.path()).status.success());
+    let output = run(&["checkpoints", "reset", "-c", config], dir.path());
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("--yes"));
+    let output = run(&["checkpoints", "reset", "-c", config, "--sink", "nope", "--yes"], dir.path());
+    assert_eq!(output.status.code(), Some(2));
+    let output = run(&["checkpoints", "reset", "-c", config, "--yes"], dir.path());
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("removed 1 checkpoint(s)"));
+    let listing = run(&["checkpoints", "list", "-c", config], dir.path());
+    assert!(String::from_utf8_lossy(&listing.stdout).contains("gen1::sink::local  none"));
+    // The file sink still knows what it holds, so the replay adds nothing.
+    assert!(run(&["run", "-c", config], dir.path()).status.success());
+    assert_eq!(line_count(&dir.path().join("out.jsonl")), 10);
+}
+
+#[test]
+fn a_second_process_on_the_same_data_dir_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &generator_to_file(1_000_000, 1, Some(1000), "out.jsonl"));
+    let config = config.to_str().unwrap();
+    let mut first = spawn(&["run", "-c", config], dir.path());
+    wait_until(std::time::Duration::from_secs(30), "first events", || line_count(&dir.path().join("out.jsonl")) > 0);
+    let output = run(&["run", "-c", config], dir.path());
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("another process"), "{}", stderr(&output));
+    first.kill().unwrap();
+    first.wait().unwrap();
+}

@@ -1,0 +1,81 @@
+//! Helpers for tests that run the `sluice` binary.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sluice_config::GeneratorConfig;
+use sluice_generator::GeneratorSource;
+
+pub fn sluice() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command.env_remove("RUST_LOG");
+    command
+}
+
+pub fn run(args: &[&str], dir: &Path) -> Output {
+    sluice().args(args).current_dir(dir).output().expect("sluice runs")
+}
+
+pub fn spawn(args: &[&str], dir: &Path) -> Child {
+    sluice()
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sluice starts")
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+pub fn write_config(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("pipeline.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A generator → file pipeline.
+pub fn generator_to_file(tx_count: u64, rows_per_tx: u32, rate: Option<u64>, out: &str) -> String {
+    let rate = rate.map(|r| format!(", events_per_sec: {r}")).unwrap_or_default();
+    format!(
+        "pipelines:\n  - name: orders\n    source: {{ type: generator, config: {{ id: gen1, tx_count: {tx_count}, rows_per_tx: {rows_per_tx}{rate} }} }}\n    sinks:\n      - type: file\n        config: {{ id: local, path: {out} }}\n    batch: {{ max_events: 500, max_ms: 20 }}\n"
+    )
+}
+
+/// The exact lines a generator config produces, in order.
+pub fn expected_lines(tx_count: u64, rows_per_tx: u32) -> Vec<String> {
+    let generator = GeneratorSource::new(GeneratorConfig {
+        id: "gen1".into(),
+        tx_count: Some(tx_count),
+        rows_per_tx,
+        tables: vec!["orders".into()],
+        database: "generator".into(),
+        events_per_sec: None,
+        seed: 0,
+    });
+    let mut lines = Vec::new();
+    for tx in 1..=tx_count {
+        for seq in 0..rows_per_tx {
+            lines.push(serde_json::to_string(&generator.event_at(tx, seq)).unwrap());
+        }
+    }
+    lines
+}
+
+pub fn line_count(path: &Path) -> usize {
+    std::fs::read(path).map(|bytes| bytes.iter().filter(|b| **b == b'\n').count()).unwrap_or(0)
+}
+
+/// Polls a condition until it holds; panics after `limit`.
+pub fn wait_until(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !condition() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
