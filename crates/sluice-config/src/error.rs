@@ -11,7 +11,9 @@ pub enum ConfigError {
         #[source]
         cause: std::io::Error,
     },
-    #[error("config folder {path} holds no .yaml or .yml file; hint: point -c at a pipeline file or a folder of them")]
+    #[error(
+        "config folder {path} holds no .yaml or .yml file; hint: point -c at a pipeline file or a folder of them"
+    )]
     EmptyFolder { path: PathBuf },
     #[error("{path} line {line}: {problem}")]
     Variable {
@@ -42,7 +44,11 @@ impl fmt::Display for Invalid {
 }
 
 impl Invalid {
-    pub fn new(field: impl Into<String>, problem: impl Into<String>, hint: impl Into<String>) -> Self {
+    pub fn new(
+        field: impl Into<String>,
+        problem: impl Into<String>,
+        hint: impl Into<String>,
+    ) -> Self {
         Self {
             field: field.into(),
             problem: problem.into(),

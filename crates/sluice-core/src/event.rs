@@ -90,7 +90,11 @@ impl Event {
     /// A rough size used by the batcher's byte limit.
     pub fn approx_byte_size(&self) -> usize {
         let rows = [&self.key, &self.before, &self.after];
-        let row_bytes: usize = rows.iter().filter_map(|r| r.as_ref()).map(Row::approx_byte_size).sum();
+        let row_bytes: usize = rows
+            .iter()
+            .filter_map(|r| r.as_ref())
+            .map(Row::approx_byte_size)
+            .sum();
         row_bytes + self.table.len() + 64
     }
 }

@@ -15,6 +15,12 @@ pub enum Guarantee {
     AtLeastOnce { dedup: &'static str },
 }
 
+impl Guarantee {
+    pub fn is_exactly_once(&self) -> bool {
+        matches!(self, Guarantee::ExactlyOnce { .. })
+    }
+}
+
 impl fmt::Display for Guarantee {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

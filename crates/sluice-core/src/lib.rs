@@ -16,7 +16,7 @@ pub use checkpoint::{CheckpointKey, CheckpointStore};
 pub use error::{BoxError, SinkError, SourceError, StoreError};
 pub use event::{Event, EventId, Op};
 pub use guarantee::Guarantee;
-pub use position::{Lsn, Position, PositionParseError};
+pub use position::{Lsn, Position, PositionParseError, or_start};
 pub use sink::Sink;
 pub use source::{AckWatermark, Source, SourceStatus};
 pub use value::{Columns, JsonText, Row, Value};

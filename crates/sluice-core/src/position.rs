@@ -90,9 +90,18 @@ impl FromStr for Position {
                 commit_lsn: a.parse()?,
                 seq,
             }),
-            _ => Err(PositionParseError::new(s, "unknown kind; expected gen or pg")),
+            _ => Err(PositionParseError::new(
+                s,
+                "unknown kind; expected gen or pg",
+            )),
         }
     }
+}
+
+/// Shows an optional position in logs: the position, or `start` when there
+/// is none (the source's beginning).
+pub fn or_start(position: Option<&Position>) -> String {
+    position.map_or_else(|| "start".to_string(), Position::to_string)
 }
 
 impl Serialize for Position {
@@ -173,7 +182,17 @@ mod tests {
 
     #[test]
     fn garbage_is_rejected_not_panicked_on() {
-        for text in ["", "gen", "gen:1", "gen:x:1", "gen:1:2:3", "pg:zz:1", "pg:1/2:-1", "kafka:1:1", "gen:1:99999999999"] {
+        for text in [
+            "",
+            "gen",
+            "gen:1",
+            "gen:x:1",
+            "gen:1:2:3",
+            "pg:zz:1",
+            "pg:1/2:-1",
+            "kafka:1:1",
+            "gen:1:99999999999",
+        ] {
             assert!(text.parse::<Position>().is_err(), "{text}");
         }
     }

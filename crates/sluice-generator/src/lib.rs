@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sluice_config::GeneratorConfig;
-use sluice_core::{AckWatermark, Columns, Event, Op, Position, Row, Source, SourceError, SourceStatus, Value};
+use sluice_core::{
+    AckWatermark, Columns, Event, Op, Position, Row, Source, SourceError, SourceStatus, Value,
+};
 use tokio::time::Instant;
 
 /// Events produced per `poll`: large enough to amortise the channel hop to
@@ -43,7 +45,11 @@ impl GeneratorSource {
         Self {
             source_id: config.id.as_str().into(),
             database: config.database.as_str().into(),
-            tables: config.tables.iter().map(|t| Arc::from(t.as_str())).collect(),
+            tables: config
+                .tables
+                .iter()
+                .map(|t| Arc::from(t.as_str()))
+                .collect(),
             columns: names.iter().map(|n| Arc::from(*n)).collect(),
             key_columns: vec![Arc::from("id")].into(),
             tx: 1,
@@ -73,13 +79,18 @@ impl GeneratorSource {
             Op::Insert => inserted_so_far + 1,
             _ => (hash >> 8) % inserted_so_far + 1,
         };
-        let table = self.tables[((tx + u64::from(seq)) % self.tables.len() as u64) as usize].clone();
+        let table =
+            self.tables[((tx + u64::from(seq)) % self.tables.len() as u64) as usize].clone();
         let row = |version: u64| Row {
             columns: self.columns.clone(),
             values: vec![
                 Value::Int(id as i64),
                 Value::Text(format!("customer-{}", (hash >> 16) % 1000)),
-                Value::Decimal(format!("{}.{:02}", (hash >> 24) % 10_000, (hash >> 40) % 100 + version)),
+                Value::Decimal(format!(
+                    "{}.{:02}",
+                    (hash >> 24) % 10_000,
+                    (hash >> 40) % 100 + version
+                )),
                 Value::Text(STATUSES[((hash >> 48) % 4) as usize].to_string()),
             ],
         };
@@ -101,7 +112,11 @@ impl GeneratorSource {
             after,
             schema_version: 1,
             position: Position::Generator { tx, seq },
-            tx_id: if tx == self.tx { self.tx_id.clone() } else { tx.to_string().into() },
+            tx_id: if tx == self.tx {
+                self.tx_id.clone()
+            } else {
+                tx.to_string().into()
+            },
             tx_end: seq + 1 == self.config.rows_per_tx,
             commit_time_us: EPOCH_US + tx as i64 * 1000,
         }
@@ -113,7 +128,9 @@ impl GeneratorSource {
 
     /// Sleeps until producing `count` more events keeps within the rate.
     async fn pace(&mut self, count: u64) {
-        let Some(rate) = self.config.events_per_sec else { return };
+        let Some(rate) = self.config.events_per_sec else {
+            return;
+        };
         let (start, produced) = self.started.get_or_insert_with(|| (Instant::now(), 0));
         *produced += count;
         let due = *start + Duration::from_secs_f64(*produced as f64 / rate as f64);
@@ -135,7 +152,11 @@ impl Source for GeneratorSource {
         &self.source_id
     }
 
-    async fn start(&mut self, from: Option<Position>, _acked: AckWatermark) -> Result<(), SourceError> {
+    async fn start(
+        &mut self,
+        from: Option<Position>,
+        _acked: AckWatermark,
+    ) -> Result<(), SourceError> {
         // Resume at the start of the checkpoint's transaction, as a log-based
         // source would; the coordinator filters what each sink already has.
         self.tx = match from {
@@ -201,11 +222,16 @@ mod tests {
         let mut source = GeneratorSource::new(config(250, 7));
         source.start(None, AckWatermark::default()).await.unwrap();
         let events = drain(&mut source).await;
-        assert_eq!(events.len() as u64, GeneratorSource::event_count(&config(250, 7)).unwrap());
+        assert_eq!(
+            events.len() as u64,
+            GeneratorSource::event_count(&config(250, 7)).unwrap()
+        );
         assert!(events.windows(2).all(|w| w[0].position < w[1].position));
         assert_eq!(events.iter().filter(|e| e.tx_end).count(), 250);
         assert!(events.iter().all(|e| e.tx_end == (e.position.seq() == 6)));
-        assert!(events.iter().any(|e| e.op == Op::Update) && events.iter().any(|e| e.op == Op::Delete));
+        assert!(
+            events.iter().any(|e| e.op == Op::Update) && events.iter().any(|e| e.op == Op::Delete)
+        );
     }
 
     #[tokio::test]
@@ -215,7 +241,10 @@ mod tests {
         let all = drain(&mut first).await;
         let mut second = GeneratorSource::new(config(40, 5));
         second
-            .start(Some(Position::Generator { tx: 17, seq: 3 }), AckWatermark::default())
+            .start(
+                Some(Position::Generator { tx: 17, seq: 3 }),
+                AckWatermark::default(),
+            )
             .await
             .unwrap();
         let replay = drain(&mut second).await;
@@ -226,10 +255,19 @@ mod tests {
     #[tokio::test]
     async fn a_foreign_checkpoint_is_refused() {
         let mut source = GeneratorSource::new(config(1, 1));
-        let foreign = Position::Postgres { commit_lsn: sluice_core::Lsn(1), seq: 0 };
-        let err = source.start(Some(foreign), AckWatermark::default()).await.unwrap_err();
+        let foreign = Position::Postgres {
+            commit_lsn: sluice_core::Lsn(1),
+            seq: 0,
+        };
+        let err = source
+            .start(Some(foreign), AckWatermark::default())
+            .await
+            .unwrap_err();
         assert!(!err.is_transient());
-        assert!(err.to_string().contains("not written by a generator"), "{err}");
+        assert!(
+            err.to_string().contains("not written by a generator"),
+            "{err}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

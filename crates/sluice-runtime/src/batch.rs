@@ -74,7 +74,8 @@ impl Batcher {
         if self.age_expired {
             return None;
         }
-        self.opened_at.map(|t| t + Duration::from_millis(self.limits.max_ms))
+        self.opened_at
+            .map(|t| t + Duration::from_millis(self.limits.max_ms))
     }
 
     /// The age limit passed: cuts the whole transactions, or, if there are
@@ -98,14 +99,23 @@ impl Batcher {
         if tx_end {
             self.whole_tx_len = self.current.len();
         }
-        let full = self.current.len() >= self.limits.max_events || self.byte_size >= self.limits.max_bytes;
-        if full || (self.age_expired && tx_end) { self.cut() } else { None }
+        let full =
+            self.current.len() >= self.limits.max_events || self.byte_size >= self.limits.max_bytes;
+        if full || (self.age_expired && tx_end) {
+            self.cut()
+        } else {
+            None
+        }
     }
 
     /// Cuts what may be cut now: everything, or with `respect_source_tx`
     /// every whole transaction. Used for size and age limits.
     pub fn cut(&mut self) -> Option<Arc<Batch>> {
-        let len = if self.limits.respect_source_tx { self.whole_tx_len } else { self.current.len() };
+        let len = if self.limits.respect_source_tx {
+            self.whole_tx_len
+        } else {
+            self.current.len()
+        };
         self.take(len)
     }
 
@@ -136,10 +146,18 @@ impl Batcher {
         };
         self.whole_tx_len = 0;
         self.age_expired = false;
-        self.opened_at = if self.current.is_empty() { None } else { Some(Instant::now()) };
+        self.opened_at = if self.current.is_empty() {
+            None
+        } else {
+            Some(Instant::now())
+        };
         let seq = self.next_seq;
         self.next_seq += 1;
-        Some(Arc::new(Batch { seq, events, byte_size }))
+        Some(Arc::new(Batch {
+            seq,
+            events,
+            byte_size,
+        }))
     }
 }
 
@@ -184,7 +202,10 @@ mod tests {
     fn run(batcher: &mut Batcher, events: Vec<Event>) -> Vec<Vec<Position>> {
         let mut batches: Vec<_> = events.into_iter().filter_map(|e| batcher.push(e)).collect();
         batches.extend(batcher.finish());
-        batches.iter().map(|b| b.events.iter().map(|e| e.position.clone()).collect()).collect()
+        batches
+            .iter()
+            .map(|b| b.events.iter().map(|e| e.position.clone()).collect())
+            .collect()
     }
 
     #[test]
@@ -198,14 +219,20 @@ mod tests {
     #[test]
     fn a_transaction_larger_than_the_limit_grows_one_batch() {
         let mut batcher = Batcher::new(limits(2, true));
-        let sizes: Vec<_> = run(&mut batcher, stream(&[1, 7, 1])).iter().map(Vec::len).collect();
+        let sizes: Vec<_> = run(&mut batcher, stream(&[1, 7, 1]))
+            .iter()
+            .map(Vec::len)
+            .collect();
         assert_eq!(sizes, [1, 7, 1]);
     }
 
     #[test]
     fn without_respect_for_transactions_batches_are_exact() {
         let mut batcher = Batcher::new(limits(4, false));
-        let sizes: Vec<_> = run(&mut batcher, stream(&[3, 3, 3])).iter().map(Vec::len).collect();
+        let sizes: Vec<_> = run(&mut batcher, stream(&[3, 3, 3]))
+            .iter()
+            .map(Vec::len)
+            .collect();
         assert_eq!(sizes, [4, 4, 1]);
     }
 
@@ -225,7 +252,10 @@ mod tests {
             max_bytes: 1,
             ..BatchConfig::default()
         });
-        let sizes: Vec<_> = run(&mut batcher, stream(&[2, 2])).iter().map(Vec::len).collect();
+        let sizes: Vec<_> = run(&mut batcher, stream(&[2, 2]))
+            .iter()
+            .map(Vec::len)
+            .collect();
         assert_eq!(sizes, [2, 2]);
     }
 
@@ -237,8 +267,18 @@ mod tests {
         }
         let batch = batcher.finish().unwrap();
         assert_eq!(batch.after(None).len(), 6);
-        assert_eq!(batch.after(Some(&Position::Generator { tx: 1, seq: 1 })).len(), 4);
-        assert_eq!(batch.after(Some(&Position::Generator { tx: 9, seq: 0 })).len(), 0);
+        assert_eq!(
+            batch
+                .after(Some(&Position::Generator { tx: 1, seq: 1 }))
+                .len(),
+            4
+        );
+        assert_eq!(
+            batch
+                .after(Some(&Position::Generator { tx: 9, seq: 0 }))
+                .len(),
+            0
+        );
         assert_eq!(batch.first(), &Position::Generator { tx: 1, seq: 0 });
         assert_eq!(batch.last(), &Position::Generator { tx: 2, seq: 2 });
     }
@@ -250,9 +290,17 @@ mod tests {
         let mut events = stream(&[2]).into_iter();
         batcher.push(events.next().unwrap());
         assert!(batcher.deadline().is_some());
-        assert!(batcher.on_deadline().is_none(), "mid-transaction: nothing to cut yet");
-        assert!(batcher.deadline().is_none(), "no timer while waiting for the transaction end");
-        let batch = batcher.push(events.next().unwrap()).expect("the transaction end cuts the overdue batch");
+        assert!(
+            batcher.on_deadline().is_none(),
+            "mid-transaction: nothing to cut yet"
+        );
+        assert!(
+            batcher.deadline().is_none(),
+            "no timer while waiting for the transaction end"
+        );
+        let batch = batcher
+            .push(events.next().unwrap())
+            .expect("the transaction end cuts the overdue batch");
         assert_eq!(batch.events.len(), 2);
         assert!(batcher.deadline().is_none());
     }

@@ -23,7 +23,9 @@ pub enum PipelineError {
         #[source]
         error: StoreError,
     },
-    #[error("pipeline {pipeline:?}: internal task {task} failed: {detail}; this is a bug, please report it")]
+    #[error(
+        "pipeline {pipeline:?}: internal task {task} failed: {detail}; this is a bug, please report it"
+    )]
     Task {
         pipeline: String,
         task: String,

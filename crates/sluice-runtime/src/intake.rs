@@ -4,7 +4,7 @@
 //! handed on; what the source re-reads at or below it is dropped here, so
 //! the dispatcher sees a strictly increasing stream.
 
-use sluice_core::{AckWatermark, Event, Position, Source, SourceError, SourceStatus};
+use sluice_core::{AckWatermark, Event, Position, Source, SourceError, SourceStatus, or_start};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
@@ -26,7 +26,7 @@ impl Intake {
         if !self.start(last.clone(), &mut backoff).await? {
             return Ok(());
         }
-        info!(from = ?last, "source started");
+        info!(from = %or_start(last.as_ref()), "source started");
         loop {
             let mut chunk = Vec::new();
             let polled = tokio::select! {
@@ -47,7 +47,7 @@ impl Intake {
                         }
                     }
                     if status == SourceStatus::Ended {
-                        info!(last = ?last, "source ended");
+                        info!(last = %or_start(last.as_ref()), "source ended");
                         return Ok(());
                     }
                 }
@@ -63,7 +63,11 @@ impl Intake {
     }
 
     /// Starts the source, retrying transient failures; `false` on shutdown.
-    async fn start(&mut self, from: Option<Position>, backoff: &mut Backoff) -> Result<bool, SourceError> {
+    async fn start(
+        &mut self,
+        from: Option<Position>,
+        backoff: &mut Backoff,
+    ) -> Result<bool, SourceError> {
         loop {
             if backoff.attempt() > 0 {
                 let delay = backoff.next_delay();

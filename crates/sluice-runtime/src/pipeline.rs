@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_config::{BatchConfig, CommitPolicy, PolicyMode};
-use sluice_core::{AckWatermark, CheckpointKey, CheckpointStore, Position, Sink, Source};
+use sluice_core::{AckWatermark, CheckpointKey, CheckpointStore, Position, Sink, Source, or_start};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, info, info_span};
@@ -53,6 +53,16 @@ pub struct RunReport {
     pub checkpoints: Vec<(CheckpointKey, Option<Position>)>,
 }
 
+impl std::fmt::Display for RunReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (index, (key, position)) in self.checkpoints.iter().enumerate() {
+            let separator = if index == 0 { "" } else { ", " };
+            write!(f, "{separator}{key}={}", or_start(position.as_ref()))?;
+        }
+        Ok(())
+    }
+}
+
 pub struct Pipeline {
     pub settings: PipelineSettings,
     pub source: Box<dyn Source>,
@@ -70,16 +80,27 @@ impl Pipeline {
     }
 
     async fn run_inner(self, external: Shutdown) -> Result<RunReport, PipelineError> {
-        let Pipeline { settings, source, sinks, store } = self;
+        let Pipeline {
+            settings,
+            source,
+            sinks,
+            store,
+        } = self;
         let pipeline = settings.name.clone();
         let source_id = source.id().to_string();
-        let keys: Vec<CheckpointKey> = sinks.iter().map(|s| CheckpointKey::new(&source_id, s.sink.id())).collect();
+        let keys: Vec<CheckpointKey> = sinks
+            .iter()
+            .map(|s| CheckpointKey::new(&source_id, s.sink.id()))
+            .collect();
         let load_store = store.clone();
         let load_keys = keys.clone();
         let stored = tokio::task::spawn_blocking(move || load_store.load(&load_keys))
             .await
             .map_err(|e| task_error(&pipeline, "checkpoint load", e))?
-            .map_err(|error| PipelineError::Store { pipeline: pipeline.clone(), error })?;
+            .map_err(|error| PipelineError::Store {
+                pipeline: pipeline.clone(),
+                error,
+            })?;
 
         // The source resumes from the lowest checkpoint; sinks ahead of it
         // filter what they already have.
@@ -88,7 +109,7 @@ impl Pipeline {
         if let Some(from) = &from {
             ack.advance(from);
         }
-        info!(from = ?from, sinks = sinks.len(), "pipeline starting");
+        info!(from = %or_start(from.as_ref()), sinks = sinks.len(), "pipeline starting");
 
         let shutdown = Shutdown::new();
         let relay = {
@@ -120,7 +141,10 @@ impl Pipeline {
                 shutdown: shutdown.clone(),
             };
             let span = info_span!("sink", sink = %sink_id);
-            writers.push((sink_id, spawn_guarded(&shutdown, writer.run().instrument(span))));
+            writers.push((
+                sink_id,
+                spawn_guarded(&shutdown, writer.run().instrument(span)),
+            ));
         }
         drop(report_tx);
 
@@ -135,11 +159,25 @@ impl Pipeline {
             ack: ack.clone(),
             reports: report_rx,
         };
-        let checkpointer = spawn_guarded(&shutdown, checkpointer.run().instrument(info_span!("checkpointer")));
+        let checkpointer = spawn_guarded(
+            &shutdown,
+            checkpointer.run().instrument(info_span!("checkpointer")),
+        );
 
         let (chunk_tx, chunk_rx) = mpsc::channel(CHUNK_QUEUE);
-        let intake = Intake { source, from, ack, chunks: chunk_tx, shutdown: shutdown.clone() };
-        let intake = spawn_guarded(&shutdown, intake.run().instrument(info_span!("source", source = %source_id)));
+        let intake = Intake {
+            source,
+            from,
+            ack,
+            chunks: chunk_tx,
+            shutdown: shutdown.clone(),
+        };
+        let intake = spawn_guarded(
+            &shutdown,
+            intake
+                .run()
+                .instrument(info_span!("source", source = %source_id)),
+        );
         let dispatcher = Dispatcher {
             batcher: Batcher::new(settings.batch.clone()),
             chunks: chunk_rx,
@@ -151,7 +189,13 @@ impl Pipeline {
         let mut first_error = None;
         match intake.await {
             Ok(Ok(())) => {}
-            Ok(Err(error)) => first_error = Some(PipelineError::Source { pipeline: pipeline.clone(), source_id, error }),
+            Ok(Err(error)) => {
+                first_error = Some(PipelineError::Source {
+                    pipeline: pipeline.clone(),
+                    source_id,
+                    error,
+                })
+            }
             Err(e) => first_error = Some(task_error(&pipeline, "source", e)),
         }
         if let Err(e) = dispatcher.await {
@@ -161,17 +205,28 @@ impl Pipeline {
             match writer.await {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => {
-                    first_error.get_or_insert(PipelineError::Sink { pipeline: pipeline.clone(), sink, error });
+                    first_error.get_or_insert(PipelineError::Sink {
+                        pipeline: pipeline.clone(),
+                        sink,
+                        error,
+                    });
                 }
                 Err(e) => {
-                    first_error.get_or_insert(task_error(&pipeline, &format!("sink writer {sink}"), e));
+                    first_error.get_or_insert(task_error(
+                        &pipeline,
+                        &format!("sink writer {sink}"),
+                        e,
+                    ));
                 }
             }
         }
         let stored = match checkpointer.await {
             Ok(Ok(stored)) => Some(stored),
             Ok(Err(error)) => {
-                first_error.get_or_insert(PipelineError::Store { pipeline: pipeline.clone(), error });
+                first_error.get_or_insert(PipelineError::Store {
+                    pipeline: pipeline.clone(),
+                    error,
+                });
                 None
             }
             Err(e) => {
@@ -183,14 +238,19 @@ impl Pipeline {
         if let Some(error) = first_error {
             return Err(error);
         }
-        let stored = stored.unwrap_or_default();
-        info!(checkpoints = ?stored, "pipeline stopped");
-        Ok(RunReport { checkpoints: keys.into_iter().zip(stored).collect() })
+        let report = RunReport {
+            checkpoints: keys.into_iter().zip(stored.unwrap_or_default()).collect(),
+        };
+        info!(checkpoints = %report, "pipeline stopped");
+        Ok(report)
     }
 }
 
 /// Spawns a task that triggers `shutdown` if it fails or panics.
-fn spawn_guarded<T, E>(shutdown: &Shutdown, task: impl Future<Output = Result<T, E>> + Send + 'static) -> JoinHandle<Result<T, E>>
+fn spawn_guarded<T, E>(
+    shutdown: &Shutdown,
+    task: impl Future<Output = Result<T, E>> + Send + 'static,
+) -> JoinHandle<Result<T, E>>
 where
     T: Send + 'static,
     E: Send + 'static,

@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_core::{Position, Sink, SinkError};
+use sluice_core::{Position, Sink, SinkError, or_start};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
@@ -27,7 +27,10 @@ use crate::shutdown::Shutdown;
 pub(crate) enum Report {
     /// The sink opened; it starts from `start` (its stored checkpoint or
     /// what it holds itself, whichever is higher).
-    Opened { sink: usize, start: Option<Position> },
+    Opened {
+        sink: usize,
+        start: Option<Position>,
+    },
     /// The sink's durable watermark moved.
     Durable { sink: usize, position: Position },
 }
@@ -76,13 +79,13 @@ impl SinkWriter {
                 Ok(())
             }
             Err(Stop::Abandoned) => {
-                warn!(durable = ?state.durable, "shutdown while the sink was failing; its checkpoint stays where it is");
+                warn!(durable = %or_start(state.durable.as_ref()), "shutdown while the sink was failing; its checkpoint stays where it is");
                 Ok(())
             }
             Err(Stop::Detached(err)) => {
                 error!(
                     error = %err,
-                    durable = ?state.durable,
+                    durable = %or_start(state.durable.as_ref()),
                     "optional sink detached after a failure; it keeps its checkpoint and catches up from it on the next start"
                 );
                 self.close().await;
@@ -96,7 +99,11 @@ impl SinkWriter {
 
     async fn work(&mut self, state: &mut State) -> Result<(), Stop> {
         self.open(state).await?;
-        self.report(Report::Opened { sink: self.index, start: state.position.clone() }).await;
+        self.report(Report::Opened {
+            sink: self.index,
+            start: state.position.clone(),
+        })
+        .await;
         while let Some(batch) = self.batches.recv().await {
             state.retained.push_back(batch);
             self.deliver(state).await?;
@@ -152,6 +159,16 @@ impl SinkWriter {
                     // The higher of the stored checkpoint and what the sink
                     // holds: a sink that stores its position with its data
                     // may be ahead of the store after a crash.
+                    if let (Some(held), Some(stored)) = (&holds, &state.durable)
+                        && held < stored
+                        && self.sink.guarantee().is_exactly_once()
+                    {
+                        warn!(
+                            %held, %stored,
+                            "sink holds less than its stored checkpoint (was its data truncated or replaced?); \
+                             events up to the checkpoint are not written again; to rewrite them, reset the checkpoint"
+                        );
+                    }
                     let start = state.durable.clone().max(holds);
                     state.position = start.clone();
                     state.durable = start;
@@ -164,7 +181,12 @@ impl SinkWriter {
 
     /// After a failed call: wait, reopen the sink so it is consistent again,
     /// and rewind to what is durable so retained batches are written again.
-    async fn recover(&mut self, state: &mut State, err: SinkError, backoff: &mut Backoff) -> Result<(), Stop> {
+    async fn recover(
+        &mut self,
+        state: &mut State,
+        err: SinkError,
+        backoff: &mut Backoff,
+    ) -> Result<(), Stop> {
         self.back_off(err, backoff).await?;
         loop {
             match with_deadline(self.deadline, "open", self.sink.open()).await {
@@ -180,7 +202,11 @@ impl SinkWriter {
     /// Decides whether to retry `err`, and sleeps before the retry.
     async fn back_off(&mut self, err: SinkError, backoff: &mut Backoff) -> Result<(), Stop> {
         if !err.is_transient() {
-            return Err(if self.may_detach { Stop::Detached(err) } else { Stop::Fatal(err) });
+            return Err(if self.may_detach {
+                Stop::Detached(err)
+            } else {
+                Stop::Fatal(err)
+            });
         }
         // An optional sink gets one deadline's worth of retries before it
         // is detached, so a failing optional sink holds the pipeline back
@@ -203,7 +229,11 @@ impl SinkWriter {
             return;
         }
         state.durable = Some(durable.clone());
-        self.report(Report::Durable { sink: self.index, position: durable }).await;
+        self.report(Report::Durable {
+            sink: self.index,
+            position: durable,
+        })
+        .await;
     }
 
     async fn report(&mut self, report: Report) {
@@ -222,7 +252,9 @@ impl SinkWriter {
 
 /// Drops retained batches that are wholly durable.
 fn prune(state: &mut State) {
-    let Some(durable) = &state.durable else { return };
+    let Some(durable) = &state.durable else {
+        return;
+    };
     while state.retained.front().is_some_and(|b| b.last() <= durable) {
         state.retained.pop_front();
     }

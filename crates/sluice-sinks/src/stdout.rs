@@ -40,8 +40,13 @@ impl Sink for StdoutSink {
     async fn write(&mut self, events: &[Event]) -> Result<Option<Position>, SinkError> {
         self.buf.clear();
         for event in events {
-            serde_json::to_writer(&mut self.buf, event)
-                .map_err(|e| SinkError::permanent_from("stdout sink: cannot encode an event", "report this as a bug", e))?;
+            serde_json::to_writer(&mut self.buf, event).map_err(|e| {
+                SinkError::permanent_from(
+                    "stdout sink: cannot encode an event",
+                    "report this as a bug",
+                    e,
+                )
+            })?;
             self.buf.push(b'\n');
         }
         let io = |e| SinkError::transient_from("stdout sink: write failed", e);

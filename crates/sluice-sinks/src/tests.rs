@@ -43,9 +43,15 @@ async fn file_sink_reports_what_it_holds_after_reopen() {
     assert_eq!(durable, Some(Position::Generator { tx: 2, seq: 0 }));
     sink.close().await.unwrap();
     let mut reopened = FileSink::new("f", &path);
-    assert_eq!(reopened.open().await.unwrap(), Some(Position::Generator { tx: 2, seq: 0 }));
+    assert_eq!(
+        reopened.open().await.unwrap(),
+        Some(Position::Generator { tx: 2, seq: 0 })
+    );
     reopened.write(&[event(3, 0)]).await.unwrap();
-    let held: Vec<_> = lines(&path).iter().map(|l| l["position"].as_str().unwrap().to_string()).collect();
+    let held: Vec<_> = lines(&path)
+        .iter()
+        .map(|l| l["position"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(held, ["gen:1:0", "gen:2:0", "gen:3:0"]);
 }
 
@@ -65,7 +71,10 @@ async fn file_sink_cuts_a_torn_last_line() {
         .write_all(&torn.as_bytes()[..torn.len() / 2])
         .unwrap();
     let mut reopened = FileSink::new("f", &path);
-    assert_eq!(reopened.open().await.unwrap(), Some(Position::Generator { tx: 1, seq: 0 }));
+    assert_eq!(
+        reopened.open().await.unwrap(),
+        Some(Position::Generator { tx: 1, seq: 0 })
+    );
     assert_eq!(std::fs::metadata(&path).unwrap().len(), whole_len);
 }
 
@@ -87,7 +96,10 @@ async fn file_sink_refuses_a_file_it_did_not_write() {
     let err = FileSink::new("f", &path).open().await.unwrap_err();
     assert!(!err.is_transient());
     let message = err.to_string();
-    assert!(message.contains("not a Sluice event") && message.contains("hint:"), "{message}");
+    assert!(
+        message.contains("not a Sluice event") && message.contains("hint:"),
+        "{message}"
+    );
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "shopping list\n");
 }
 
@@ -95,10 +107,17 @@ async fn file_sink_refuses_a_file_it_did_not_write() {
 fn preflight_catches_paths_that_cannot_be_created() {
     let dir = tempfile::tempdir().unwrap();
     assert!(file::preflight(&dir.path().join("a/b/c.jsonl")).is_ok());
-    assert!(file::preflight(dir.path()).unwrap_err().contains("is a directory"));
+    assert!(
+        file::preflight(dir.path())
+            .unwrap_err()
+            .contains("is a directory")
+    );
     let blocker = dir.path().join("blocker");
     std::fs::write(&blocker, "").unwrap();
     let problem = file::preflight(&blocker.join("out.jsonl")).unwrap_err();
     assert!(problem.contains("is not a directory"), "{problem}");
-    assert!(!dir.path().join("a").exists(), "preflight must not create anything");
+    assert!(
+        !dir.path().join("a").exists(),
+        "preflight must not create anything"
+    );
 }

@@ -24,7 +24,8 @@ impl EmbeddedStore {
     /// Opens (creating if needed) `checkpoints.redb` in `data_dir`.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
         let path = data_dir.join(STORE_FILE_NAME);
-        std::fs::create_dir_all(data_dir).map_err(|e| io_error(&path, "cannot create the data dir", e))?;
+        std::fs::create_dir_all(data_dir)
+            .map_err(|e| io_error(&path, "cannot create the data dir", e))?;
         let db = Database::create(&path).map_err(|e| {
             let detail = match e {
                 redb::DatabaseError::DatabaseAlreadyOpen => {
@@ -48,9 +49,14 @@ impl EmbeddedStore {
         &self,
         change: impl FnOnce(&mut redb::Table<&str, &str>) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        let txn = self.db.begin_write().map_err(|e| self.error("cannot begin a transaction", e))?;
+        let txn = self
+            .db
+            .begin_write()
+            .map_err(|e| self.error("cannot begin a transaction", e))?;
         {
-            let mut table = txn.open_table(CHECKPOINTS).map_err(|e| self.error("cannot open the table", e))?;
+            let mut table = txn
+                .open_table(CHECKPOINTS)
+                .map_err(|e| self.error("cannot open the table", e))?;
             change(&mut table)?;
         }
         txn.commit().map_err(|e| self.error("commit failed", e))
@@ -75,20 +81,32 @@ fn parse(key: &str, text: &str) -> Result<Position, StoreError> {
 
 impl CheckpointStore for EmbeddedStore {
     fn load(&self, keys: &[CheckpointKey]) -> Result<Vec<Option<Position>>, StoreError> {
-        let txn = self.db.begin_read().map_err(|e| self.error("cannot begin a read", e))?;
-        let table = txn.open_table(CHECKPOINTS).map_err(|e| self.error("cannot open the table", e))?;
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(|e| self.error("cannot begin a read", e))?;
+        let table = txn
+            .open_table(CHECKPOINTS)
+            .map_err(|e| self.error("cannot open the table", e))?;
         keys.iter()
             .map(|key| {
                 let key = key.to_string();
-                let stored = table.get(key.as_str()).map_err(|e| self.error("read failed", e))?;
+                let stored = table
+                    .get(key.as_str())
+                    .map_err(|e| self.error("read failed", e))?;
                 stored.map(|text| parse(&key, text.value())).transpose()
             })
             .collect()
     }
 
     fn list(&self) -> Result<Vec<(String, Position)>, StoreError> {
-        let txn = self.db.begin_read().map_err(|e| self.error("cannot begin a read", e))?;
-        let table = txn.open_table(CHECKPOINTS).map_err(|e| self.error("cannot open the table", e))?;
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(|e| self.error("cannot begin a read", e))?;
+        let table = txn
+            .open_table(CHECKPOINTS)
+            .map_err(|e| self.error("cannot open the table", e))?;
         let mut all = Vec::new();
         for entry in table.iter().map_err(|e| self.error("read failed", e))? {
             let (key, text) = entry.map_err(|e| self.error("read failed", e))?;
@@ -126,7 +144,11 @@ impl CheckpointStore for EmbeddedStore {
         let mut removed = 0;
         self.write(|table| {
             for key in keys {
-                if table.remove(key.to_string().as_str()).map_err(|e| self.error("delete failed", e))?.is_some() {
+                if table
+                    .remove(key.to_string().as_str())
+                    .map_err(|e| self.error("delete failed", e))?
+                    .is_some()
+                {
                     removed += 1;
                 }
             }

@@ -20,7 +20,9 @@ pub fn load(path: &Path) -> Result<Config, Failure> {
     for (p, pipeline) in config.pipelines.iter().enumerate() {
         for (s, sink) in pipeline.sinks.iter().enumerate() {
             sluice_sinks::preflight(sink).map_err(|(field, problem)| {
-                Failure::bad_input(anyhow!("pipelines[{p}].sinks[{s}].config.{field}: {problem}"))
+                Failure::bad_input(anyhow!(
+                    "pipelines[{p}].sinks[{s}].config.{field}: {problem}"
+                ))
             })?;
         }
     }
@@ -28,9 +30,8 @@ pub fn load(path: &Path) -> Result<Config, Failure> {
 }
 
 pub fn open_store(data_dir: &Path) -> Result<Arc<dyn CheckpointStore>, Failure> {
-    let store = EmbeddedStore::open(data_dir).map_err(|e| {
-        Failure::bad_input(anyhow!("--data-dir {}: {e}", data_dir.display()))
-    })?;
+    let store = EmbeddedStore::open(data_dir)
+        .map_err(|e| Failure::bad_input(anyhow!("--data-dir {}: {e}", data_dir.display())))?;
     Ok(Arc::new(store))
 }
 
@@ -41,7 +42,10 @@ pub fn pipeline(config: &PipelineConfig, store: Arc<dyn CheckpointStore>) -> Pip
     let sinks = config
         .sinks
         .iter()
-        .map(|sink| SinkSpec { sink: sluice_sinks::build(sink), required: sink.required() })
+        .map(|sink| SinkSpec {
+            sink: sluice_sinks::build(sink),
+            required: sink.required(),
+        })
         .collect();
     Pipeline {
         settings: PipelineSettings {

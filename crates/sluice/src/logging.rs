@@ -1,14 +1,27 @@
+use std::io::IsTerminal;
+
+use anyhow::anyhow;
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::LogFormat;
 
-pub fn init(format: LogFormat, level: &str) {
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+/// Logs go to stderr; stdout belongs to command output and the stdout sink.
+/// RUST_LOG, when set, wins over `--log-level`.
+pub fn init(format: LogFormat, level: &str) -> anyhow::Result<()> {
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(spec) => EnvFilter::try_new(&spec)
+            .map_err(|e| anyhow!("RUST_LOG={spec:?} is not a log filter: {e}"))?,
+        Err(_) => EnvFilter::try_new(level).map_err(|e| {
+            anyhow!("--log-level {level:?} is not a log filter: {e}; hint: use e.g. info or debug")
+        })?,
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+    Ok(())
 }

@@ -22,7 +22,10 @@ pub const EXIT_PIPELINE_FAILED: u8 = 1;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(cli.log_format, &cli.log_level);
+    if let Err(error) = logging::init(cli.log_format, &cli.log_level) {
+        eprintln!("error: {error:#}");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Validate(args) => validate::validate(args),
@@ -45,10 +48,16 @@ pub struct Failure {
 
 impl Failure {
     pub fn bad_input(error: impl Into<anyhow::Error>) -> Self {
-        Self { code: EXIT_BAD_INPUT, error: error.into() }
+        Self {
+            code: EXIT_BAD_INPUT,
+            error: error.into(),
+        }
     }
 
     pub fn pipeline(error: impl Into<anyhow::Error>) -> Self {
-        Self { code: EXIT_PIPELINE_FAILED, error: error.into() }
+        Self {
+            code: EXIT_PIPELINE_FAILED,
+            error: error.into(),
+        }
     }
 }

@@ -39,7 +39,9 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         let mut first_error = None;
         for (name, handle) in runs {
             match handle.await {
-                Ok(Ok(report)) => info!(pipeline = %name, checkpoints = ?report.checkpoints, "pipeline done"),
+                Ok(Ok(report)) => {
+                    info!(pipeline = %name, checkpoints = %report, "pipeline done")
+                }
                 Ok(Err(err)) => {
                     error!(pipeline = %name, error = %err, "pipeline failed");
                     first_error.get_or_insert(anyhow!(err));
@@ -61,7 +63,10 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
 /// (checkpoints are safe either way: they only ever trail what sinks hold).
 async fn watch_signals(shutdown: Shutdown) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut interrupt), Ok(mut terminate)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
         warn!("cannot install signal handlers; stop sluice with SIGKILL");
         return;
     };

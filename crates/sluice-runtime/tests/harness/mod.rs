@@ -8,12 +8,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sluice_config::{BatchConfig, CommitPolicy, GeneratorConfig, PolicyMode};
 use sluice_core::{
-    AckWatermark, CheckpointKey, CheckpointStore, Event, Guarantee, Position, Sink, SinkError, Source, SourceError,
-    SourceStatus, StoreError,
+    AckWatermark, CheckpointKey, CheckpointStore, Event, Guarantee, Position, Sink, SinkError,
+    Source, SourceError, SourceStatus, StoreError,
 };
 use sluice_generator::GeneratorSource;
 use sluice_runtime::{Pipeline, PipelineError, PipelineSettings, RunReport, Shutdown, SinkSpec};
-use sluice_sinks::testing::{CrashSwitch, Fault, FaultPlan, FaultySink, MemoryLog, MemoryOptions, MemorySink};
+use sluice_sinks::testing::{
+    CrashSwitch, Fault, FaultPlan, FaultySink, MemoryLog, MemoryOptions, MemorySink,
+};
 use sluice_store::MemoryStore;
 
 pub const SOURCE_ID: &str = "gen";
@@ -57,7 +59,7 @@ pub enum Outcome {
 impl World {
     pub fn new(scenario: Scenario) -> Self {
         let logs: Vec<_> = scenario.sinks.iter().map(|_| MemoryLog::new()).collect();
-        let keys = (0..scenario.sinks.len()).map(|i| key(i)).collect();
+        let keys = (0..scenario.sinks.len()).map(key).collect();
         let store = Arc::new(ObservedStore {
             inner: MemoryStore::new(),
             logs: logs.clone(),
@@ -66,7 +68,11 @@ impl World {
             keys,
         });
         Self {
-            plans: scenario.sinks.iter().map(|s| FaultPlan::new(s.faults.clone())).collect(),
+            plans: scenario
+                .sinks
+                .iter()
+                .map(|s| FaultPlan::new(s.faults.clone()))
+                .collect(),
             calls: scenario.sinks.iter().map(|_| Arc::default()).collect(),
             logs,
             store,
@@ -113,11 +119,25 @@ impl World {
             .iter()
             .enumerate()
             .map(|(index, spec)| {
-                let memory = MemorySink::new(format!("sink{index}"), self.logs[index].clone(), spec.options);
-                let plan = if faults_enabled { self.plans[index].clone() } else { FaultPlan::default() };
+                let memory = MemorySink::new(
+                    format!("sink{index}"),
+                    self.logs[index].clone(),
+                    spec.options,
+                );
+                let plan = if faults_enabled {
+                    self.plans[index].clone()
+                } else {
+                    FaultPlan::default()
+                };
                 let faulty = FaultySink::new(memory, plan, crash.clone());
-                let recording = Recording { inner: faulty, calls: self.calls[index].clone() };
-                SinkSpec { sink: Box::new(recording), required: spec.required }
+                let recording = Recording {
+                    inner: faulty,
+                    calls: self.calls[index].clone(),
+                };
+                SinkSpec {
+                    sink: Box::new(recording),
+                    required: spec.required,
+                }
             })
             .collect();
         let source = AckChecked {
@@ -193,8 +213,13 @@ impl<S: Sink> Sink for Recording<S> {
         self.inner.open().await
     }
     async fn write(&mut self, events: &[Event]) -> Result<Option<Position>, SinkError> {
-        assert!(!events.is_empty(), "the coordinator never sends an empty write");
-        self.calls.lock().unwrap().push(Call { last_is_tx_end: events[events.len() - 1].tx_end });
+        assert!(
+            !events.is_empty(),
+            "the coordinator never sends an empty write"
+        );
+        self.calls.lock().unwrap().push(Call {
+            last_is_tx_end: events[events.len() - 1].tx_end,
+        });
         self.inner.write(events).await
     }
     async fn flush(&mut self) -> Result<Option<Position>, SinkError> {
@@ -218,7 +243,11 @@ impl Source for AckChecked {
     fn id(&self) -> &str {
         self.inner.id()
     }
-    async fn start(&mut self, from: Option<Position>, acked: AckWatermark) -> Result<(), SourceError> {
+    async fn start(
+        &mut self,
+        from: Option<Position>,
+        acked: AckWatermark,
+    ) -> Result<(), SourceError> {
         self.ack = Some(acked.clone());
         self.inner.start(from, acked).await
     }
@@ -251,17 +280,30 @@ impl ObservedStore {
         let held: Vec<Option<Position>> = self.logs.iter().map(|l| l.last_position()).collect();
         let holds = |i: usize| held[i].as_ref().is_some_and(|h| h >= position);
         let index = self.keys.iter().position(|k| k == key).unwrap();
-        assert!(holds(index), "{key} stored at {position} beyond what the sink holds ({:?})", held[index]);
+        assert!(
+            holds(index),
+            "{key} stored at {position} beyond what the sink holds ({:?})",
+            held[index]
+        );
         let must_hold: Vec<usize> = match self.policy.mode {
             PolicyMode::All => (0..held.len()).collect(),
-            PolicyMode::Required | PolicyMode::Quorum => (0..held.len()).filter(|i| self.required[*i]).collect(),
+            PolicyMode::Required | PolicyMode::Quorum => {
+                (0..held.len()).filter(|i| self.required[*i]).collect()
+            }
         };
         for i in must_hold {
-            assert!(holds(i), "{key} stored at {position} beyond the frontier: sink{i} holds {:?}", held[i]);
+            assert!(
+                holds(i),
+                "{key} stored at {position} beyond the frontier: sink{i} holds {:?}",
+                held[i]
+            );
         }
         if self.policy.mode == PolicyMode::Quorum {
             let count = (0..held.len()).filter(|i| holds(*i)).count();
-            assert!(count >= self.policy.quorum.unwrap(), "{key} stored at {position} held by only {count} sinks");
+            assert!(
+                count >= self.policy.quorum.unwrap(),
+                "{key} stored at {position} held by only {count} sinks"
+            );
         }
     }
 }

@@ -32,7 +32,11 @@ impl FileSink {
 
     fn permanent(&self, problem: String) -> SinkError {
         SinkError::permanent(
-            format!("file sink {:?}: {}: {problem}", self.id, self.path.display()),
+            format!(
+                "file sink {:?}: {}: {problem}",
+                self.id,
+                self.path.display()
+            ),
             "check the path and its permissions, or point the sink at a new file",
         )
     }
@@ -59,7 +63,8 @@ impl Sink for FileSink {
             let mut guard = slot.lock().unwrap_or_else(PoisonError::into_inner);
             *guard = None;
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
             }
             let mut file = OpenOptions::new()
                 .read(true)
@@ -87,8 +92,13 @@ impl Sink for FileSink {
         };
         self.buf.clear();
         for event in events {
-            serde_json::to_writer(&mut self.buf, event)
-                .map_err(|e| SinkError::permanent_from("file sink: cannot encode an event", "report this as a bug", e))?;
+            serde_json::to_writer(&mut self.buf, event).map_err(|e| {
+                SinkError::permanent_from(
+                    "file sink: cannot encode an event",
+                    "report this as a bug",
+                    e,
+                )
+            })?;
             self.buf.push(b'\n');
         }
         let mut buf = std::mem::take(&mut self.buf);
@@ -114,7 +124,11 @@ impl Sink for FileSink {
         .map_err(blocking_failed)?;
         self.buf = returned;
         result.map_err(|e| {
-            SinkError::transient(format!("file sink {:?}: writing {} failed: {e}", self.id, self.path.display()))
+            SinkError::transient(format!(
+                "file sink {:?}: writing {} failed: {e}",
+                self.id,
+                self.path.display()
+            ))
         })?;
         self.held = Some(last.position.clone());
         Ok(self.held.clone())
@@ -127,9 +141,11 @@ impl Sink for FileSink {
 
     async fn close(&mut self) -> Result<(), SinkError> {
         let slot = self.file.clone();
-        tokio::task::spawn_blocking(move || slot.lock().unwrap_or_else(PoisonError::into_inner).take())
-            .await
-            .map_err(blocking_failed)?;
+        tokio::task::spawn_blocking(move || {
+            slot.lock().unwrap_or_else(PoisonError::into_inner).take()
+        })
+        .await
+        .map_err(blocking_failed)?;
         Ok(())
     }
 }

@@ -38,7 +38,11 @@ impl FaultPlan {
     }
 
     fn next(&self) -> Fault {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).pop_front().unwrap_or(Fault::None)
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_front()
+            .unwrap_or(Fault::None)
     }
 }
 
@@ -96,7 +100,10 @@ impl<S: Sink> Sink for FaultySink<S> {
         match self.plan.next() {
             Fault::None => self.inner.write(events).await,
             Fault::FailBefore => Err(injected()),
-            Fault::Reject => Err(SinkError::permanent("injected permanent fault", "remove the fault")),
+            Fault::Reject => Err(SinkError::permanent(
+                "injected permanent fault",
+                "remove the fault",
+            )),
             Fault::FailAfter => {
                 self.inner.write(events).await?;
                 Err(injected())

@@ -115,7 +115,11 @@ impl Sink for MemorySink {
         self.pending.clear();
         self.pending_last = None;
         self.writes_since_durable = 0;
-        Ok(if self.options.co_located { self.log.last_position() } else { None })
+        Ok(if self.options.co_located {
+            self.log.last_position()
+        } else {
+            None
+        })
     }
 
     async fn write(&mut self, events: &[Event]) -> Result<Option<Position>, SinkError> {

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Coordinator throughput and peak RSS: generator alone (the ceiling),
+# generator → memory sink, generator → file sink; 2M events each.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo bench -p sluice --bench pipeline --locked
