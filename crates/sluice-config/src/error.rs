@@ -11,16 +11,10 @@ pub enum ConfigError {
         #[source]
         cause: std::io::Error,
     },
-    #[error(
-        "config folder {path} holds no .yaml or .yml file; hint: point -c at a pipeline file or a folder of them"
-    )]
+    #[error("config folder {path} holds no .yaml or .yml file; hint: point -c at a pipeline file or a folder of them")]
     EmptyFolder { path: PathBuf },
     #[error("{path} line {line}: {problem}")]
-    Variable {
-        path: PathBuf,
-        line: usize,
-        problem: String,
-    },
+    Variable { path: PathBuf, line: usize, problem: String },
     #[error("{path}: {message}")]
     Syntax { path: PathBuf, message: String },
     #[error("{0}")]
@@ -44,16 +38,8 @@ impl fmt::Display for Invalid {
 }
 
 impl Invalid {
-    pub fn new(
-        field: impl Into<String>,
-        problem: impl Into<String>,
-        hint: impl Into<String>,
-    ) -> Self {
-        Self {
-            field: field.into(),
-            problem: problem.into(),
-            hint: hint.into(),
-        }
+    pub fn new(field: impl Into<String>, problem: impl Into<String>, hint: impl Into<String>) -> Self {
+        Self { field: field.into(), problem: problem.into(), hint: hint.into() }
     }
 }
 

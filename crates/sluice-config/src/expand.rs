@@ -57,9 +57,7 @@ fn expand_line(
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(ExpandError {
                 line: line_number,
-                problem: format!(
-                    "`${{{body}}}` is not a variable reference; names use A-Z, 0-9 and _"
-                ),
+                problem: format!("`${{{body}}}` is not a variable reference; names use A-Z, 0-9 and _"),
             });
         }
         match (lookup(name), default) {
@@ -95,29 +93,19 @@ mod tests {
     #[test]
     fn expands_set_variables_and_defaults() {
         let text = "a: ${HOST}\nb: ${PORT:-5432}\nc: x${EMPTY}y\nd: $$notvar $${HOST}\n";
-        assert_eq!(
-            expand(text, env).unwrap(),
-            "a: db.local\nb: 5432\nc: xy\nd: $$notvar ${HOST}\n"
-        );
+        assert_eq!(expand(text, env).unwrap(), "a: db.local\nb: 5432\nc: xy\nd: $$notvar ${HOST}\n");
     }
 
     #[test]
     fn unset_variable_without_default_is_an_error_with_its_line() {
         let err = expand("a: 1\nb: ${PASSWORD}\n", env).unwrap_err();
         assert_eq!(err.line, 2);
-        assert!(
-            err.problem.contains("PASSWORD is not set"),
-            "{}",
-            err.problem
-        );
+        assert!(err.problem.contains("PASSWORD is not set"), "{}", err.problem);
     }
 
     #[test]
     fn comments_and_malformed_references() {
-        assert_eq!(
-            expand("  # uses ${UNSET}\n", env).unwrap(),
-            "  # uses ${UNSET}\n"
-        );
+        assert_eq!(expand("  # uses ${UNSET}\n", env).unwrap(), "  # uses ${UNSET}\n");
         assert!(expand("a: ${HOST\n", env).is_err());
         assert!(expand("a: ${not-a-name}\n", env).is_err());
         assert!(expand("a: ${}\n", env).is_err());

@@ -21,19 +21,11 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 }
 
 /// [`load`] with a chosen variable lookup, for tests.
-pub fn load_with(
-    path: &Path,
-    lookup: impl Fn(&str) -> Option<String>,
-) -> Result<Config, ConfigError> {
+pub fn load_with(path: &Path, lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
     let files = config_files(path)?;
-    let mut merged = Config {
-        pipelines: Vec::new(),
-    };
+    let mut merged = Config { pipelines: Vec::new() };
     for file in files {
-        let text = std::fs::read_to_string(&file).map_err(|cause| ConfigError::Read {
-            path: file.clone(),
-            cause,
-        })?;
+        let text = std::fs::read_to_string(&file).map_err(|cause| ConfigError::Read { path: file.clone(), cause })?;
         let config = parse(&file, &text, &lookup)?;
         merged.pipelines.extend(config.pipelines);
     }
@@ -42,45 +34,31 @@ pub fn load_with(
 }
 
 /// Expands and parses one file's text; does not validate.
-pub fn parse(
-    path: &Path,
-    text: &str,
-    lookup: impl Fn(&str) -> Option<String>,
-) -> Result<Config, ConfigError> {
+pub fn parse(path: &Path, text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
     let expanded = expand(text, lookup).map_err(|e| ConfigError::Variable {
         path: path.to_path_buf(),
         line: e.line,
         problem: e.problem,
     })?;
-    serde_yaml::from_str(&expanded).map_err(|e| ConfigError::Syntax {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })
+    serde_yaml::from_str(&expanded)
+        .map_err(|e| ConfigError::Syntax { path: path.to_path_buf(), message: e.to_string() })
 }
 
 fn config_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
-    let read_error = |cause| ConfigError::Read {
-        path: path.to_path_buf(),
-        cause,
-    };
+    let read_error = |cause| ConfigError::Read { path: path.to_path_buf(), cause };
     if !std::fs::metadata(path).map_err(read_error)?.is_dir() {
         return Ok(vec![path.to_path_buf()]);
     }
     let mut files = Vec::new();
     for entry in std::fs::read_dir(path).map_err(read_error)? {
         let file = entry.map_err(read_error)?.path();
-        let yaml = matches!(
-            file.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml")
-        );
+        let yaml = matches!(file.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
         if yaml && file.is_file() {
             files.push(file);
         }
     }
     if files.is_empty() {
-        return Err(ConfigError::EmptyFolder {
-            path: path.to_path_buf(),
-        });
+        return Err(ConfigError::EmptyFolder { path: path.to_path_buf() });
     }
     files.sort();
     Ok(files)

@@ -122,12 +122,7 @@ pub enum PolicyMode {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(
-    tag = "type",
-    content = "config",
-    rename_all = "snake_case",
-    deny_unknown_fields
-)]
+#[serde(tag = "type", content = "config", rename_all = "snake_case", deny_unknown_fields)]
 pub enum SourceConfig {
     Generator(GeneratorConfig),
 }
@@ -177,12 +172,7 @@ fn default_generator_database() -> String {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(
-    tag = "type",
-    content = "config",
-    rename_all = "snake_case",
-    deny_unknown_fields
-)]
+#[serde(tag = "type", content = "config", rename_all = "snake_case", deny_unknown_fields)]
 pub enum SinkConfig {
     File(FileSinkConfig),
     Stdout(StdoutSinkConfig),

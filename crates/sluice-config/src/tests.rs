@@ -51,10 +51,7 @@ fn omitted_settings_take_the_documented_defaults() {
     assert_eq!(pipeline.batch.max_ms, DEFAULT_MAX_MS);
     assert_eq!(pipeline.batch.max_inflight, DEFAULT_MAX_INFLIGHT);
     assert_eq!(pipeline.batch.respect_source_tx, DEFAULT_RESPECT_SOURCE_TX);
-    assert_eq!(
-        pipeline.sink_batch_deadline_secs,
-        DEFAULT_SINK_BATCH_DEADLINE_SECS
-    );
+    assert_eq!(pipeline.sink_batch_deadline_secs, DEFAULT_SINK_BATCH_DEADLINE_SECS);
     assert_eq!(pipeline.commit_policy.mode, PolicyMode::Required);
     assert_eq!(pipeline.sinks[0].required(), DEFAULT_REQUIRED);
     let SourceConfig::Generator(generator) = &pipeline.source;
@@ -78,10 +75,7 @@ fn unknown_fields_are_named() {
 fn unknown_types_list_the_allowed_ones() {
     let message = error_text(&EXAMPLE.replace("type: file", "type: fiel"));
     assert!(message.contains("unknown variant `fiel`"), "{message}");
-    assert!(
-        message.contains("`file`") && message.contains("`stdout`"),
-        "{message}"
-    );
+    assert!(message.contains("`file`") && message.contains("`stdout`"), "{message}");
     let message = error_text(&EXAMPLE.replace("mode: required", "mode: most"));
     assert!(message.contains("`required`, `all`, `quorum`"), "{message}");
 }
@@ -90,39 +84,25 @@ fn unknown_types_list_the_allowed_ones() {
 fn variables_expand_and_unset_ones_fail() {
     let text = EXAMPLE.replace("./out/orders.jsonl", "${OUT_DIR:-/tmp}/orders.jsonl");
     let config = check(&text).unwrap();
-    let SinkConfig::File(file) = &config.pipelines[0].sinks[0] else {
-        panic!("file sink expected")
-    };
+    let SinkConfig::File(file) = &config.pipelines[0].sinks[0] else { panic!("file sink expected") };
     assert_eq!(file.path, Path::new("/tmp/orders.jsonl"));
     let text = EXAMPLE.replace("./out/orders.jsonl", "${OUT_DIR}/orders.jsonl");
     let message = error_text(&text);
-    assert!(
-        message.contains("line 7") && message.contains("OUT_DIR is not set"),
-        "{message}"
-    );
+    assert!(message.contains("line 7") && message.contains("OUT_DIR is not set"), "{message}");
 }
 
 #[test]
 fn duplicate_sink_ids_are_refused() {
-    let text = EXAMPLE.replace(
-        "sinks:\n",
-        "sinks:\n      - type: stdout\n        config: { id: local }\n",
-    );
+    let text = EXAMPLE.replace("sinks:\n", "sinks:\n      - type: stdout\n        config: { id: local }\n");
     let message = error_text(&text);
-    assert!(
-        message.contains("pipelines[0].sinks[1].config.id"),
-        "{message}"
-    );
+    assert!(message.contains("pipelines[0].sinks[1].config.id"), "{message}");
     assert!(message.contains("used twice"), "{message}");
 }
 
 #[test]
 fn quorum_must_fit_the_sink_count() {
     let message = error_text(&EXAMPLE.replace("mode: required", "mode: quorum, quorum: 3"));
-    assert!(
-        message.contains("pipelines[0].commit_policy.quorum"),
-        "{message}"
-    );
+    assert!(message.contains("pipelines[0].commit_policy.quorum"), "{message}");
     assert!(message.contains("from 1 to 1"), "{message}");
     let message = error_text(&EXAMPLE.replace("mode: required", "mode: quorum"));
     assert!(message.contains("needs a quorum"), "{message}");
@@ -134,19 +114,10 @@ fn quorum_must_fit_the_sink_count() {
 #[test]
 fn zero_limits_and_bad_ids_are_refused() {
     let message = error_text(&EXAMPLE.replace("max_inflight: 4", "max_inflight: 0"));
-    assert!(
-        message.contains("pipelines[0].batch.max_inflight: must be at least 1"),
-        "{message}"
-    );
+    assert!(message.contains("pipelines[0].batch.max_inflight: must be at least 1"), "{message}");
     let message = error_text(&EXAMPLE.replace("id: local", "id: \"a::b\""));
-    assert!(
-        message.contains("pipelines[0].sinks[0].config.id"),
-        "{message}"
-    );
-    let message = error_text(&EXAMPLE.replace(
-        "sink_batch_deadline_secs: 60",
-        "sink_batch_deadline_secs: 0",
-    ));
+    assert!(message.contains("pipelines[0].sinks[0].config.id"), "{message}");
+    let message = error_text(&EXAMPLE.replace("sink_batch_deadline_secs: 60", "sink_batch_deadline_secs: 0"));
     assert!(message.contains("sink_batch_deadline_secs"), "{message}");
     let message = error_text(&EXAMPLE.replace("required: true", "required: false"));
     assert!(message.contains("commit_policy.mode"), "{message}");
@@ -163,30 +134,15 @@ fn malformed_yaml_names_the_file_and_line() {
 fn a_folder_merges_its_files_and_checks_across_them() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.yaml"), EXAMPLE).unwrap();
-    let second = EXAMPLE
-        .replace("name: orders", "name: orders2")
-        .replace("orders.jsonl", "orders2.jsonl");
+    let second = EXAMPLE.replace("name: orders", "name: orders2").replace("orders.jsonl", "orders2.jsonl");
     std::fs::write(dir.path().join("b.yml"), &second).unwrap();
     std::fs::write(dir.path().join("notes.txt"), "not config").unwrap();
     let message = load_with(dir.path(), no_env).unwrap_err().to_string();
-    assert!(
-        message.contains("pipelines[1].source.config.id"),
-        "{message}"
-    );
-    std::fs::write(
-        dir.path().join("b.yml"),
-        second.replace("id: gen1", "id: gen2"),
-    )
-    .unwrap();
+    assert!(message.contains("pipelines[1].source.config.id"), "{message}");
+    std::fs::write(dir.path().join("b.yml"), second.replace("id: gen1", "id: gen2")).unwrap();
     let config = load_with(dir.path(), no_env).unwrap();
     assert_eq!(config.pipelines.len(), 2);
     let empty = tempfile::tempdir().unwrap();
-    assert!(matches!(
-        load_with(empty.path(), no_env),
-        Err(ConfigError::EmptyFolder { .. })
-    ));
-    assert!(matches!(
-        load_with(&dir.path().join("missing.yaml"), no_env),
-        Err(ConfigError::Read { .. })
-    ));
+    assert!(matches!(load_with(empty.path(), no_env), Err(ConfigError::EmptyFolder { .. })));
+    assert!(matches!(load_with(&dir.path().join("missing.yaml"), no_env), Err(ConfigError::Read { .. })));
 }

@@ -3,9 +3,7 @@
 use std::collections::HashSet;
 
 use crate::error::Invalid;
-use crate::pipeline::{
-    BatchConfig, CommitPolicy, Config, PipelineConfig, PolicyMode, SinkConfig, SourceConfig,
-};
+use crate::pipeline::{BatchConfig, CommitPolicy, Config, PipelineConfig, PolicyMode, SinkConfig, SourceConfig};
 
 /// The longest id or name. Ids end up in checkpoint keys, file names and
 /// Kafka transactional ids, so they stay short and plain.
@@ -13,11 +11,7 @@ pub const MAX_ID_LEN: usize = 64;
 
 pub fn validate(config: &Config) -> Result<(), Invalid> {
     if config.pipelines.is_empty() {
-        return Err(Invalid::new(
-            "pipelines",
-            "no pipeline is defined",
-            "add at least one entry under `pipelines:`",
-        ));
+        return Err(Invalid::new("pipelines", "no pipeline is defined", "add at least one entry under `pipelines:`"));
     }
     let mut names = HashSet::new();
     let mut source_ids = HashSet::new();
@@ -36,9 +30,7 @@ pub fn validate(config: &Config) -> Result<(), Invalid> {
         if !source_ids.insert(source_id) {
             return Err(Invalid::new(
                 format!("{at}.source.config.id"),
-                format!(
-                    "source id {source_id:?} is used by two pipelines; their checkpoints would collide"
-                ),
+                format!("source id {source_id:?} is used by two pipelines; their checkpoints would collide"),
                 "give every pipeline's source its own id",
             ));
         }
@@ -61,11 +53,7 @@ pub fn validate(config: &Config) -> Result<(), Invalid> {
 fn validate_pipeline(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid> {
     validate_source(&format!("{at}.source.config"), &pipeline.source)?;
     if pipeline.sinks.is_empty() {
-        return Err(Invalid::new(
-            format!("{at}.sinks"),
-            "the pipeline has no sink",
-            "add at least one sink",
-        ));
+        return Err(Invalid::new(format!("{at}.sinks"), "the pipeline has no sink", "add at least one sink"));
     }
     let mut sink_ids = HashSet::new();
     for (index, sink) in pipeline.sinks.iter().enumerate() {
@@ -74,22 +62,14 @@ fn validate_pipeline(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid>
         if !sink_ids.insert(sink.id()) {
             return Err(Invalid::new(
                 format!("{sink_at}.id"),
-                format!(
-                    "sink id {:?} is used twice in pipeline {:?}",
-                    sink.id(),
-                    pipeline.name
-                ),
+                format!("sink id {:?} is used twice in pipeline {:?}", sink.id(), pipeline.name),
                 "give every sink of a pipeline its own id; the id keys its checkpoint",
             ));
         }
         validate_sink(&sink_at, sink)?;
     }
     validate_batch(&format!("{at}.batch"), &pipeline.batch)?;
-    validate_policy(
-        &format!("{at}.commit_policy"),
-        &pipeline.commit_policy,
-        &pipeline.sinks,
-    )?;
+    validate_policy(&format!("{at}.commit_policy"), &pipeline.commit_policy, &pipeline.sinks)?;
     if pipeline.sink_batch_deadline_secs == 0 {
         return Err(Invalid::new(
             format!("{at}.sink_batch_deadline_secs"),
@@ -135,11 +115,9 @@ fn validate_source(at: &str, source: &SourceConfig) -> Result<(), Invalid> {
 
 fn validate_sink(at: &str, sink: &SinkConfig) -> Result<(), Invalid> {
     match sink {
-        SinkConfig::File(c) if c.path.as_os_str().is_empty() => Err(Invalid::new(
-            format!("{at}.path"),
-            "the path is empty",
-            "set path to the JSON Lines file to write",
-        )),
+        SinkConfig::File(c) if c.path.as_os_str().is_empty() => {
+            Err(Invalid::new(format!("{at}.path"), "the path is empty", "set path to the JSON Lines file to write"))
+        }
         SinkConfig::File(_) | SinkConfig::Stdout(_) => Ok(()),
     }
 }
@@ -172,10 +150,7 @@ fn validate_policy(at: &str, policy: &CommitPolicy, sinks: &[SinkConfig]) -> Res
         )),
         (PolicyMode::Quorum, Some(n)) if n == 0 || n > sinks.len() => Err(Invalid::new(
             format!("{at}.quorum"),
-            format!(
-                "quorum {n} is outside 1..={}, the pipeline's sink count",
-                sinks.len()
-            ),
+            format!("quorum {n} is outside 1..={}, the pipeline's sink count", sinks.len()),
             format!("set quorum to a number from 1 to {}", sinks.len()),
         )),
         (PolicyMode::Required | PolicyMode::All, Some(_)) => Err(Invalid::new(
@@ -183,21 +158,17 @@ fn validate_policy(at: &str, policy: &CommitPolicy, sinks: &[SinkConfig]) -> Res
             "quorum is only read with mode: quorum",
             "remove quorum, or set mode: quorum",
         )),
-        (PolicyMode::Required, None) if !sinks.iter().any(SinkConfig::required) => {
-            Err(Invalid::new(
-                format!("{at}.mode"),
-                "mode required with no required sink would let checkpoints advance on nothing",
-                "mark at least one sink `required: true`, or choose mode all or quorum",
-            ))
-        }
+        (PolicyMode::Required, None) if !sinks.iter().any(SinkConfig::required) => Err(Invalid::new(
+            format!("{at}.mode"),
+            "mode required with no required sink would let checkpoints advance on nothing",
+            "mark at least one sink `required: true`, or choose mode all or quorum",
+        )),
         _ => Ok(()),
     }
 }
 
 fn check_id(field: &str, id: &str) -> Result<(), Invalid> {
-    let plain = id
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    let plain = id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
     if id.is_empty() || id.len() > MAX_ID_LEN || !plain {
         return Err(Invalid::new(
             field,

@@ -14,10 +14,7 @@ pub struct CheckpointKey {
 
 impl CheckpointKey {
     pub fn new(source_id: impl Into<String>, sink_id: impl Into<String>) -> Self {
-        Self {
-            source_id: source_id.into(),
-            sink_id: sink_id.into(),
-        }
+        Self { source_id: source_id.into(), sink_id: sink_id.into() }
     }
 }
 

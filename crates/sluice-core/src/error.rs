@@ -77,16 +77,8 @@ pub enum StoreError {
         #[source]
         cause: Option<BoxError>,
     },
-    #[error(
-        "checkpoint {key} would move backward from {stored} to {proposed}; nothing was written"
-    )]
-    Regression {
-        key: String,
-        stored: String,
-        proposed: String,
-    },
-    #[error(
-        "checkpoint {key} holds {text:?}, which is not a position; hint: reset it with `sluice checkpoints reset`"
-    )]
+    #[error("checkpoint {key} would move backward from {stored} to {proposed}; nothing was written")]
+    Regression { key: String, stored: String, proposed: String },
+    #[error("checkpoint {key} holds {text:?}, which is not a position; hint: reset it with `sluice checkpoints reset`")]
     Corrupt { key: String, text: String },
 }

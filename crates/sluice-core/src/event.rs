@@ -90,11 +90,7 @@ impl Event {
     /// A rough size used by the batcher's byte limit.
     pub fn approx_byte_size(&self) -> usize {
         let rows = [&self.key, &self.before, &self.after];
-        let row_bytes: usize = rows
-            .iter()
-            .filter_map(|r| r.as_ref())
-            .map(Row::approx_byte_size)
-            .sum();
+        let row_bytes: usize = rows.iter().filter_map(|r| r.as_ref()).map(Row::approx_byte_size).sum();
         row_bytes + self.table.len() + 64
     }
 }
@@ -133,10 +129,7 @@ mod tests {
             table: "orders".into(),
             key: None,
             before: None,
-            after: Some(Row {
-                columns: vec![Arc::from("id")].into(),
-                values: vec![Value::Int(1)],
-            }),
+            after: Some(Row { columns: vec![Arc::from("id")].into(), values: vec![Value::Int(1)] }),
             schema_version: 1,
             position: Position::Generator { tx, seq },
             tx_id: tx.to_string().into(),

@@ -3,6 +3,7 @@
 //! here.
 
 pub mod checkpoint;
+pub mod codec;
 pub mod error;
 pub mod event;
 pub mod guarantee;
@@ -17,6 +18,6 @@ pub use error::{BoxError, SinkError, SourceError, StoreError};
 pub use event::{Event, EventId, Op};
 pub use guarantee::Guarantee;
 pub use position::{Lsn, Position, PositionParseError, or_start};
-pub use sink::Sink;
+pub use sink::{EventChunks, Sink, SliceChunks, collect_chunks};
 pub use source::{AckWatermark, Source, SourceStatus};
 pub use value::{Columns, JsonText, Row, Value};

@@ -24,13 +24,10 @@ impl FromStr for Lsn {
     type Err = PositionParseError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (hi, lo) = s
-            .split_once('/')
-            .ok_or_else(|| PositionParseError::new(s, "an LSN is written as HI/LO in hex"))?;
-        let hi = u32::from_str_radix(hi, 16)
-            .map_err(|_| PositionParseError::new(s, "LSN high half is not hex"))?;
-        let lo = u32::from_str_radix(lo, 16)
-            .map_err(|_| PositionParseError::new(s, "LSN low half is not hex"))?;
+        let (hi, lo) =
+            s.split_once('/').ok_or_else(|| PositionParseError::new(s, "an LSN is written as HI/LO in hex"))?;
+        let hi = u32::from_str_radix(hi, 16).map_err(|_| PositionParseError::new(s, "LSN high half is not hex"))?;
+        let lo = u32::from_str_radix(lo, 16).map_err(|_| PositionParseError::new(s, "LSN low half is not hex"))?;
         Ok(Lsn((u64::from(hi) << 32) | u64::from(lo)))
     }
 }
@@ -76,24 +73,14 @@ impl FromStr for Position {
             (Some(a), Some(b), None) => (a, b),
             _ => return Err(PositionParseError::new(s, "expected KIND:A:B")),
         };
-        let seq = b
-            .parse::<u32>()
-            .map_err(|_| PositionParseError::new(s, "sequence number is not a u32"))?;
+        let seq = b.parse::<u32>().map_err(|_| PositionParseError::new(s, "sequence number is not a u32"))?;
         match kind {
             "gen" => {
-                let tx = a
-                    .parse::<u64>()
-                    .map_err(|_| PositionParseError::new(s, "transaction number is not a u64"))?;
+                let tx = a.parse::<u64>().map_err(|_| PositionParseError::new(s, "transaction number is not a u64"))?;
                 Ok(Position::Generator { tx, seq })
             }
-            "pg" => Ok(Position::Postgres {
-                commit_lsn: a.parse()?,
-                seq,
-            }),
-            _ => Err(PositionParseError::new(
-                s,
-                "unknown kind; expected gen or pg",
-            )),
+            "pg" => Ok(Position::Postgres { commit_lsn: a.parse()?, seq }),
+            _ => Err(PositionParseError::new(s, "unknown kind; expected gen or pg")),
         }
     }
 }
@@ -127,10 +114,7 @@ pub struct PositionParseError {
 
 impl PositionParseError {
     fn new(text: &str, reason: &'static str) -> Self {
-        Self {
-            text: text.chars().take(200).collect(),
-            reason,
-        }
+        Self { text: text.chars().take(200).collect(), reason }
     }
 }
 
@@ -146,14 +130,8 @@ mod tests {
     fn transaction_orders_before_sequence() {
         assert!(generator(1, 9) < generator(2, 0));
         assert!(generator(2, 0) < generator(2, 1));
-        let low = Position::Postgres {
-            commit_lsn: Lsn(0x1_0000_0000),
-            seq: 5,
-        };
-        let high = Position::Postgres {
-            commit_lsn: Lsn(0x1_0000_0001),
-            seq: 0,
-        };
+        let low = Position::Postgres { commit_lsn: Lsn(0x1_0000_0000), seq: 5 };
+        let high = Position::Postgres { commit_lsn: Lsn(0x1_0000_0001), seq: 0 };
         assert!(low < high);
     }
 
@@ -162,37 +140,19 @@ mod tests {
         for position in [
             generator(0, 0),
             generator(u64::MAX, u32::MAX),
-            Position::Postgres {
-                commit_lsn: Lsn(0x16_B374_D848),
-                seq: 3,
-            },
+            Position::Postgres { commit_lsn: Lsn(0x16_B374_D848), seq: 3 },
         ] {
             let text = position.to_string();
             assert_eq!(text.parse::<Position>().unwrap(), position, "{text}");
         }
-        assert_eq!(
-            Position::Postgres {
-                commit_lsn: Lsn(0x16_B374_D848),
-                seq: 3
-            }
-            .to_string(),
-            "pg:16/B374D848:3"
-        );
+        assert_eq!(Position::Postgres { commit_lsn: Lsn(0x16_B374_D848), seq: 3 }.to_string(), "pg:16/B374D848:3");
     }
 
     #[test]
     fn garbage_is_rejected_not_panicked_on() {
-        for text in [
-            "",
-            "gen",
-            "gen:1",
-            "gen:x:1",
-            "gen:1:2:3",
-            "pg:zz:1",
-            "pg:1/2:-1",
-            "kafka:1:1",
-            "gen:1:99999999999",
-        ] {
+        for text in
+            ["", "gen", "gen:1", "gen:x:1", "gen:1:2:3", "pg:zz:1", "pg:1/2:-1", "kafka:1:1", "gen:1:99999999999"]
+        {
             assert!(text.parse::<Position>().is_err(), "{text}");
         }
     }

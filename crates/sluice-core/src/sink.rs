@@ -17,7 +17,11 @@ use crate::position::Position;
 ///    highest position it already holds; the coordinator then never hands it
 ///    an event at or below that position. Other sinks return `None`.
 /// 2. `write` with events in source order, strictly above everything this
-///    sink was given before. `write` returns once the events are *accepted*,
+///    sink was given before. One `write` is one batch: a sink with
+///    transactions writes it as one transaction. The events arrive as
+///    [`EventChunks`]: one chunk for a batch in memory, several for a batch
+///    of one huge source transaction that was spilled to disk, so no sink
+///    needs a whole batch in memory. `write` returns once the events are *accepted*,
 ///    and reports the sink's *durable* watermark: the highest position that
 ///    would survive a kill -9 right now. A sink that buffers (object storage)
 ///    reports a watermark below the batch; one that writes through reports
@@ -44,9 +48,62 @@ pub trait Sink: Send {
 
     async fn open(&mut self) -> Result<Option<Position>, SinkError>;
 
-    async fn write(&mut self, events: &[Event]) -> Result<Option<Position>, SinkError>;
+    async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError>;
 
     async fn flush(&mut self) -> Result<Option<Position>, SinkError>;
 
     async fn close(&mut self) -> Result<(), SinkError>;
+}
+
+/// The events of one `write`, in order, in one or more chunks.
+#[async_trait]
+pub trait EventChunks: Send {
+    /// The next chunk (never empty), or `None` after the last one.
+    async fn next_chunk(&mut self) -> Result<Option<&[Event]>, SinkError>;
+
+    /// The position of the write's last event, known before reading it.
+    fn last_position(&self) -> &Position;
+
+    /// How many events the write holds in all.
+    fn event_count(&self) -> usize;
+}
+
+/// A write whose events are all in one slice.
+pub struct SliceChunks<'a> {
+    events: &'a [Event],
+    done: bool,
+}
+
+impl<'a> SliceChunks<'a> {
+    /// `None` for an empty slice: a write always holds at least one event.
+    pub fn new(events: &'a [Event]) -> Option<Self> {
+        (!events.is_empty()).then_some(Self { events, done: false })
+    }
+}
+
+#[async_trait]
+impl EventChunks for SliceChunks<'_> {
+    async fn next_chunk(&mut self) -> Result<Option<&[Event]>, SinkError> {
+        if std::mem::replace(&mut self.done, true) {
+            return Ok(None);
+        }
+        Ok(Some(self.events))
+    }
+
+    fn last_position(&self) -> &Position {
+        &self.events[self.events.len() - 1].position
+    }
+
+    fn event_count(&self) -> usize {
+        self.events.len()
+    }
+}
+
+/// Reads every chunk into one vector; for tests and small sinks.
+pub async fn collect_chunks(events: &mut dyn EventChunks) -> Result<Vec<Event>, SinkError> {
+    let mut all = Vec::with_capacity(events.event_count());
+    while let Some(chunk) = events.next_chunk().await? {
+        all.extend_from_slice(chunk);
+    }
+    Ok(all)
 }

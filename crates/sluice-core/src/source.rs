@@ -36,11 +36,7 @@ pub trait Source: Send {
     /// The source's id from the config; part of every checkpoint key.
     fn id(&self) -> &str;
 
-    async fn start(
-        &mut self,
-        from: Option<Position>,
-        acked: AckWatermark,
-    ) -> Result<(), SourceError>;
+    async fn start(&mut self, from: Option<Position>, acked: AckWatermark) -> Result<(), SourceError>;
 
     async fn poll(&mut self, out: &mut Vec<Event>) -> Result<SourceStatus, SourceError>;
 }
@@ -52,10 +48,7 @@ pub struct AckWatermark(Arc<Mutex<Option<Position>>>);
 
 impl AckWatermark {
     pub fn get(&self) -> Option<Position> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Moves the watermark to `position` if that is forward; returns whether it moved.

@@ -22,8 +22,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
     let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
     let mp = (5 * day_of_year + 2) / 153;
     let day = (day_of_year - (153 * mp + 2) / 5 + 1) as u32;
@@ -40,13 +39,7 @@ mod tests {
     fn formats_known_instants() {
         assert_eq!(format_utc_micros(0), "1970-01-01T00:00:00.000000Z");
         assert_eq!(format_utc_micros(-1), "1969-12-31T23:59:59.999999Z");
-        assert_eq!(
-            format_utc_micros(951_782_400_000_000),
-            "2000-02-29T00:00:00.000000Z"
-        );
-        assert_eq!(
-            format_utc_micros(4_102_444_799_000_001),
-            "2099-12-31T23:59:59.000001Z"
-        );
+        assert_eq!(format_utc_micros(951_782_400_000_000), "2000-02-29T00:00:00.000000Z");
+        assert_eq!(format_utc_micros(4_102_444_799_000_001), "2099-12-31T23:59:59.000001Z");
     }
 }

@@ -105,9 +105,7 @@ impl Serialize for Value {
             | Value::Time(s)
             | Value::Timestamp(s)
             | Value::TimestampTz(s) => serializer.serialize_str(s),
-            Value::Bytes(b) => {
-                serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(b))
-            }
+            Value::Bytes(b) => serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(b)),
             Value::Json(j) => j.0.serialize(serializer),
             Value::Array(items) => {
                 let mut seq = serializer.serialize_seq(Some(items.len()))?;
@@ -142,11 +140,7 @@ impl Row {
     }
 
     pub fn approx_byte_size(&self) -> usize {
-        self.values
-            .iter()
-            .map(Value::approx_byte_size)
-            .sum::<usize>()
-            + 16
+        self.values.iter().map(Value::approx_byte_size).sum::<usize>() + 16
     }
 }
 
@@ -170,10 +164,7 @@ mod tests {
 
     #[test]
     fn exact_and_special_values_keep_their_meaning() {
-        assert_eq!(
-            json(&Value::Decimal("12345678901234567890.01".into())),
-            "\"12345678901234567890.01\""
-        );
+        assert_eq!(json(&Value::Decimal("12345678901234567890.01".into())), "\"12345678901234567890.01\"");
         assert_eq!(json(&Value::Float(f64::NAN)), "\"NaN\"");
         assert_eq!(json(&Value::Float(f64::NEG_INFINITY)), "\"-Infinity\"");
         assert_eq!(json(&Value::Bytes(vec![0, 255])), "\"AP8=\"");
@@ -190,10 +181,7 @@ mod tests {
             columns: vec![Arc::from("id"), Arc::from("name")].into(),
             values: vec![Value::Int(7), Value::Text("ada".into())],
         };
-        assert_eq!(
-            serde_json::to_string(&row).unwrap(),
-            "{\"id\":7,\"name\":\"ada\"}"
-        );
+        assert_eq!(serde_json::to_string(&row).unwrap(), "{\"id\":7,\"name\":\"ada\"}");
         assert_eq!(row.get("name"), Some(&Value::Text("ada".into())));
         assert_eq!(row.get("missing"), None);
     }

@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sluice_config::GeneratorConfig;
-use sluice_core::{
-    AckWatermark, Columns, Event, Op, Position, Row, Source, SourceError, SourceStatus, Value,
-};
+use sluice_core::{AckWatermark, Columns, Event, Op, Position, Row, Source, SourceError, SourceStatus, Value};
 use tokio::time::Instant;
 
 /// Events produced per `poll`: large enough to amortise the channel hop to
@@ -45,11 +43,7 @@ impl GeneratorSource {
         Self {
             source_id: config.id.as_str().into(),
             database: config.database.as_str().into(),
-            tables: config
-                .tables
-                .iter()
-                .map(|t| Arc::from(t.as_str()))
-                .collect(),
+            tables: config.tables.iter().map(|t| Arc::from(t.as_str())).collect(),
             columns: names.iter().map(|n| Arc::from(*n)).collect(),
             key_columns: vec![Arc::from("id")].into(),
             tx: 1,
@@ -79,18 +73,13 @@ impl GeneratorSource {
             Op::Insert => inserted_so_far + 1,
             _ => (hash >> 8) % inserted_so_far + 1,
         };
-        let table =
-            self.tables[((tx + u64::from(seq)) % self.tables.len() as u64) as usize].clone();
+        let table = self.tables[((tx + u64::from(seq)) % self.tables.len() as u64) as usize].clone();
         let row = |version: u64| Row {
             columns: self.columns.clone(),
             values: vec![
                 Value::Int(id as i64),
                 Value::Text(format!("customer-{}", (hash >> 16) % 1000)),
-                Value::Decimal(format!(
-                    "{}.{:02}",
-                    (hash >> 24) % 10_000,
-                    (hash >> 40) % 100 + version
-                )),
+                Value::Decimal(format!("{}.{:02}", (hash >> 24) % 10_000, (hash >> 40) % 100 + version)),
                 Value::Text(STATUSES[((hash >> 48) % 4) as usize].to_string()),
             ],
         };
@@ -104,19 +93,12 @@ impl GeneratorSource {
             source_id: self.source_id.clone(),
             database: self.database.clone(),
             table,
-            key: Some(Row {
-                columns: self.key_columns.clone(),
-                values: vec![Value::Int(id as i64)],
-            }),
+            key: Some(Row { columns: self.key_columns.clone(), values: vec![Value::Int(id as i64)] }),
             before,
             after,
             schema_version: 1,
             position: Position::Generator { tx, seq },
-            tx_id: if tx == self.tx {
-                self.tx_id.clone()
-            } else {
-                tx.to_string().into()
-            },
+            tx_id: if tx == self.tx { self.tx_id.clone() } else { tx.to_string().into() },
             tx_end: seq + 1 == self.config.rows_per_tx,
             commit_time_us: EPOCH_US + tx as i64 * 1000,
         }
@@ -152,11 +134,7 @@ impl Source for GeneratorSource {
         &self.source_id
     }
 
-    async fn start(
-        &mut self,
-        from: Option<Position>,
-        _acked: AckWatermark,
-    ) -> Result<(), SourceError> {
+    async fn start(&mut self, from: Option<Position>, _acked: AckWatermark) -> Result<(), SourceError> {
         // Resume at the start of the checkpoint's transaction, as a log-based
         // source would; the coordinator filters what each sink already has.
         self.tx = match from {
@@ -222,16 +200,11 @@ mod tests {
         let mut source = GeneratorSource::new(config(250, 7));
         source.start(None, AckWatermark::default()).await.unwrap();
         let events = drain(&mut source).await;
-        assert_eq!(
-            events.len() as u64,
-            GeneratorSource::event_count(&config(250, 7)).unwrap()
-        );
+        assert_eq!(events.len() as u64, GeneratorSource::event_count(&config(250, 7)).unwrap());
         assert!(events.windows(2).all(|w| w[0].position < w[1].position));
         assert_eq!(events.iter().filter(|e| e.tx_end).count(), 250);
         assert!(events.iter().all(|e| e.tx_end == (e.position.seq() == 6)));
-        assert!(
-            events.iter().any(|e| e.op == Op::Update) && events.iter().any(|e| e.op == Op::Delete)
-        );
+        assert!(events.iter().any(|e| e.op == Op::Update) && events.iter().any(|e| e.op == Op::Delete));
     }
 
     #[tokio::test]
@@ -240,13 +213,7 @@ mod tests {
         first.start(None, AckWatermark::default()).await.unwrap();
         let all = drain(&mut first).await;
         let mut second = GeneratorSource::new(config(40, 5));
-        second
-            .start(
-                Some(Position::Generator { tx: 17, seq: 3 }),
-                AckWatermark::default(),
-            )
-            .await
-            .unwrap();
+        second.start(Some(Position::Generator { tx: 17, seq: 3 }), AckWatermark::default()).await.unwrap();
         let replay = drain(&mut second).await;
         assert_eq!(replay[0].position, Position::Generator { tx: 17, seq: 0 });
         assert_eq!(&all[all.len() - replay.len()..], &replay[..]);
@@ -255,19 +222,10 @@ mod tests {
     #[tokio::test]
     async fn a_foreign_checkpoint_is_refused() {
         let mut source = GeneratorSource::new(config(1, 1));
-        let foreign = Position::Postgres {
-            commit_lsn: sluice_core::Lsn(1),
-            seq: 0,
-        };
-        let err = source
-            .start(Some(foreign), AckWatermark::default())
-            .await
-            .unwrap_err();
+        let foreign = Position::Postgres { commit_lsn: sluice_core::Lsn(1), seq: 0 };
+        let err = source.start(Some(foreign), AckWatermark::default()).await.unwrap_err();
         assert!(!err.is_transient());
-        assert!(
-            err.to_string().contains("not written by a generator"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("not written by a generator"), "{err}");
     }
 
     #[tokio::test(start_paused = true)]

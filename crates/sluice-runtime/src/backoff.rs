@@ -18,9 +18,7 @@ impl Backoff {
     pub fn next_delay(&mut self) -> Duration {
         let factor = 2u32.saturating_pow(self.attempt.min(16));
         self.attempt += 1;
-        RETRY_INITIAL_BACKOFF
-            .saturating_mul(factor)
-            .min(RETRY_MAX_BACKOFF)
+        RETRY_INITIAL_BACKOFF.saturating_mul(factor).min(RETRY_MAX_BACKOFF)
     }
 
     pub fn attempt(&self) -> u32 {

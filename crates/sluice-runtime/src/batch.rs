@@ -5,48 +5,152 @@
 //! only after an event with `tx_end`: when a limit is reached mid-
 //! transaction, it cuts after the last whole transaction in the batch and
 //! carries the partial one over; a single transaction larger than the limits
-//! makes one batch that grows until the transaction ends.
+//! makes one batch that grows until the transaction ends. Once such a batch
+//! holds `max_bytes`, it moves to a spill file and grows there instead of
+//! on the heap (see [`crate::spill`]).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use sluice_config::BatchConfig;
-use sluice_core::{Event, Position};
+use sluice_core::{Event, EventChunks, Position, SinkError};
 use tokio::time::{Duration, Instant};
+
+use crate::spill::{SPILL_CHUNK_EVENTS, SpillError, SpillFile, SpillReader, SpillWriter};
 
 /// Contiguous events in source order, shared by every sink writer.
 #[derive(Debug)]
 pub struct Batch {
     /// Counts batches of one run, from 1.
     pub seq: u64,
-    pub events: Vec<Event>,
+    /// Approximate bytes of the events (on disk, for a spilled batch).
     pub byte_size: usize,
+    first: Position,
+    last: Position,
+    body: Body,
+}
+
+#[derive(Debug)]
+enum Body {
+    Memory(Vec<Event>),
+    Spilled(SpillFile),
 }
 
 impl Batch {
+    fn in_memory(seq: u64, events: Vec<Event>, byte_size: usize) -> Option<Self> {
+        let first = events.first()?.position.clone();
+        let last = events.last()?.position.clone();
+        Some(Self { seq, byte_size, first, last, body: Body::Memory(events) })
+    }
+
     pub fn first(&self) -> &Position {
-        &self.events[0].position
+        &self.first
     }
 
     pub fn last(&self) -> &Position {
-        &self.events[self.events.len() - 1].position
+        &self.last
     }
 
-    /// The events strictly after `position`: what a sink at that checkpoint
-    /// still needs. Events are in position order, so this is a suffix.
-    pub fn after(&self, position: Option<&Position>) -> &[Event] {
-        match position {
-            None => &self.events,
-            Some(p) => {
-                let start = self.events.partition_point(|e| e.position <= *p);
-                &self.events[start..]
+    pub fn event_count(&self) -> usize {
+        match &self.body {
+            Body::Memory(events) => events.len(),
+            Body::Spilled(file) => file.event_count(),
+        }
+    }
+
+    pub fn is_spilled(&self) -> bool {
+        matches!(self.body, Body::Spilled(_))
+    }
+
+    /// The events of an in-memory batch; `None` for a spilled one.
+    pub fn events(&self) -> Option<&[Event]> {
+        match &self.body {
+            Body::Memory(events) => Some(events),
+            Body::Spilled(_) => None,
+        }
+    }
+
+    /// The events strictly after `position` (what a sink at that checkpoint
+    /// still needs), or `None` when there are none.
+    pub fn chunks(&self, position: Option<&Position>) -> Result<Option<BatchChunks<'_>>, SpillError> {
+        if position.is_some_and(|p| *p >= self.last) {
+            return Ok(None);
+        }
+        let source = match &self.body {
+            Body::Memory(events) => {
+                let start = position.map_or(0, |p| events.partition_point(|e| e.position <= *p));
+                Source::Memory(Some(&events[start..]))
             }
+            Body::Spilled(file) => Source::Spilled { reader: Box::new(file.reader()?), buf: Vec::new() },
+        };
+        Ok(Some(BatchChunks {
+            source,
+            after: position.cloned(),
+            last: self.last.clone(),
+            event_count: self.event_count(),
+        }))
+    }
+}
+
+/// The events of one batch after a sink's position, chunk by chunk.
+pub struct BatchChunks<'a> {
+    source: Source<'a>,
+    after: Option<Position>,
+    last: Position,
+    event_count: usize,
+}
+
+enum Source<'a> {
+    Memory(Option<&'a [Event]>),
+    Spilled { reader: Box<SpillReader>, buf: Vec<Event> },
+}
+
+#[async_trait]
+impl EventChunks for BatchChunks<'_> {
+    async fn next_chunk(&mut self) -> Result<Option<&[Event]>, SinkError> {
+        match &mut self.source {
+            Source::Memory(slice) => Ok(slice.take()),
+            Source::Spilled { reader, buf } => loop {
+                buf.clear();
+                reader.read_chunk(buf, SPILL_CHUNK_EVENTS).map_err(|e| {
+                    SinkError::permanent(
+                        format!("cannot read back a spilled batch: {e}"),
+                        "check the disk of --data-dir",
+                    )
+                })?;
+                if buf.is_empty() {
+                    return Ok(None);
+                }
+                if let Some(after) = &self.after {
+                    buf.retain(|e| e.position > *after);
+                }
+                if !buf.is_empty() {
+                    return Ok(Some(buf.as_slice()));
+                }
+            },
+        }
+    }
+
+    fn last_position(&self) -> &Position {
+        &self.last
+    }
+
+    /// For a spilled batch with a position inside it, an upper bound.
+    fn event_count(&self) -> usize {
+        match &self.source {
+            Source::Memory(slice) => slice.map_or(0, <[Event]>::len),
+            Source::Spilled { .. } => self.event_count,
         }
     }
 }
 
 pub struct Batcher {
     limits: BatchConfig,
+    spill_dir: PathBuf,
     current: Vec<Event>,
+    /// Set while the open batch is one transaction growing on disk.
+    spill: Option<(SpillWriter, Position)>,
     byte_size: usize,
     /// Length of the prefix of `current` that ends on a transaction end.
     whole_tx_len: usize,
@@ -57,10 +161,12 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    pub fn new(limits: BatchConfig) -> Self {
+    pub fn new(limits: BatchConfig, spill_dir: PathBuf) -> Self {
         Self {
             current: Vec::with_capacity(limits.max_events.min(1 << 16)),
             limits,
+            spill_dir,
+            spill: None,
             byte_size: 0,
             whole_tx_len: 0,
             opened_at: None,
@@ -71,11 +177,10 @@ impl Batcher {
 
     /// When the open batch must be cut by age, if one is open.
     pub fn deadline(&self) -> Option<Instant> {
-        if self.age_expired {
+        if self.age_expired || self.spill.is_some() {
             return None;
         }
-        self.opened_at
-            .map(|t| t + Duration::from_millis(self.limits.max_ms))
+        self.opened_at.map(|t| t + Duration::from_millis(self.limits.max_ms))
     }
 
     /// The age limit passed: cuts the whole transactions, or, if there are
@@ -88,34 +193,39 @@ impl Batcher {
         batch
     }
 
-    /// Adds one event; returns a batch when a size limit cut one.
-    pub fn push(&mut self, event: Event) -> Option<Arc<Batch>> {
+    /// Adds one event; returns a batch when a limit cut one.
+    pub fn push(&mut self, event: Event) -> Result<Option<Arc<Batch>>, SpillError> {
         if self.opened_at.is_none() {
             self.opened_at = Some(Instant::now());
         }
         self.byte_size += event.approx_byte_size();
         let tx_end = event.tx_end;
+        if let Some((writer, last)) = &mut self.spill {
+            writer.push(&event)?;
+            *last = event.position;
+            return if tx_end { self.cut_spilled().map(Some) } else { Ok(None) };
+        }
         self.current.push(event);
         if tx_end {
             self.whole_tx_len = self.current.len();
         }
-        let full =
-            self.current.len() >= self.limits.max_events || self.byte_size >= self.limits.max_bytes;
-        if full || (self.age_expired && tx_end) {
-            self.cut()
-        } else {
-            None
+        let full = self.current.len() >= self.limits.max_events || self.byte_size >= self.limits.max_bytes;
+        if (full || (self.age_expired && tx_end))
+            && let Some(batch) = self.cut()
+        {
+            return Ok(Some(batch));
         }
+        let one_huge_tx = self.limits.respect_source_tx && self.whole_tx_len == 0 && !tx_end;
+        if one_huge_tx && self.byte_size >= self.limits.max_bytes {
+            self.start_spill()?;
+        }
+        Ok(None)
     }
 
     /// Cuts what may be cut now: everything, or with `respect_source_tx`
     /// every whole transaction. Used for size and age limits.
     pub fn cut(&mut self) -> Option<Arc<Batch>> {
-        let len = if self.limits.respect_source_tx {
-            self.whole_tx_len
-        } else {
-            self.current.len()
-        };
+        let len = if self.limits.respect_source_tx { self.whole_tx_len } else { self.current.len() };
         self.take(len)
     }
 
@@ -125,11 +235,38 @@ impl Batcher {
     pub fn finish(&mut self) -> Option<Arc<Batch>> {
         let batch = self.cut();
         self.current.clear();
+        self.spill = None;
         self.whole_tx_len = 0;
         self.byte_size = 0;
         self.opened_at = None;
         self.age_expired = false;
         batch
+    }
+
+    fn start_spill(&mut self) -> Result<(), SpillError> {
+        let mut writer = SpillWriter::create(&self.spill_dir, self.next_seq)?;
+        for event in &self.current {
+            writer.push(event)?;
+        }
+        let last = self.current.last().map(|e| e.position.clone());
+        self.current.clear();
+        self.current.shrink_to(self.limits.max_events.min(1 << 16));
+        if let Some(last) = last {
+            self.spill = Some((writer, last));
+        }
+        Ok(())
+    }
+
+    fn cut_spilled(&mut self) -> Result<Arc<Batch>, SpillError> {
+        let (writer, last) = self.spill.take().expect("called only while spilling");
+        let file = writer.finish()?;
+        let first = file_first(&file)?;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let byte_size = std::mem::take(&mut self.byte_size);
+        self.opened_at = None;
+        self.age_expired = false;
+        Ok(Arc::new(Batch { seq, byte_size, first, last, body: Body::Spilled(file) }))
     }
 
     fn take(&mut self, len: usize) -> Option<Arc<Batch>> {
@@ -146,19 +283,21 @@ impl Batcher {
         };
         self.whole_tx_len = 0;
         self.age_expired = false;
-        self.opened_at = if self.current.is_empty() {
-            None
-        } else {
-            Some(Instant::now())
-        };
+        self.opened_at = if self.current.is_empty() { None } else { Some(Instant::now()) };
         let seq = self.next_seq;
         self.next_seq += 1;
-        Some(Arc::new(Batch {
-            seq,
-            events,
-            byte_size,
-        }))
+        Batch::in_memory(seq, events, byte_size).map(Arc::new)
     }
+}
+
+/// The first position of a spill file, read back once at the cut.
+fn file_first(file: &SpillFile) -> Result<Position, SpillError> {
+    let mut first = Vec::with_capacity(1);
+    file.reader()?.read_chunk(&mut first, 1)?;
+    first
+        .pop()
+        .map(|e| e.position)
+        .ok_or_else(|| SpillError { path: "spill file".into(), detail: "empty after writing".into() })
 }
 
 #[cfg(test)]
@@ -166,7 +305,7 @@ mod tests {
     use super::*;
     use sluice_core::Op;
 
-    /// Events of `txs` transactions with the given sizes.
+    /// Events of transactions with the given sizes.
     fn stream(sizes: &[u32]) -> Vec<Event> {
         let mut events = Vec::new();
         for (index, size) in sizes.iter().enumerate() {
@@ -192,116 +331,124 @@ mod tests {
     }
 
     fn limits(max_events: usize, respect_source_tx: bool) -> BatchConfig {
-        BatchConfig {
-            max_events,
-            respect_source_tx,
-            ..BatchConfig::default()
-        }
+        BatchConfig { max_events, respect_source_tx, ..BatchConfig::default() }
     }
 
-    fn run(batcher: &mut Batcher, events: Vec<Event>) -> Vec<Vec<Position>> {
-        let mut batches: Vec<_> = events.into_iter().filter_map(|e| batcher.push(e)).collect();
+    fn batcher(limits: BatchConfig) -> (Batcher, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        (Batcher::new(limits, dir.path().join("spill")), dir)
+    }
+
+    fn sizes(batcher: &mut Batcher, events: Vec<Event>) -> Vec<usize> {
+        let mut batches: Vec<_> = events.into_iter().filter_map(|e| batcher.push(e).unwrap()).collect();
         batches.extend(batcher.finish());
-        batches
-            .iter()
-            .map(|b| b.events.iter().map(|e| e.position.clone()).collect())
-            .collect()
+        batches.iter().map(|b| b.events().unwrap().len()).collect()
+    }
+
+    async fn read_all(batch: &Batch, after: Option<&Position>) -> Vec<Position> {
+        match batch.chunks(after).unwrap() {
+            None => Vec::new(),
+            Some(mut chunks) => {
+                let events = sluice_core::collect_chunks(&mut chunks).await.unwrap();
+                events.into_iter().map(|e| e.position).collect()
+            }
+        }
     }
 
     #[test]
     fn cuts_at_the_last_whole_transaction() {
-        let mut batcher = Batcher::new(limits(4, true));
-        let batches = run(&mut batcher, stream(&[3, 3, 2]));
-        let sizes: Vec<_> = batches.iter().map(Vec::len).collect();
-        assert_eq!(sizes, [3, 3, 2]);
+        let (mut batcher, _dir) = batcher(limits(4, true));
+        assert_eq!(sizes(&mut batcher, stream(&[3, 3, 2])), [3, 3, 2]);
     }
 
     #[test]
     fn a_transaction_larger_than_the_limit_grows_one_batch() {
-        let mut batcher = Batcher::new(limits(2, true));
-        let sizes: Vec<_> = run(&mut batcher, stream(&[1, 7, 1]))
-            .iter()
-            .map(Vec::len)
-            .collect();
-        assert_eq!(sizes, [1, 7, 1]);
+        let (mut batcher, _dir) = batcher(limits(2, true));
+        assert_eq!(sizes(&mut batcher, stream(&[1, 7, 1])), [1, 7, 1]);
     }
 
     #[test]
     fn without_respect_for_transactions_batches_are_exact() {
-        let mut batcher = Batcher::new(limits(4, false));
-        let sizes: Vec<_> = run(&mut batcher, stream(&[3, 3, 3]))
-            .iter()
-            .map(Vec::len)
-            .collect();
-        assert_eq!(sizes, [4, 4, 1]);
+        let (mut batcher, _dir) = batcher(limits(4, false));
+        assert_eq!(sizes(&mut batcher, stream(&[3, 3, 3])), [4, 4, 1]);
     }
 
     #[test]
     fn finish_drops_a_trailing_partial_transaction() {
-        let mut batcher = Batcher::new(limits(100, true));
+        let (mut batcher, _dir) = batcher(limits(100, true));
         let mut events = stream(&[2, 3]);
         events.pop();
-        let batches = run(&mut batcher, events);
-        assert_eq!(batches.len(), 1);
-        assert_eq!(batches[0].len(), 2);
+        assert_eq!(sizes(&mut batcher, events), [2]);
     }
 
     #[test]
     fn byte_limit_cuts_too() {
-        let mut batcher = Batcher::new(BatchConfig {
-            max_bytes: 1,
-            ..BatchConfig::default()
-        });
-        let sizes: Vec<_> = run(&mut batcher, stream(&[2, 2]))
-            .iter()
-            .map(Vec::len)
-            .collect();
-        assert_eq!(sizes, [2, 2]);
+        let (mut batcher, _dir) =
+            batcher(BatchConfig { max_bytes: 1, respect_source_tx: false, ..BatchConfig::default() });
+        assert_eq!(sizes(&mut batcher, stream(&[2, 2])), [1, 1, 1, 1]);
     }
 
-    #[test]
-    fn after_filters_a_suffix() {
-        let mut batcher = Batcher::new(limits(100, true));
+    #[tokio::test]
+    async fn chunks_hold_the_suffix_after_a_position() {
+        let (mut batcher, _dir) = batcher(limits(100, true));
         for event in stream(&[3, 3]) {
-            assert!(batcher.push(event).is_none());
+            assert!(batcher.push(event).unwrap().is_none());
         }
         let batch = batcher.finish().unwrap();
-        assert_eq!(batch.after(None).len(), 6);
-        assert_eq!(
-            batch
-                .after(Some(&Position::Generator { tx: 1, seq: 1 }))
-                .len(),
-            4
-        );
-        assert_eq!(
-            batch
-                .after(Some(&Position::Generator { tx: 9, seq: 0 }))
-                .len(),
-            0
-        );
+        assert_eq!(read_all(&batch, None).await.len(), 6);
+        assert_eq!(read_all(&batch, Some(&Position::Generator { tx: 1, seq: 1 })).await.len(), 4);
+        assert!(batch.chunks(Some(&Position::Generator { tx: 9, seq: 0 })).unwrap().is_none());
         assert_eq!(batch.first(), &Position::Generator { tx: 1, seq: 0 });
         assert_eq!(batch.last(), &Position::Generator { tx: 2, seq: 2 });
     }
 
+    #[tokio::test]
+    async fn a_transaction_past_max_bytes_spills_to_disk_and_reads_back_whole() {
+        let (mut batcher, dir) = batcher(BatchConfig { max_events: 10, max_bytes: 2_000, ..BatchConfig::default() });
+        let events = stream(&[2, 5_000, 3]);
+        let expected: Vec<Position> = events.iter().map(|e| e.position.clone()).collect();
+        let mut batches: Vec<_> = events.into_iter().filter_map(|e| batcher.push(e).unwrap()).collect();
+        batches.extend(batcher.finish());
+        let spilled: Vec<bool> = batches.iter().map(|b| b.is_spilled()).collect();
+        assert_eq!(spilled, [false, true, false]);
+        assert_eq!(batches[1].event_count(), 5_000);
+        assert!(batcher.current.capacity() <= 64, "the heap does not hold the big transaction");
+        let mut read = Vec::new();
+        for batch in &batches {
+            read.extend(read_all(batch, None).await);
+        }
+        assert_eq!(read, expected);
+        let inside = Position::Generator { tx: 2, seq: 4_000 };
+        assert_eq!(read_all(&batches[1], Some(&inside)).await.len(), 999);
+        assert_eq!(std::fs::read_dir(dir.path().join("spill")).unwrap().count(), 1);
+        drop(batches);
+        assert_eq!(std::fs::read_dir(dir.path().join("spill")).unwrap().count(), 0, "spill files go with their batch");
+    }
+
+    #[test]
+    fn an_unfinished_spilled_transaction_is_dropped_at_finish() {
+        let (mut batcher, dir) = batcher(BatchConfig { max_bytes: 500, ..BatchConfig::default() });
+        let mut events = stream(&[50]);
+        events.pop();
+        for event in events {
+            assert!(batcher.push(event).unwrap().is_none());
+        }
+        assert!(batcher.deadline().is_none(), "no age cut while a transaction spills");
+        assert!(batcher.finish().is_none());
+        assert_eq!(std::fs::read_dir(dir.path().join("spill")).unwrap().count(), 0);
+    }
+
     #[test]
     fn age_deadline_exists_only_while_a_batch_is_open() {
-        let mut batcher = Batcher::new(limits(100, true));
+        let (mut batcher, _dir) = batcher(limits(100, true));
         assert!(batcher.deadline().is_none());
         let mut events = stream(&[2]).into_iter();
-        batcher.push(events.next().unwrap());
+        assert!(batcher.push(events.next().unwrap()).unwrap().is_none());
         assert!(batcher.deadline().is_some());
-        assert!(
-            batcher.on_deadline().is_none(),
-            "mid-transaction: nothing to cut yet"
-        );
-        assert!(
-            batcher.deadline().is_none(),
-            "no timer while waiting for the transaction end"
-        );
-        let batch = batcher
-            .push(events.next().unwrap())
-            .expect("the transaction end cuts the overdue batch");
-        assert_eq!(batch.events.len(), 2);
+        assert!(batcher.on_deadline().is_none(), "mid-transaction: nothing to cut yet");
+        assert!(batcher.deadline().is_none(), "no timer while waiting for the transaction end");
+        let batch = batcher.push(events.next().unwrap()).unwrap().expect("the transaction end cuts the overdue batch");
+        assert_eq!(batch.event_count(), 2);
         assert!(batcher.deadline().is_none());
     }
 }

@@ -74,10 +74,7 @@ impl Checkpointer {
             .required
             .iter()
             .zip(&self.durable)
-            .map(|(required, durable)| SinkState {
-                required: *required,
-                durable: durable.as_ref(),
-            })
+            .map(|(required, durable)| SinkState { required: *required, durable: durable.as_ref() })
             .collect();
         let Some(frontier) = frontier(self.mode, self.quorum, &states) else {
             return Ok(());
@@ -87,28 +84,21 @@ impl Checkpointer {
             let Some(proposed) = proposal(durable.as_ref(), Some(&frontier)) else {
                 continue;
             };
-            if self.stored[index]
-                .as_ref()
-                .is_none_or(|stored| *stored < proposed)
-            {
+            if self.stored[index].as_ref().is_none_or(|stored| *stored < proposed) {
                 updates.push((index, proposed));
             }
         }
         if updates.is_empty() {
             return Ok(());
         }
-        let batch: Vec<(CheckpointKey, Position)> = updates
-            .iter()
-            .map(|(index, p)| (self.keys[*index].clone(), p.clone()))
-            .collect();
+        let batch: Vec<(CheckpointKey, Position)> =
+            updates.iter().map(|(index, p)| (self.keys[*index].clone(), p.clone())).collect();
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || store.commit(&batch))
-            .await
-            .map_err(|e| StoreError::Io {
-                path: "checkpoint store".into(),
-                detail: format!("commit task failed: {e}"),
-                cause: None,
-            })??;
+        tokio::task::spawn_blocking(move || store.commit(&batch)).await.map_err(|e| StoreError::Io {
+            path: "checkpoint store".into(),
+            detail: format!("commit task failed: {e}"),
+            cause: None,
+        })??;
         for (index, position) in updates {
             debug!(key = %self.keys[index], %position, "checkpoint stored");
             self.stored[index] = Some(position);

@@ -13,6 +13,7 @@ use tracing::debug;
 
 use crate::batch::{Batch, Batcher};
 use crate::shutdown::Shutdown;
+use crate::spill::SpillError;
 
 pub(crate) struct Dispatcher {
     pub batcher: Batcher,
@@ -22,7 +23,7 @@ pub(crate) struct Dispatcher {
 }
 
 impl Dispatcher {
-    pub async fn run(mut self) {
+    pub async fn run(mut self) -> Result<(), SpillError> {
         loop {
             let deadline = self.batcher.deadline();
             tokio::select! {
@@ -31,7 +32,7 @@ impl Dispatcher {
                 chunk = self.chunks.recv() => {
                     let Some(events) = chunk else { break };
                     for event in events {
-                        if let Some(batch) = self.batcher.push(event) {
+                        if let Some(batch) = self.batcher.push(event)? {
                             self.send(batch).await;
                         }
                     }
@@ -48,10 +49,11 @@ impl Dispatcher {
         if let Some(batch) = self.batcher.finish() {
             self.send(batch).await;
         }
+        Ok(())
     }
 
     async fn send(&self, batch: Arc<Batch>) {
-        debug!(seq = batch.seq, events = batch.events.len(), last = %batch.last(), "batch cut");
+        debug!(seq = batch.seq, events = batch.event_count(), spilled = batch.is_spilled(), last = %batch.last(), "batch cut");
         for writer in &self.writers {
             // A writer that is gone stopped for a reason the pipeline
             // already knows (detached, abandoned, failed).

@@ -23,12 +23,12 @@ pub enum PipelineError {
         #[source]
         error: StoreError,
     },
-    #[error(
-        "pipeline {pipeline:?}: internal task {task} failed: {detail}; this is a bug, please report it"
-    )]
-    Task {
+    #[error("pipeline {pipeline:?}: {error}")]
+    Spill {
         pipeline: String,
-        task: String,
-        detail: String,
+        #[source]
+        error: crate::spill::SpillError,
     },
+    #[error("pipeline {pipeline:?}: internal task {task} failed: {detail}; this is a bug, please report it")]
+    Task { pipeline: String, task: String, detail: String },
 }

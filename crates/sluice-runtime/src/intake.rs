@@ -63,11 +63,7 @@ impl Intake {
     }
 
     /// Starts the source, retrying transient failures; `false` on shutdown.
-    async fn start(
-        &mut self,
-        from: Option<Position>,
-        backoff: &mut Backoff,
-    ) -> Result<bool, SourceError> {
+    async fn start(&mut self, from: Option<Position>, backoff: &mut Backoff) -> Result<bool, SourceError> {
         loop {
             if backoff.attempt() > 0 {
                 let delay = backoff.next_delay();

@@ -14,6 +14,7 @@ mod intake;
 pub mod pipeline;
 pub mod policy;
 mod shutdown;
+pub mod spill;
 mod writer;
 
 pub use error::PipelineError;

@@ -12,6 +12,7 @@
 //! final commit once the last writer is done. A failing task triggers the
 //! same shutdown, so the others still end cleanly.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use sluice_config::{BatchConfig, CommitPolicy, PolicyMode};
 use sluice_core::{AckWatermark, CheckpointKey, CheckpointStore, Position, Sink, Source, or_start};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tracing::{Instrument, info, info_span};
+use tracing::{Instrument, info, info_span, warn};
 
 use crate::batch::Batcher;
 use crate::checkpointer::{Checkpointer, lowest};
@@ -45,6 +46,9 @@ pub struct PipelineSettings {
     pub batch: BatchConfig,
     pub commit_policy: CommitPolicy,
     pub sink_batch_deadline: Duration,
+    /// Where batches of transactions larger than `batch.max_bytes` go;
+    /// cleared when the pipeline starts.
+    pub spill_dir: PathBuf,
 }
 
 /// Where each sink's checkpoint stands when a run ends.
@@ -80,27 +84,23 @@ impl Pipeline {
     }
 
     async fn run_inner(self, external: Shutdown) -> Result<RunReport, PipelineError> {
-        let Pipeline {
-            settings,
-            source,
-            sinks,
-            store,
-        } = self;
+        let Pipeline { settings, source, sinks, store } = self;
         let pipeline = settings.name.clone();
         let source_id = source.id().to_string();
-        let keys: Vec<CheckpointKey> = sinks
-            .iter()
-            .map(|s| CheckpointKey::new(&source_id, s.sink.id()))
-            .collect();
+        let keys: Vec<CheckpointKey> = sinks.iter().map(|s| CheckpointKey::new(&source_id, s.sink.id())).collect();
+        // Spill files left by a crash hold transactions that were never
+        // checkpointed; the source reads them again.
+        match std::fs::remove_dir_all(&settings.spill_dir) {
+            Ok(()) => info!(dir = %settings.spill_dir.display(), "removed spill files left by an earlier run"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => warn!(dir = %settings.spill_dir.display(), error = %e, "cannot remove old spill files"),
+        }
         let load_store = store.clone();
         let load_keys = keys.clone();
         let stored = tokio::task::spawn_blocking(move || load_store.load(&load_keys))
             .await
             .map_err(|e| task_error(&pipeline, "checkpoint load", e))?
-            .map_err(|error| PipelineError::Store {
-                pipeline: pipeline.clone(),
-                error,
-            })?;
+            .map_err(|error| PipelineError::Store { pipeline: pipeline.clone(), error })?;
 
         // The source resumes from the lowest checkpoint; sinks ahead of it
         // filter what they already have.
@@ -141,10 +141,7 @@ impl Pipeline {
                 shutdown: shutdown.clone(),
             };
             let span = info_span!("sink", sink = %sink_id);
-            writers.push((
-                sink_id,
-                spawn_guarded(&shutdown, writer.run().instrument(span)),
-            ));
+            writers.push((sink_id, spawn_guarded(&shutdown, writer.run().instrument(span))));
         }
         drop(report_tx);
 
@@ -159,74 +156,51 @@ impl Pipeline {
             ack: ack.clone(),
             reports: report_rx,
         };
-        let checkpointer = spawn_guarded(
-            &shutdown,
-            checkpointer.run().instrument(info_span!("checkpointer")),
-        );
+        let checkpointer = spawn_guarded(&shutdown, checkpointer.run().instrument(info_span!("checkpointer")));
 
         let (chunk_tx, chunk_rx) = mpsc::channel(CHUNK_QUEUE);
-        let intake = Intake {
-            source,
-            from,
-            ack,
-            chunks: chunk_tx,
-            shutdown: shutdown.clone(),
-        };
-        let intake = spawn_guarded(
-            &shutdown,
-            intake
-                .run()
-                .instrument(info_span!("source", source = %source_id)),
-        );
+        let intake = Intake { source, from, ack, chunks: chunk_tx, shutdown: shutdown.clone() };
+        let intake = spawn_guarded(&shutdown, intake.run().instrument(info_span!("source", source = %source_id)));
         let dispatcher = Dispatcher {
-            batcher: Batcher::new(settings.batch.clone()),
+            batcher: Batcher::new(settings.batch.clone(), settings.spill_dir.clone()),
             chunks: chunk_rx,
             writers: writer_txs,
             shutdown: shutdown.clone(),
         };
-        let dispatcher = tokio::spawn(dispatcher.run().instrument(info_span!("dispatcher")));
+        let dispatcher = spawn_guarded(&shutdown, dispatcher.run().instrument(info_span!("dispatcher")));
 
         let mut first_error = None;
         match intake.await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
-                first_error = Some(PipelineError::Source {
-                    pipeline: pipeline.clone(),
-                    source_id,
-                    error,
-                })
+                first_error = Some(PipelineError::Source { pipeline: pipeline.clone(), source_id, error })
             }
             Err(e) => first_error = Some(task_error(&pipeline, "source", e)),
         }
-        if let Err(e) = dispatcher.await {
-            first_error.get_or_insert(task_error(&pipeline, "dispatcher", e));
+        match dispatcher.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                first_error.get_or_insert(PipelineError::Spill { pipeline: pipeline.clone(), error });
+            }
+            Err(e) => {
+                first_error.get_or_insert(task_error(&pipeline, "dispatcher", e));
+            }
         }
         for (sink, writer) in writers {
             match writer.await {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => {
-                    first_error.get_or_insert(PipelineError::Sink {
-                        pipeline: pipeline.clone(),
-                        sink,
-                        error,
-                    });
+                    first_error.get_or_insert(PipelineError::Sink { pipeline: pipeline.clone(), sink, error });
                 }
                 Err(e) => {
-                    first_error.get_or_insert(task_error(
-                        &pipeline,
-                        &format!("sink writer {sink}"),
-                        e,
-                    ));
+                    first_error.get_or_insert(task_error(&pipeline, &format!("sink writer {sink}"), e));
                 }
             }
         }
         let stored = match checkpointer.await {
             Ok(Ok(stored)) => Some(stored),
             Ok(Err(error)) => {
-                first_error.get_or_insert(PipelineError::Store {
-                    pipeline: pipeline.clone(),
-                    error,
-                });
+                first_error.get_or_insert(PipelineError::Store { pipeline: pipeline.clone(), error });
                 None
             }
             Err(e) => {
@@ -238,9 +212,7 @@ impl Pipeline {
         if let Some(error) = first_error {
             return Err(error);
         }
-        let report = RunReport {
-            checkpoints: keys.into_iter().zip(stored.unwrap_or_default()).collect(),
-        };
+        let report = RunReport { checkpoints: keys.into_iter().zip(stored.unwrap_or_default()).collect() };
         info!(checkpoints = %report, "pipeline stopped");
         Ok(report)
     }
@@ -266,9 +238,5 @@ where
 }
 
 fn task_error(pipeline: &str, task: &str, error: tokio::task::JoinError) -> PipelineError {
-    PipelineError::Task {
-        pipeline: pipeline.to_string(),
-        task: task.to_string(),
-        detail: error.to_string(),
-    }
+    PipelineError::Task { pipeline: pipeline.to_string(), task: task.to_string(), detail: error.to_string() }
 }

@@ -15,11 +15,7 @@ pub struct SinkState<'a> {
 }
 
 /// The frontier under `mode`, or `None` when the policy is not met yet.
-pub fn frontier(
-    mode: PolicyMode,
-    quorum: Option<usize>,
-    sinks: &[SinkState<'_>],
-) -> Option<Position> {
+pub fn frontier(mode: PolicyMode, quorum: Option<usize>, sinks: &[SinkState<'_>]) -> Option<Position> {
     let lowest_of_required = || -> Option<Option<&Position>> {
         let mut lowest: Option<&Position> = None;
         for sink in sinks.iter().filter(|s| s.required) {
@@ -69,26 +65,13 @@ mod tests {
     }
 
     fn sinks<'a>(states: &'a [(bool, Option<Position>)]) -> Vec<SinkState<'a>> {
-        states
-            .iter()
-            .map(|(required, durable)| SinkState {
-                required: *required,
-                durable: durable.as_ref(),
-            })
-            .collect()
+        states.iter().map(|(required, durable)| SinkState { required: *required, durable: durable.as_ref() }).collect()
     }
 
     #[test]
     fn required_mode_waits_for_the_slowest_required_sink_only() {
-        let states = [
-            (true, Some(at(5))),
-            (true, Some(at(3))),
-            (false, Some(at(1))),
-        ];
-        assert_eq!(
-            frontier(PolicyMode::Required, None, &sinks(&states)),
-            Some(at(3))
-        );
+        let states = [(true, Some(at(5))), (true, Some(at(3))), (false, Some(at(1)))];
+        assert_eq!(frontier(PolicyMode::Required, None, &sinks(&states)), Some(at(3)));
         let states = [(true, Some(at(5))), (true, None), (false, Some(at(9)))];
         assert_eq!(frontier(PolicyMode::Required, None, &sinks(&states)), None);
     }
@@ -96,34 +79,17 @@ mod tests {
     #[test]
     fn all_mode_waits_for_every_sink() {
         let states = [(true, Some(at(5))), (false, Some(at(2)))];
-        assert_eq!(
-            frontier(PolicyMode::All, None, &sinks(&states)),
-            Some(at(2))
-        );
+        assert_eq!(frontier(PolicyMode::All, None, &sinks(&states)), Some(at(2)));
         let states = [(true, Some(at(5))), (false, None)];
         assert_eq!(frontier(PolicyMode::All, None, &sinks(&states)), None);
     }
 
     #[test]
     fn quorum_takes_the_nth_highest_but_never_passes_a_required_sink() {
-        let states = [
-            (false, Some(at(9))),
-            (false, Some(at(7))),
-            (false, Some(at(2))),
-        ];
-        assert_eq!(
-            frontier(PolicyMode::Quorum, Some(2), &sinks(&states)),
-            Some(at(7))
-        );
-        let states = [
-            (false, Some(at(9))),
-            (false, Some(at(7))),
-            (true, Some(at(4))),
-        ];
-        assert_eq!(
-            frontier(PolicyMode::Quorum, Some(2), &sinks(&states)),
-            Some(at(4))
-        );
+        let states = [(false, Some(at(9))), (false, Some(at(7))), (false, Some(at(2)))];
+        assert_eq!(frontier(PolicyMode::Quorum, Some(2), &sinks(&states)), Some(at(7)));
+        let states = [(false, Some(at(9))), (false, Some(at(7))), (true, Some(at(4)))];
+        assert_eq!(frontier(PolicyMode::Quorum, Some(2), &sinks(&states)), Some(at(4)));
         let states = [(false, Some(at(9))), (false, None), (false, None)];
         assert_eq!(frontier(PolicyMode::Quorum, Some(2), &sinks(&states)), None);
         let states = [(false, Some(at(9))), (false, Some(at(8))), (true, None)];

@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_core::{Position, Sink, SinkError, or_start};
+use sluice_core::{EventChunks, Position, Sink, SinkError, or_start};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
@@ -27,10 +27,7 @@ use crate::shutdown::Shutdown;
 pub(crate) enum Report {
     /// The sink opened; it starts from `start` (its stored checkpoint or
     /// what it holds itself, whichever is higher).
-    Opened {
-        sink: usize,
-        start: Option<Position>,
-    },
+    Opened { sink: usize, start: Option<Position> },
     /// The sink's durable watermark moved.
     Durable { sink: usize, position: Position },
 }
@@ -67,11 +64,8 @@ struct State {
 
 impl SinkWriter {
     pub async fn run(mut self) -> Result<(), SinkError> {
-        let mut state = State {
-            position: self.stored.clone(),
-            durable: self.stored.clone(),
-            retained: VecDeque::new(),
-        };
+        let mut state =
+            State { position: self.stored.clone(), durable: self.stored.clone(), retained: VecDeque::new() };
         let outcome = self.work(&mut state).await;
         match outcome {
             Ok(()) => {
@@ -99,11 +93,7 @@ impl SinkWriter {
 
     async fn work(&mut self, state: &mut State) -> Result<(), Stop> {
         self.open(state).await?;
-        self.report(Report::Opened {
-            sink: self.index,
-            start: state.position.clone(),
-        })
-        .await;
+        self.report(Report::Opened { sink: self.index, start: state.position.clone() }).await;
         while let Some(batch) = self.batches.recv().await {
             state.retained.push_back(batch);
             self.deliver(state).await?;
@@ -118,11 +108,17 @@ impl SinkWriter {
         'attempt: loop {
             for index in 0..state.retained.len() {
                 let batch = state.retained[index].clone();
-                let events = batch.after(state.position.as_ref());
-                let Some(last) = events.last() else { continue };
-                match with_deadline(self.deadline, "write", self.sink.write(events)).await {
+                let chunks = batch.chunks(state.position.as_ref()).map_err(|e| {
+                    Stop::Fatal(SinkError::permanent(
+                        format!("cannot read back a spilled batch: {e}"),
+                        "check the disk of --data-dir",
+                    ))
+                })?;
+                let Some(mut chunks) = chunks else { continue };
+                let last = chunks.last_position().clone();
+                match with_deadline(self.deadline, "write", self.sink.write(&mut chunks)).await {
                     Ok(durable) => {
-                        state.position = Some(last.position.clone());
+                        state.position = Some(last);
                         self.note_durable(state, durable).await;
                     }
                     Err(err) => {
@@ -181,12 +177,7 @@ impl SinkWriter {
 
     /// After a failed call: wait, reopen the sink so it is consistent again,
     /// and rewind to what is durable so retained batches are written again.
-    async fn recover(
-        &mut self,
-        state: &mut State,
-        err: SinkError,
-        backoff: &mut Backoff,
-    ) -> Result<(), Stop> {
+    async fn recover(&mut self, state: &mut State, err: SinkError, backoff: &mut Backoff) -> Result<(), Stop> {
         self.back_off(err, backoff).await?;
         loop {
             match with_deadline(self.deadline, "open", self.sink.open()).await {
@@ -202,11 +193,7 @@ impl SinkWriter {
     /// Decides whether to retry `err`, and sleeps before the retry.
     async fn back_off(&mut self, err: SinkError, backoff: &mut Backoff) -> Result<(), Stop> {
         if !err.is_transient() {
-            return Err(if self.may_detach {
-                Stop::Detached(err)
-            } else {
-                Stop::Fatal(err)
-            });
+            return Err(if self.may_detach { Stop::Detached(err) } else { Stop::Fatal(err) });
         }
         // An optional sink gets one deadline's worth of retries before it
         // is detached, so a failing optional sink holds the pipeline back
@@ -229,11 +216,7 @@ impl SinkWriter {
             return;
         }
         state.durable = Some(durable.clone());
-        self.report(Report::Durable {
-            sink: self.index,
-            position: durable,
-        })
-        .await;
+        self.report(Report::Durable { sink: self.index, position: durable }).await;
     }
 
     async fn report(&mut self, report: Report) {

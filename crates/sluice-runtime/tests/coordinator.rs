@@ -25,77 +25,39 @@ fn fault() -> impl Strategy<Value = Fault> {
 }
 
 fn sink() -> impl Strategy<Value = SinkScenario> {
-    (
-        any::<bool>(),
-        any::<bool>(),
-        1u32..4,
-        prop::collection::vec(fault(), 0..12),
+    (any::<bool>(), any::<bool>(), 1u32..4, prop::collection::vec(fault(), 0..12)).prop_map(
+        |(required, co_located, durable_every, faults)| SinkScenario {
+            required,
+            options: MemoryOptions { co_located, retain: true, durable_every },
+            faults,
+        },
     )
-        .prop_map(
-            |(required, co_located, durable_every, faults)| SinkScenario {
-                required,
-                options: MemoryOptions {
-                    co_located,
-                    retain: true,
-                    durable_every,
-                },
-                faults,
-            },
-        )
 }
 
 fn scenario() -> impl Strategy<Value = Scenario> {
-    (
-        1u64..40,
-        1u32..6,
-        1usize..16,
-        1usize..4,
-        any::<bool>(),
-        prop::collection::vec(sink(), 1..4),
-        0u8..3,
-    )
-        .prop_map(
-            |(
+    let shape = (1u64..40, 1u32..6, 1usize..16, 1usize..4, any::<bool>());
+    // Small byte limits make multi-event transactions spill to disk.
+    let max_bytes = prop_oneof![Just(sluice_config::DEFAULT_MAX_BYTES), 200usize..2000];
+    (shape, max_bytes, prop::collection::vec(sink(), 1..4), 0u8..3).prop_map(
+        |((tx_count, rows_per_tx, max_events, max_inflight, respect_source_tx), max_bytes, mut sinks, mode)| {
+            // Mode `required` needs a required sink, as config validation demands.
+            if !sinks.iter().any(|s| s.required) {
+                sinks[0].required = true;
+            }
+            let policy = match mode {
+                0 => CommitPolicy { mode: PolicyMode::Required, quorum: None },
+                1 => CommitPolicy { mode: PolicyMode::All, quorum: None },
+                _ => CommitPolicy { mode: PolicyMode::Quorum, quorum: Some(sinks.len().div_ceil(2)) },
+            };
+            Scenario {
                 tx_count,
                 rows_per_tx,
-                max_events,
-                max_inflight,
-                respect_source_tx,
-                mut sinks,
-                mode,
-            )| {
-                // Mode `required` needs a required sink, as config validation demands.
-                if !sinks.iter().any(|s| s.required) {
-                    sinks[0].required = true;
-                }
-                let policy = match mode {
-                    0 => CommitPolicy {
-                        mode: PolicyMode::Required,
-                        quorum: None,
-                    },
-                    1 => CommitPolicy {
-                        mode: PolicyMode::All,
-                        quorum: None,
-                    },
-                    _ => CommitPolicy {
-                        mode: PolicyMode::Quorum,
-                        quorum: Some(sinks.len().div_ceil(2)),
-                    },
-                };
-                Scenario {
-                    tx_count,
-                    rows_per_tx,
-                    batch: BatchConfig {
-                        max_events,
-                        max_inflight,
-                        respect_source_tx,
-                        ..BatchConfig::default()
-                    },
-                    policy,
-                    sinks,
-                }
-            },
-        )
+                batch: BatchConfig { max_events, max_bytes, max_inflight, respect_source_tx, ..BatchConfig::default() },
+                policy,
+                sinks,
+            }
+        },
+    )
 }
 
 fn positions(events: &[sluice_core::Event]) -> Vec<Position> {
@@ -103,7 +65,11 @@ fn positions(events: &[sluice_core::Event]) -> Vec<Position> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    // PROPTEST_CASES raises the count for a deeper local run.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(96),
+        ..ProptestConfig::default()
+    })]
 
     /// Whatever fails and however often the process dies: every sink ends
     /// up with every event; sinks that co-locate their checkpoint get each
@@ -136,24 +102,14 @@ proptest! {
 }
 
 fn plain_sink(required: bool, co_located: bool, faults: Vec<Fault>) -> SinkScenario {
-    SinkScenario {
-        required,
-        options: MemoryOptions {
-            co_located,
-            ..MemoryOptions::default()
-        },
-        faults,
-    }
+    SinkScenario { required, options: MemoryOptions { co_located, ..MemoryOptions::default() }, faults }
 }
 
 fn scenario_with(sinks: Vec<SinkScenario>, mode: PolicyMode) -> Scenario {
     Scenario {
         tx_count: 20,
         rows_per_tx: 3,
-        batch: BatchConfig {
-            max_events: 6,
-            ..BatchConfig::default()
-        },
+        batch: BatchConfig { max_events: 6, ..BatchConfig::default() },
         policy: CommitPolicy { mode, quorum: None },
         sinks,
     }
@@ -162,56 +118,30 @@ fn scenario_with(sinks: Vec<SinkScenario>, mode: PolicyMode) -> Scenario {
 #[test]
 fn a_failing_optional_sink_does_not_hold_back_a_required_one() {
     let world = World::new(scenario_with(
-        vec![
-            plain_sink(true, true, vec![]),
-            plain_sink(false, true, vec![Fault::Reject]),
-        ],
+        vec![plain_sink(true, true, vec![]), plain_sink(false, true, vec![Fault::Reject])],
         PolicyMode::Required,
     ));
-    let Outcome::Finished(report) = world.run_once(true) else {
-        panic!("the run must finish")
-    };
+    let Outcome::Finished(report) = world.run_once(true) else { panic!("the run must finish") };
     let last = Position::Generator { tx: 20, seq: 2 };
-    assert_eq!(
-        report.checkpoints[0].1,
-        Some(last.clone()),
-        "the required sink advanced to the end"
-    );
-    assert_eq!(
-        report.checkpoints[1].1, None,
-        "the detached sink's checkpoint stayed put"
-    );
+    assert_eq!(report.checkpoints[0].1, Some(last.clone()), "the required sink advanced to the end");
+    assert_eq!(report.checkpoints[1].1, None, "the detached sink's checkpoint stayed put");
     assert_eq!(world.logs[1].events().len(), 0);
     // On the next start it catches up from its own checkpoint.
-    let Outcome::Finished(report) = world.run_once(false) else {
-        panic!("the run must finish")
-    };
+    let Outcome::Finished(report) = world.run_once(false) else { panic!("the run must finish") };
     assert_eq!(report.checkpoints[1].1, Some(last));
     assert_eq!(world.logs[1].events().len(), 60);
-    assert_eq!(
-        world.logs[0].events().len(),
-        60,
-        "the required sink got no replay"
-    );
+    assert_eq!(world.logs[0].events().len(), 60, "the required sink got no replay");
 }
 
 #[test]
 fn a_permanently_failing_required_sink_stops_the_pipeline_with_its_name() {
     let world = World::new(scenario_with(
-        vec![
-            plain_sink(true, true, vec![]),
-            plain_sink(true, true, vec![Fault::None, Fault::Reject]),
-        ],
+        vec![plain_sink(true, true, vec![]), plain_sink(true, true, vec![Fault::None, Fault::Reject])],
         PolicyMode::Required,
     ));
-    let Outcome::Failed(err) = world.run_once(true) else {
-        panic!("the run must fail")
-    };
+    let Outcome::Failed(err) = world.run_once(true) else { panic!("the run must fail") };
     let message = err.to_string();
-    assert!(
-        message.contains("sink \"sink1\"") && message.contains("hint: remove the fault"),
-        "{message}"
-    );
+    assert!(message.contains("sink \"sink1\"") && message.contains("hint: remove the fault"), "{message}");
     // Nothing passes the failed sink's durable position.
     let held = world.logs[1].last_position();
     assert!(world.store.inner.get(&harness::key(0)) <= held);
@@ -221,15 +151,10 @@ fn a_permanently_failing_required_sink_stops_the_pipeline_with_its_name() {
 fn mode_all_retries_an_optional_sink_instead_of_detaching_it() {
     let faults = vec![Fault::FailBefore; 30];
     let world = World::new(scenario_with(
-        vec![
-            plain_sink(true, true, vec![]),
-            plain_sink(false, false, faults),
-        ],
+        vec![plain_sink(true, true, vec![]), plain_sink(false, false, faults)],
         PolicyMode::All,
     ));
-    let Outcome::Finished(report) = world.run_once(true) else {
-        panic!("the run must finish")
-    };
+    let Outcome::Finished(report) = world.run_once(true) else { panic!("the run must finish") };
     let last = Some(Position::Generator { tx: 20, seq: 2 });
     assert_eq!(report.checkpoints[0].1, last);
     assert_eq!(report.checkpoints[1].1, last);
@@ -239,17 +164,10 @@ fn mode_all_retries_an_optional_sink_instead_of_detaching_it() {
 fn a_sink_that_does_not_co_locate_may_see_a_retried_batch_again() {
     // FailAfter writes and then errors: an at-least-once sink gets the
     // batch again, and that is the documented guarantee.
-    let world = World::new(scenario_with(
-        vec![plain_sink(true, false, vec![Fault::FailAfter])],
-        PolicyMode::Required,
-    ));
+    let world = World::new(scenario_with(vec![plain_sink(true, false, vec![Fault::FailAfter])], PolicyMode::Required));
     assert!(matches!(world.run_once(true), Outcome::Finished(_)));
     let held = world.logs[0].events();
-    assert!(
-        held.len() > 60,
-        "expected a replayed batch, got {} events",
-        held.len()
-    );
+    assert!(held.len() > 60, "expected a replayed batch, got {} events", held.len());
     let unique: BTreeSet<Position> = positions(&held).into_iter().collect();
     assert_eq!(unique.len(), 60);
 }
@@ -266,8 +184,5 @@ fn a_crash_between_write_and_checkpoint_leaves_no_duplicate_on_a_co_located_sink
         "the crash must land between the write and its checkpoint"
     );
     world.run_to_completion();
-    assert_eq!(
-        positions(&world.logs[0].events()),
-        positions(&world.expected())
-    );
+    assert_eq!(positions(&world.logs[0].events()), positions(&world.expected()));
 }

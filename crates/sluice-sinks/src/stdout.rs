@@ -2,7 +2,7 @@
 //! It cannot know what a reader already saw, so it is at-least-once.
 
 use async_trait::async_trait;
-use sluice_core::{Event, Guarantee, Position, Sink, SinkError};
+use sluice_core::{EventChunks, Guarantee, Position, Sink, SinkError};
 use tokio::io::AsyncWriteExt;
 
 pub struct StdoutSink {
@@ -14,12 +14,7 @@ pub struct StdoutSink {
 
 impl StdoutSink {
     pub fn new(id: impl Into<String>) -> Self {
-        Self {
-            id: id.into(),
-            out: tokio::io::stdout(),
-            buf: Vec::new(),
-            written: None,
-        }
+        Self { id: id.into(), out: tokio::io::stdout(), buf: Vec::new(), written: None }
     }
 }
 
@@ -37,24 +32,21 @@ impl Sink for StdoutSink {
         Ok(None)
     }
 
-    async fn write(&mut self, events: &[Event]) -> Result<Option<Position>, SinkError> {
-        self.buf.clear();
-        for event in events {
-            serde_json::to_writer(&mut self.buf, event).map_err(|e| {
-                SinkError::permanent_from(
-                    "stdout sink: cannot encode an event",
-                    "report this as a bug",
-                    e,
-                )
-            })?;
-            self.buf.push(b'\n');
-        }
+    async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
+        let last = events.last_position().clone();
         let io = |e| SinkError::transient_from("stdout sink: write failed", e);
-        self.out.write_all(&self.buf).await.map_err(io)?;
-        self.out.flush().await.map_err(io)?;
-        if let Some(last) = events.last() {
-            self.written = Some(last.position.clone());
+        while let Some(chunk) = events.next_chunk().await? {
+            self.buf.clear();
+            for event in chunk {
+                serde_json::to_writer(&mut self.buf, event).map_err(|e| {
+                    SinkError::permanent_from("stdout sink: cannot encode an event", "report this as a bug", e)
+                })?;
+                self.buf.push(b'\n');
+            }
+            self.out.write_all(&self.buf).await.map_err(io)?;
         }
+        self.out.flush().await.map_err(io)?;
+        self.written = Some(last);
         Ok(self.written.clone())
     }
 

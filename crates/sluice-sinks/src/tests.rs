@@ -1,9 +1,13 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use sluice_core::{Event, Op, Position, Row, Sink, Value};
+use sluice_core::{Event, Op, Position, Row, Sink, SliceChunks, Value};
 
 use super::*;
+
+async fn write(sink: &mut dyn Sink, events: &[Event]) -> Result<Option<Position>, sluice_core::SinkError> {
+    sink.write(&mut SliceChunks::new(events).unwrap()).await
+}
 
 fn event(tx: u64, seq: u32) -> Event {
     Event {
@@ -13,10 +17,7 @@ fn event(tx: u64, seq: u32) -> Event {
         table: "t".into(),
         key: None,
         before: None,
-        after: Some(Row {
-            columns: vec![Arc::from("id")].into(),
-            values: vec![Value::Int(tx as i64)],
-        }),
+        after: Some(Row { columns: vec![Arc::from("id")].into(), values: vec![Value::Int(tx as i64)] }),
         schema_version: 1,
         position: Position::Generator { tx, seq },
         tx_id: tx.to_string().into(),
@@ -26,11 +27,7 @@ fn event(tx: u64, seq: u32) -> Event {
 }
 
 fn lines(path: &std::path::Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 #[tokio::test]
@@ -39,19 +36,13 @@ async fn file_sink_reports_what_it_holds_after_reopen() {
     let path = dir.path().join("nested/out.jsonl");
     let mut sink = FileSink::new("f", &path);
     assert_eq!(sink.open().await.unwrap(), None);
-    let durable = sink.write(&[event(1, 0), event(2, 0)]).await.unwrap();
+    let durable = write(&mut sink, &[event(1, 0), event(2, 0)]).await.unwrap();
     assert_eq!(durable, Some(Position::Generator { tx: 2, seq: 0 }));
     sink.close().await.unwrap();
     let mut reopened = FileSink::new("f", &path);
-    assert_eq!(
-        reopened.open().await.unwrap(),
-        Some(Position::Generator { tx: 2, seq: 0 })
-    );
-    reopened.write(&[event(3, 0)]).await.unwrap();
-    let held: Vec<_> = lines(&path)
-        .iter()
-        .map(|l| l["position"].as_str().unwrap().to_string())
-        .collect();
+    assert_eq!(reopened.open().await.unwrap(), Some(Position::Generator { tx: 2, seq: 0 }));
+    write(&mut reopened, &[event(3, 0)]).await.unwrap();
+    let held: Vec<_> = lines(&path).iter().map(|l| l["position"].as_str().unwrap().to_string()).collect();
     assert_eq!(held, ["gen:1:0", "gen:2:0", "gen:3:0"]);
 }
 
@@ -61,7 +52,7 @@ async fn file_sink_cuts_a_torn_last_line() {
     let path = dir.path().join("out.jsonl");
     let mut sink = FileSink::new("f", &path);
     sink.open().await.unwrap();
-    sink.write(&[event(1, 0)]).await.unwrap();
+    write(&mut sink, &[event(1, 0)]).await.unwrap();
     let whole_len = std::fs::metadata(&path).unwrap().len();
     let torn = serde_json::to_string(&event(2, 0)).unwrap();
     std::fs::OpenOptions::new()
@@ -71,10 +62,7 @@ async fn file_sink_cuts_a_torn_last_line() {
         .write_all(&torn.as_bytes()[..torn.len() / 2])
         .unwrap();
     let mut reopened = FileSink::new("f", &path);
-    assert_eq!(
-        reopened.open().await.unwrap(),
-        Some(Position::Generator { tx: 1, seq: 0 })
-    );
+    assert_eq!(reopened.open().await.unwrap(), Some(Position::Generator { tx: 1, seq: 0 }));
     assert_eq!(std::fs::metadata(&path).unwrap().len(), whole_len);
 }
 
@@ -96,10 +84,7 @@ async fn file_sink_refuses_a_file_it_did_not_write() {
     let err = FileSink::new("f", &path).open().await.unwrap_err();
     assert!(!err.is_transient());
     let message = err.to_string();
-    assert!(
-        message.contains("not a Sluice event") && message.contains("hint:"),
-        "{message}"
-    );
+    assert!(message.contains("not a Sluice event") && message.contains("hint:"), "{message}");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "shopping list\n");
 }
 
@@ -107,17 +92,10 @@ async fn file_sink_refuses_a_file_it_did_not_write() {
 fn preflight_catches_paths_that_cannot_be_created() {
     let dir = tempfile::tempdir().unwrap();
     assert!(file::preflight(&dir.path().join("a/b/c.jsonl")).is_ok());
-    assert!(
-        file::preflight(dir.path())
-            .unwrap_err()
-            .contains("is a directory")
-    );
+    assert!(file::preflight(dir.path()).unwrap_err().contains("is a directory"));
     let blocker = dir.path().join("blocker");
     std::fs::write(&blocker, "").unwrap();
     let problem = file::preflight(&blocker.join("out.jsonl")).unwrap_err();
     assert!(problem.contains("is not a directory"), "{problem}");
-    assert!(
-        !dir.path().join("a").exists(),
-        "preflight must not create anything"
-    );
+    assert!(!dir.path().join("a").exists(), "preflight must not create anything");
 }

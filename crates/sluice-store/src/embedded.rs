@@ -24,8 +24,7 @@ impl EmbeddedStore {
     /// Opens (creating if needed) `checkpoints.redb` in `data_dir`.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
         let path = data_dir.join(STORE_FILE_NAME);
-        std::fs::create_dir_all(data_dir)
-            .map_err(|e| io_error(&path, "cannot create the data dir", e))?;
+        std::fs::create_dir_all(data_dir).map_err(|e| io_error(&path, "cannot create the data dir", e))?;
         let db = Database::create(&path).map_err(|e| {
             let detail = match e {
                 redb::DatabaseError::DatabaseAlreadyOpen => {
@@ -49,14 +48,9 @@ impl EmbeddedStore {
         &self,
         change: impl FnOnce(&mut redb::Table<&str, &str>) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        let txn = self
-            .db
-            .begin_write()
-            .map_err(|e| self.error("cannot begin a transaction", e))?;
+        let txn = self.db.begin_write().map_err(|e| self.error("cannot begin a transaction", e))?;
         {
-            let mut table = txn
-                .open_table(CHECKPOINTS)
-                .map_err(|e| self.error("cannot open the table", e))?;
+            let mut table = txn.open_table(CHECKPOINTS).map_err(|e| self.error("cannot open the table", e))?;
             change(&mut table)?;
         }
         txn.commit().map_err(|e| self.error("commit failed", e))
@@ -65,48 +59,29 @@ impl EmbeddedStore {
 
 fn io_error(path: &Path, detail: &str, cause: impl Into<sluice_core::BoxError>) -> StoreError {
     let cause = cause.into();
-    StoreError::Io {
-        path: path.display().to_string(),
-        detail: format!("{detail}: {cause}"),
-        cause: Some(cause),
-    }
+    StoreError::Io { path: path.display().to_string(), detail: format!("{detail}: {cause}"), cause: Some(cause) }
 }
 
 fn parse(key: &str, text: &str) -> Result<Position, StoreError> {
-    text.parse().map_err(|_| StoreError::Corrupt {
-        key: key.to_string(),
-        text: text.to_string(),
-    })
+    text.parse().map_err(|_| StoreError::Corrupt { key: key.to_string(), text: text.to_string() })
 }
 
 impl CheckpointStore for EmbeddedStore {
     fn load(&self, keys: &[CheckpointKey]) -> Result<Vec<Option<Position>>, StoreError> {
-        let txn = self
-            .db
-            .begin_read()
-            .map_err(|e| self.error("cannot begin a read", e))?;
-        let table = txn
-            .open_table(CHECKPOINTS)
-            .map_err(|e| self.error("cannot open the table", e))?;
+        let txn = self.db.begin_read().map_err(|e| self.error("cannot begin a read", e))?;
+        let table = txn.open_table(CHECKPOINTS).map_err(|e| self.error("cannot open the table", e))?;
         keys.iter()
             .map(|key| {
                 let key = key.to_string();
-                let stored = table
-                    .get(key.as_str())
-                    .map_err(|e| self.error("read failed", e))?;
+                let stored = table.get(key.as_str()).map_err(|e| self.error("read failed", e))?;
                 stored.map(|text| parse(&key, text.value())).transpose()
             })
             .collect()
     }
 
     fn list(&self) -> Result<Vec<(String, Position)>, StoreError> {
-        let txn = self
-            .db
-            .begin_read()
-            .map_err(|e| self.error("cannot begin a read", e))?;
-        let table = txn
-            .open_table(CHECKPOINTS)
-            .map_err(|e| self.error("cannot open the table", e))?;
+        let txn = self.db.begin_read().map_err(|e| self.error("cannot begin a read", e))?;
+        let table = txn.open_table(CHECKPOINTS).map_err(|e| self.error("cannot open the table", e))?;
         let mut all = Vec::new();
         for entry in table.iter().map_err(|e| self.error("read failed", e))? {
             let (key, text) = entry.map_err(|e| self.error("read failed", e))?;
@@ -132,9 +107,7 @@ impl CheckpointStore for EmbeddedStore {
                         proposed: position.to_string(),
                     });
                 }
-                table
-                    .insert(key.as_str(), position.to_string().as_str())
-                    .map_err(|e| self.error("write failed", e))?;
+                table.insert(key.as_str(), position.to_string().as_str()).map_err(|e| self.error("write failed", e))?;
             }
             Ok(())
         })
@@ -144,11 +117,7 @@ impl CheckpointStore for EmbeddedStore {
         let mut removed = 0;
         self.write(|table| {
             for key in keys {
-                if table
-                    .remove(key.to_string().as_str())
-                    .map_err(|e| self.error("delete failed", e))?
-                    .is_some()
-                {
+                if table.remove(key.to_string().as_str()).map_err(|e| self.error("delete failed", e))?.is_some() {
                     removed += 1;
                 }
             }

@@ -20,40 +20,19 @@ mod tests {
     fn contract(store: &dyn CheckpointStore) {
         let a = CheckpointKey::new("src", "a");
         let b = CheckpointKey::new("src", "b");
-        assert_eq!(
-            store.load(&[a.clone(), b.clone()]).unwrap(),
-            vec![None, None]
-        );
-        store
-            .commit(&[(a.clone(), at(5)), (b.clone(), at(3))])
-            .unwrap();
-        assert_eq!(
-            store.load(&[a.clone(), b.clone()]).unwrap(),
-            vec![Some(at(5)), Some(at(3))]
-        );
+        assert_eq!(store.load(&[a.clone(), b.clone()]).unwrap(), vec![None, None]);
+        store.commit(&[(a.clone(), at(5)), (b.clone(), at(3))]).unwrap();
+        assert_eq!(store.load(&[a.clone(), b.clone()]).unwrap(), vec![Some(at(5)), Some(at(3))]);
         // One regressing key fails the whole commit: b must not move either.
-        let err = store
-            .commit(&[(b.clone(), at(9)), (a.clone(), at(4))])
-            .unwrap_err();
+        let err = store.commit(&[(b.clone(), at(9)), (a.clone(), at(4))]).unwrap_err();
         assert!(matches!(err, StoreError::Regression { .. }), "{err}");
-        assert_eq!(
-            store.load(&[a.clone(), b.clone()]).unwrap(),
-            vec![Some(at(5)), Some(at(3))]
-        );
+        assert_eq!(store.load(&[a.clone(), b.clone()]).unwrap(), vec![Some(at(5)), Some(at(3))]);
         store.commit(&[(a.clone(), at(5))]).unwrap();
         assert_eq!(
             store.list().unwrap(),
-            vec![
-                ("src::sink::a".to_string(), at(5)),
-                ("src::sink::b".to_string(), at(3))
-            ]
+            vec![("src::sink::a".to_string(), at(5)), ("src::sink::b".to_string(), at(3))]
         );
-        assert_eq!(
-            store
-                .remove(&[b.clone(), CheckpointKey::new("src", "zzz")])
-                .unwrap(),
-            1
-        );
+        assert_eq!(store.remove(&[b.clone(), CheckpointKey::new("src", "zzz")]).unwrap(), 1);
         store.commit(&[(b.clone(), at(1))]).unwrap();
         assert_eq!(store.load(&[b]).unwrap(), vec![Some(at(1))]);
     }
@@ -78,20 +57,14 @@ mod tests {
     fn a_second_open_of_the_same_dir_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let _first = EmbeddedStore::open(dir.path()).unwrap();
-        let message = EmbeddedStore::open(dir.path())
-            .err()
-            .expect("second open must fail")
-            .to_string();
+        let message = EmbeddedStore::open(dir.path()).err().expect("second open must fail").to_string();
         assert!(message.contains("another process"), "{message}");
     }
 
     #[test]
     fn an_unusable_data_dir_is_reported() {
         let file = tempfile::NamedTempFile::new().unwrap();
-        let message = EmbeddedStore::open(&file.path().join("sub"))
-            .err()
-            .unwrap()
-            .to_string();
+        let message = EmbeddedStore::open(&file.path().join("sub")).err().unwrap().to_string();
         assert!(message.contains("cannot create the data dir"), "{message}");
     }
 }

@@ -31,9 +31,7 @@ impl MemoryStore {
         let guard = self.lock();
         let (_guard, result) = self
             .changed
-            .wait_timeout_while(guard, timeout, |state| {
-                state.get(&key).is_none_or(|p| p < target)
-            })
+            .wait_timeout_while(guard, timeout, |state| state.get(&key).is_none_or(|p| p < target))
             .unwrap_or_else(PoisonError::into_inner);
         !result.timed_out()
     }
@@ -46,27 +44,17 @@ impl MemoryStore {
 impl CheckpointStore for MemoryStore {
     fn load(&self, keys: &[CheckpointKey]) -> Result<Vec<Option<Position>>, StoreError> {
         let state = self.lock();
-        Ok(keys
-            .iter()
-            .map(|k| state.get(&k.to_string()).cloned())
-            .collect())
+        Ok(keys.iter().map(|k| state.get(&k.to_string()).cloned()).collect())
     }
 
     fn list(&self) -> Result<Vec<(String, Position)>, StoreError> {
-        Ok(self
-            .lock()
-            .iter()
-            .map(|(k, p)| (k.clone(), p.clone()))
-            .collect())
+        Ok(self.lock().iter().map(|(k, p)| (k.clone(), p.clone())).collect())
     }
 
     fn commit(&self, updates: &[(CheckpointKey, Position)]) -> Result<(), StoreError> {
         let mut state = self.lock();
         for (key, position) in updates {
-            if let Some(stored) = state
-                .get(&key.to_string())
-                .filter(|stored| *stored > position)
-            {
+            if let Some(stored) = state.get(&key.to_string()).filter(|stored| *stored > position) {
                 return Err(StoreError::Regression {
                     key: key.to_string(),
                     stored: stored.to_string(),
@@ -83,9 +71,6 @@ impl CheckpointStore for MemoryStore {
 
     fn remove(&self, keys: &[CheckpointKey]) -> Result<usize, StoreError> {
         let mut state = self.lock();
-        Ok(keys
-            .iter()
-            .filter(|k| state.remove(&k.to_string()).is_some())
-            .count())
+        Ok(keys.iter().filter(|k| state.remove(&k.to_string()).is_some()).count())
     }
 }

@@ -27,20 +27,10 @@ fn main() {
         return;
     }
     let exe = std::env::current_exe().expect("bench binary path");
-    println!(
-        "{:<22} {:>10} {:>9} {:>13} {:>13}",
-        "case", "events", "seconds", "events/s", "peak RSS MB"
-    );
+    println!("{:<22} {:>10} {:>9} {:>13} {:>13}", "case", "events", "seconds", "events/s", "peak RSS MB");
     for case in CASES {
-        let output = Command::new(&exe)
-            .env(CASE_VAR, case)
-            .output()
-            .expect("bench child runs");
-        assert!(
-            output.status.success(),
-            "{case} failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let output = Command::new(&exe).env(CASE_VAR, case).output().expect("bench child runs");
+        assert!(output.status.success(), "{case} failed: {}", String::from_utf8_lossy(&output.stderr));
         print!("{}", String::from_utf8_lossy(&output.stdout));
     }
 }
@@ -58,10 +48,7 @@ fn generator() -> GeneratorSource {
 }
 
 fn run_case(case: &str) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let events = TX_COUNT * u64::from(ROWS_PER_TX);
     let start = Instant::now();
@@ -80,16 +67,8 @@ fn run_case(case: &str) {
         }),
         "generator-to-memory" => {
             let log = MemoryLog::new();
-            let options = MemoryOptions {
-                co_located: true,
-                retain: false,
-                durable_every: 1,
-            };
-            run_pipeline(
-                &runtime,
-                Box::new(MemorySink::new("memory", log.clone(), options)),
-                dir.path(),
-            );
+            let options = MemoryOptions { co_located: true, retain: false, durable_every: 1 };
+            run_pipeline(&runtime, Box::new(MemorySink::new("memory", log.clone(), options)), dir.path());
             verify = Box::new(move || assert_eq!(log.event_count(), events));
         }
         "generator-to-file" => {
@@ -105,31 +84,21 @@ fn run_case(case: &str) {
     let seconds = start.elapsed().as_secs_f64();
     // Read before any verification that could itself grow the process.
     let peak_rss_mib = peak_rss_kib() as f64 / 1024.0;
-    println!(
-        "{case:<22} {events:>10} {seconds:>9.2} {:>13.0} {:>13.1}",
-        events as f64 / seconds,
-        peak_rss_mib
-    );
+    println!("{case:<22} {events:>10} {seconds:>9.2} {:>13.0} {:>13.1}", events as f64 / seconds, peak_rss_mib);
     verify();
 }
 
-fn run_pipeline(
-    runtime: &tokio::runtime::Runtime,
-    sink: Box<dyn Sink>,
-    data_dir: &std::path::Path,
-) {
+fn run_pipeline(runtime: &tokio::runtime::Runtime, sink: Box<dyn Sink>, data_dir: &std::path::Path) {
     let pipeline = Pipeline {
         settings: PipelineSettings {
             name: "bench".into(),
             batch: BatchConfig::default(),
             commit_policy: CommitPolicy::default(),
             sink_batch_deadline: Duration::from_secs(60),
+            spill_dir: data_dir.join("spill"),
         },
         source: Box::new(generator()),
-        sinks: vec![SinkSpec {
-            sink,
-            required: true,
-        }],
+        sinks: vec![SinkSpec { sink, required: true }],
         store: Arc::new(EmbeddedStore::open(&data_dir.join("store")).unwrap()),
     };
     runtime.block_on(pipeline.run(Shutdown::new())).unwrap();

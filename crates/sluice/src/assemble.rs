@@ -20,9 +20,7 @@ pub fn load(path: &Path) -> Result<Config, Failure> {
     for (p, pipeline) in config.pipelines.iter().enumerate() {
         for (s, sink) in pipeline.sinks.iter().enumerate() {
             sluice_sinks::preflight(sink).map_err(|(field, problem)| {
-                Failure::bad_input(anyhow!(
-                    "pipelines[{p}].sinks[{s}].config.{field}: {problem}"
-                ))
+                Failure::bad_input(anyhow!("pipelines[{p}].sinks[{s}].config.{field}: {problem}"))
             })?;
         }
     }
@@ -35,17 +33,15 @@ pub fn open_store(data_dir: &Path) -> Result<Arc<dyn CheckpointStore>, Failure> 
     Ok(Arc::new(store))
 }
 
-pub fn pipeline(config: &PipelineConfig, store: Arc<dyn CheckpointStore>) -> Pipeline {
+/// Spill files of pipeline `name` live in `<data dir>/spill/<name>`.
+pub fn pipeline(config: &PipelineConfig, store: Arc<dyn CheckpointStore>, data_dir: &Path) -> Pipeline {
     let source: Box<dyn Source> = match &config.source {
         SourceConfig::Generator(c) => Box::new(GeneratorSource::new(c.clone())),
     };
     let sinks = config
         .sinks
         .iter()
-        .map(|sink| SinkSpec {
-            sink: sluice_sinks::build(sink),
-            required: sink.required(),
-        })
+        .map(|sink| SinkSpec { sink: sluice_sinks::build(sink), required: sink.required() })
         .collect();
     Pipeline {
         settings: PipelineSettings {
@@ -53,6 +49,7 @@ pub fn pipeline(config: &PipelineConfig, store: Arc<dyn CheckpointStore>) -> Pip
             batch: config.batch.clone(),
             commit_policy: config.commit_policy.clone(),
             sink_batch_deadline: Duration::from_secs(config.sink_batch_deadline_secs),
+            spill_dir: data_dir.join("spill").join(&config.name),
         },
         source,
         sinks,

@@ -20,24 +20,13 @@ fn list(args: RunArgs) -> Result<(), Failure> {
     let config = assemble::load(&args.config.config)?;
     let store = assemble::open_store(&args.data_dir)?;
     let stored = store.list().map_err(Failure::pipeline)?;
-    let mut rows = vec![[
-        "PIPELINE".to_string(),
-        "KEY".to_string(),
-        "CHECKPOINT".to_string(),
-    ]];
+    let mut rows = vec![["PIPELINE".to_string(), "KEY".to_string(), "CHECKPOINT".to_string()]];
     let mut known = BTreeSet::new();
     for pipeline in &config.pipelines {
         for sink in &pipeline.sinks {
             let key = CheckpointKey::new(pipeline.source.id(), sink.id()).to_string();
-            let position = stored
-                .iter()
-                .find(|(k, _)| *k == key)
-                .map(|(_, p)| p.to_string());
-            rows.push([
-                pipeline.name.clone(),
-                key.clone(),
-                position.unwrap_or_else(|| "none".into()),
-            ]);
+            let position = stored.iter().find(|(k, _)| *k == key).map(|(_, p)| p.to_string());
+            rows.push([pipeline.name.clone(), key.clone(), position.unwrap_or_else(|| "none".into())]);
             known.insert(key);
         }
     }

@@ -9,11 +9,9 @@ use crate::cli::LogFormat;
 /// RUST_LOG, when set, wins over `--log-level`.
 pub fn init(format: LogFormat, level: &str) -> anyhow::Result<()> {
     let filter = match std::env::var("RUST_LOG") {
-        Ok(spec) => EnvFilter::try_new(&spec)
-            .map_err(|e| anyhow!("RUST_LOG={spec:?} is not a log filter: {e}"))?,
-        Err(_) => EnvFilter::try_new(level).map_err(|e| {
-            anyhow!("--log-level {level:?} is not a log filter: {e}; hint: use e.g. info or debug")
-        })?,
+        Ok(spec) => EnvFilter::try_new(&spec).map_err(|e| anyhow!("RUST_LOG={spec:?} is not a log filter: {e}"))?,
+        Err(_) => EnvFilter::try_new(level)
+            .map_err(|e| anyhow!("--log-level {level:?} is not a log filter: {e}; hint: use e.g. info or debug"))?,
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

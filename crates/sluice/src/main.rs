@@ -48,16 +48,10 @@ pub struct Failure {
 
 impl Failure {
     pub fn bad_input(error: impl Into<anyhow::Error>) -> Self {
-        Self {
-            code: EXIT_BAD_INPUT,
-            error: error.into(),
-        }
+        Self { code: EXIT_BAD_INPUT, error: error.into() }
     }
 
     pub fn pipeline(error: impl Into<anyhow::Error>) -> Self {
-        Self {
-            code: EXIT_PIPELINE_FAILED,
-            error: error.into(),
-        }
+        Self { code: EXIT_PIPELINE_FAILED, error: error.into() }
     }
 }

@@ -21,7 +21,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         let mut runs = Vec::new();
         for pipeline in &config.pipelines {
             let name = pipeline.name.clone();
-            let run = assemble::pipeline(pipeline, store.clone()).run(shutdown.clone());
+            let run = assemble::pipeline(pipeline, store.clone(), &args.data_dir).run(shutdown.clone());
             let shutdown = shutdown.clone();
             runs.push((
                 name,
@@ -63,10 +63,8 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
 /// (checkpoints are safe either way: they only ever trail what sinks hold).
 async fn watch_signals(shutdown: Shutdown) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut interrupt), Ok(mut terminate)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
+    let (Ok(mut interrupt), Ok(mut terminate)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+    else {
         warn!("cannot install signal handlers; stop sluice with SIGKILL");
         return;
     };

@@ -40,11 +40,7 @@ pub fn table<const N: usize>(rows: &[[String; N]]) -> String {
     }
     let mut out = String::new();
     for row in rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect();
+        let cells: Vec<String> = row.iter().zip(widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }

@@ -7,10 +7,7 @@ use common::*;
 #[test]
 fn quickstart_pipeline_writes_every_event_once_and_records_the_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &generator_to_file(300, 7, None, "out/orders.jsonl"),
-    );
+    let config = write_config(dir.path(), &generator_to_file(300, 7, None, "out/orders.jsonl"));
     let config = config.to_str().unwrap();
     let output = run(&["run", "-c", config], dir.path());
     assert!(output.status.success(), "{}", stderr(&output));
@@ -20,10 +17,7 @@ fn quickstart_pipeline_writes_every_event_once_and_records_the_checkpoint() {
 
     let output = run(&["checkpoints", "list", "-c", config], dir.path());
     let listing = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        listing.contains("gen1::sink::local  gen:300:6"),
-        "{listing}"
-    );
+    assert!(listing.contains("gen1::sink::local  gen:300:6"), "{listing}");
 
     // A second run finds everything delivered and adds nothing.
     let output = run(&["run", "-c", config], dir.path());
@@ -34,26 +28,15 @@ fn quickstart_pipeline_writes_every_event_once_and_records_the_checkpoint() {
 #[test]
 fn validate_shows_each_sink_and_its_guarantee() {
     let dir = tempfile::tempdir().unwrap();
-    let text = generator_to_file(1, 1, None, "out.jsonl").replace(
-        "    batch:",
-        "      - type: stdout\n        config: { id: console, required: false }\n    batch:",
-    );
+    let text = generator_to_file(1, 1, None, "out.jsonl")
+        .replace("    batch:", "      - type: stdout\n        config: { id: console, required: false }\n    batch:");
     let config = write_config(dir.path(), &text);
     let output = run(&["validate", "-c", config.to_str().unwrap()], dir.path());
     assert!(output.status.success(), "{}", stderr(&output));
     let table = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        table.contains("local    file    yes       exactly-once"),
-        "{table}"
-    );
-    assert!(
-        table.contains("console  stdout  no        at-least-once (dedup: event id)"),
-        "{table}"
-    );
-    assert!(
-        !dir.path().join("out.jsonl").exists(),
-        "validate writes nothing"
-    );
+    assert!(table.contains("local    file    yes       exactly-once"), "{table}");
+    assert!(table.contains("console  stdout  no        at-least-once (dedup: event id)"), "{table}");
+    assert!(!dir.path().join("out.jsonl").exists(), "validate writes nothing");
 }
 
 /// Each bad config exits 2 with a message naming the field, and nothing is written.
@@ -63,28 +46,16 @@ fn bad_input_exits_2_names_the_field_and_writes_nothing() {
     let cases: Vec<(String, &str)> = vec![
         ("pipelines:\n  - name: [oops\n".into(), "line"),
         (good.replace("path:", "pth:"), "unknown field `pth`"),
+        (good.replace("out/orders.jsonl", "${SLUICE_TEST_UNSET_DIR}/o.jsonl"), "SLUICE_TEST_UNSET_DIR is not set"),
         (
-            good.replace("out/orders.jsonl", "${SLUICE_TEST_UNSET_DIR}/o.jsonl"),
-            "SLUICE_TEST_UNSET_DIR is not set",
-        ),
-        (
-            good.replace(
-                "    batch:",
-                "      - type: stdout\n        config: { id: local }\n    batch:",
-            ),
+            good.replace("    batch:", "      - type: stdout\n        config: { id: local }\n    batch:"),
             "pipelines[0].sinks[1].config.id",
         ),
         (
-            good.replace(
-                "    batch:",
-                "    commit_policy: { mode: quorum, quorum: 2 }\n    batch:",
-            ),
+            good.replace("    batch:", "    commit_policy: { mode: quorum, quorum: 2 }\n    batch:"),
             "pipelines[0].commit_policy.quorum",
         ),
-        (
-            good.replace("out/orders.jsonl", "blocker/orders.jsonl"),
-            "pipelines[0].sinks[0].config.path",
-        ),
+        (good.replace("out/orders.jsonl", "blocker/orders.jsonl"), "pipelines[0].sinks[0].config.path"),
     ];
     for (text, expected) in cases {
         let dir = tempfile::tempdir().unwrap();
@@ -94,20 +65,11 @@ fn bad_input_exits_2_names_the_field_and_writes_nothing() {
             let output = run(&[command, "-c", config.to_str().unwrap()], dir.path());
             let message = stderr(&output);
             assert_eq!(output.status.code(), Some(2), "{command}: {message}");
-            assert!(
-                message.contains(expected),
-                "{command}: expected {expected:?} in {message}"
-            );
+            assert!(message.contains(expected), "{command}: expected {expected:?} in {message}");
             assert_eq!(message.lines().count(), 1, "one clear error: {message}");
         }
-        assert!(
-            !dir.path().join("sluice-data").exists(),
-            "no store created for {expected}"
-        );
-        assert!(
-            !dir.path().join("out").exists(),
-            "no output created for {expected}"
-        );
+        assert!(!dir.path().join("sluice-data").exists(), "no store created for {expected}");
+        assert!(!dir.path().join("out").exists(), "no output created for {expected}");
     }
 }
 
@@ -120,18 +82,7 @@ fn checkpoints_reset_needs_confirmation_and_then_replays() {
     let output = run(&["checkpoints", "reset", "-c", config], dir.path());
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("--yes"));
-    let output = run(
-        &[
-            "checkpoints",
-            "reset",
-            "-c",
-            config,
-            "--sink",
-            "nope",
-            "--yes",
-        ],
-        dir.path(),
-    );
+    let output = run(&["checkpoints", "reset", "-c", config, "--sink", "nope", "--yes"], dir.path());
     assert_eq!(output.status.code(), Some(2));
     let output = run(&["checkpoints", "reset", "-c", config, "--yes"], dir.path());
     assert!(output.status.success(), "{}", stderr(&output));
@@ -146,22 +97,13 @@ fn checkpoints_reset_needs_confirmation_and_then_replays() {
 #[test]
 fn a_second_process_on_the_same_data_dir_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        &generator_to_file(1_000_000, 1, Some(1000), "out.jsonl"),
-    );
+    let config = write_config(dir.path(), &generator_to_file(1_000_000, 1, Some(1000), "out.jsonl"));
     let config = config.to_str().unwrap();
     let mut first = spawn(&["run", "-c", config], dir.path());
-    wait_until(std::time::Duration::from_secs(30), "first events", || {
-        line_count(&dir.path().join("out.jsonl")) > 0
-    });
+    wait_until(std::time::Duration::from_secs(30), "first events", || line_count(&dir.path().join("out.jsonl")) > 0);
     let output = run(&["run", "-c", config], dir.path());
     assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("another process"),
-        "{}",
-        stderr(&output)
-    );
+    assert!(stderr(&output).contains("another process"), "{}", stderr(&output));
     first.kill().unwrap();
     first.wait().unwrap();
 }

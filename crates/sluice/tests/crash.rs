@@ -14,19 +14,14 @@ fn sigkill_mid_run_never_loses_or_duplicates_an_event_in_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("orders.jsonl");
     // Rate-limited so each kill lands mid-stream.
-    let config = write_config(
-        dir.path(),
-        &generator_to_file(TX_COUNT, ROWS_PER_TX, Some(40_000), "orders.jsonl"),
-    );
+    let config = write_config(dir.path(), &generator_to_file(TX_COUNT, ROWS_PER_TX, Some(40_000), "orders.jsonl"));
     let config = config.to_str().unwrap();
     let total = (TX_COUNT * u64::from(ROWS_PER_TX)) as usize;
     let mut kills = 0;
     for step in 1..=6 {
         let mut child = spawn(&["run", "-c", config], dir.path());
         let target = total * step / 8;
-        wait_until(Duration::from_secs(60), "the file to grow", || {
-            line_count(&out) >= target
-        });
+        wait_until(Duration::from_secs(60), "the file to grow", || line_count(&out) >= target);
         child.kill().expect("SIGKILL");
         child.wait().unwrap();
         kills += 1;
@@ -47,43 +42,25 @@ fn sigkill_mid_run_never_loses_or_duplicates_an_event_in_the_file() {
 fn sigterm_drains_and_saves_a_checkpoint_that_matches_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("orders.jsonl");
-    let config = write_config(
-        dir.path(),
-        &generator_to_file(1_000_000, 4, Some(20_000), "orders.jsonl"),
-    );
+    let config = write_config(dir.path(), &generator_to_file(1_000_000, 4, Some(20_000), "orders.jsonl"));
     let config = config.to_str().unwrap();
     let child = spawn(&["run", "-c", config], dir.path());
-    wait_until(Duration::from_secs(60), "the file to grow", || {
-        line_count(&out) >= 5000
-    });
+    wait_until(Duration::from_secs(60), "the file to grow", || line_count(&out) >= 5000);
     send_sigterm(child.id());
     let output = child.wait_with_output().unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let held = std::fs::read_to_string(&out).unwrap();
     let last_line: serde_json::Value = serde_json::from_str(held.lines().last().unwrap()).unwrap();
-    assert_eq!(
-        last_line["tx_end"], true,
-        "a drained file ends on a whole transaction"
-    );
+    assert_eq!(last_line["tx_end"], true, "a drained file ends on a whole transaction");
     let listing = run(&["checkpoints", "list", "-c", config], dir.path());
     let listing = String::from_utf8_lossy(&listing.stdout);
     let position = last_line["position"].as_str().unwrap();
-    assert!(
-        listing.contains(&format!("gen1::sink::local  {position}")),
-        "{listing}"
-    );
+    assert!(listing.contains(&format!("gen1::sink::local  {position}")), "{listing}");
 }
 
 /// Signals our own child through the `kill` command, which keeps the
 /// test free of unsafe code.
 fn send_sigterm(pid: u32) {
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .expect("kill runs");
+    let status = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill runs");
     assert!(status.success());
 }

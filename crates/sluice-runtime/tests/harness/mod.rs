@@ -8,14 +8,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sluice_config::{BatchConfig, CommitPolicy, GeneratorConfig, PolicyMode};
 use sluice_core::{
-    AckWatermark, CheckpointKey, CheckpointStore, Event, Guarantee, Position, Sink, SinkError,
-    Source, SourceError, SourceStatus, StoreError,
+    AckWatermark, CheckpointKey, CheckpointStore, Event, EventChunks, Guarantee, Position, Sink, SinkError,
+    SliceChunks, Source, SourceError, SourceStatus, StoreError, collect_chunks,
 };
 use sluice_generator::GeneratorSource;
 use sluice_runtime::{Pipeline, PipelineError, PipelineSettings, RunReport, Shutdown, SinkSpec};
-use sluice_sinks::testing::{
-    CrashSwitch, Fault, FaultPlan, FaultySink, MemoryLog, MemoryOptions, MemorySink,
-};
+use sluice_sinks::testing::{CrashSwitch, Fault, FaultPlan, FaultySink, MemoryLog, MemoryOptions, MemorySink};
 use sluice_store::MemoryStore;
 
 pub const SOURCE_ID: &str = "gen";
@@ -48,6 +46,7 @@ pub struct World {
     pub logs: Vec<Arc<MemoryLog>>,
     pub calls: Vec<Arc<Mutex<Vec<Call>>>>,
     plans: Vec<FaultPlan>,
+    spill_dir: tempfile::TempDir,
 }
 
 pub enum Outcome {
@@ -68,15 +67,12 @@ impl World {
             keys,
         });
         Self {
-            plans: scenario
-                .sinks
-                .iter()
-                .map(|s| FaultPlan::new(s.faults.clone()))
-                .collect(),
+            plans: scenario.sinks.iter().map(|s| FaultPlan::new(s.faults.clone())).collect(),
             calls: scenario.sinks.iter().map(|_| Arc::default()).collect(),
             logs,
             store,
             scenario,
+            spill_dir: tempfile::tempdir().unwrap(),
         }
     }
 
@@ -107,11 +103,7 @@ impl World {
     /// One process lifetime: runs until the pipeline ends or a fault
     /// crashes it. Time is paused, so deadlines and backoff cost nothing.
     pub fn run_once(&self, faults_enabled: bool) -> Outcome {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
         let crash = CrashSwitch::default();
         let sinks = self
             .scenario
@@ -119,38 +111,22 @@ impl World {
             .iter()
             .enumerate()
             .map(|(index, spec)| {
-                let memory = MemorySink::new(
-                    format!("sink{index}"),
-                    self.logs[index].clone(),
-                    spec.options,
-                );
-                let plan = if faults_enabled {
-                    self.plans[index].clone()
-                } else {
-                    FaultPlan::default()
-                };
+                let memory = MemorySink::new(format!("sink{index}"), self.logs[index].clone(), spec.options);
+                let plan = if faults_enabled { self.plans[index].clone() } else { FaultPlan::default() };
                 let faulty = FaultySink::new(memory, plan, crash.clone());
-                let recording = Recording {
-                    inner: faulty,
-                    calls: self.calls[index].clone(),
-                };
-                SinkSpec {
-                    sink: Box::new(recording),
-                    required: spec.required,
-                }
+                let recording = Recording { inner: faulty, calls: self.calls[index].clone() };
+                SinkSpec { sink: Box::new(recording), required: spec.required }
             })
             .collect();
-        let source = AckChecked {
-            inner: GeneratorSource::new(self.generator_config()),
-            ack: None,
-            store: self.store.clone(),
-        };
+        let source =
+            AckChecked { inner: GeneratorSource::new(self.generator_config()), ack: None, store: self.store.clone() };
         let pipeline = Pipeline {
             settings: PipelineSettings {
                 name: "test".into(),
                 batch: self.scenario.batch.clone(),
                 commit_policy: self.scenario.policy.clone(),
                 sink_batch_deadline: Duration::from_secs(1),
+                spill_dir: self.spill_dir.path().join("spill"),
             },
             source: Box::new(source),
             sinks,
@@ -212,15 +188,12 @@ impl<S: Sink> Sink for Recording<S> {
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {
         self.inner.open().await
     }
-    async fn write(&mut self, events: &[Event]) -> Result<Option<Position>, SinkError> {
-        assert!(
-            !events.is_empty(),
-            "the coordinator never sends an empty write"
-        );
-        self.calls.lock().unwrap().push(Call {
-            last_is_tx_end: events[events.len() - 1].tx_end,
-        });
-        self.inner.write(events).await
+    async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
+        let all = collect_chunks(events).await?;
+        assert!(!all.is_empty(), "the coordinator never sends an empty write");
+        assert_eq!(&all[all.len() - 1].position, events.last_position());
+        self.calls.lock().unwrap().push(Call { last_is_tx_end: all[all.len() - 1].tx_end });
+        self.inner.write(&mut SliceChunks::new(&all).unwrap()).await
     }
     async fn flush(&mut self) -> Result<Option<Position>, SinkError> {
         self.inner.flush().await
@@ -243,11 +216,7 @@ impl Source for AckChecked {
     fn id(&self) -> &str {
         self.inner.id()
     }
-    async fn start(
-        &mut self,
-        from: Option<Position>,
-        acked: AckWatermark,
-    ) -> Result<(), SourceError> {
+    async fn start(&mut self, from: Option<Position>, acked: AckWatermark) -> Result<(), SourceError> {
         self.ack = Some(acked.clone());
         self.inner.start(from, acked).await
     }
@@ -280,30 +249,17 @@ impl ObservedStore {
         let held: Vec<Option<Position>> = self.logs.iter().map(|l| l.last_position()).collect();
         let holds = |i: usize| held[i].as_ref().is_some_and(|h| h >= position);
         let index = self.keys.iter().position(|k| k == key).unwrap();
-        assert!(
-            holds(index),
-            "{key} stored at {position} beyond what the sink holds ({:?})",
-            held[index]
-        );
+        assert!(holds(index), "{key} stored at {position} beyond what the sink holds ({:?})", held[index]);
         let must_hold: Vec<usize> = match self.policy.mode {
             PolicyMode::All => (0..held.len()).collect(),
-            PolicyMode::Required | PolicyMode::Quorum => {
-                (0..held.len()).filter(|i| self.required[*i]).collect()
-            }
+            PolicyMode::Required | PolicyMode::Quorum => (0..held.len()).filter(|i| self.required[*i]).collect(),
         };
         for i in must_hold {
-            assert!(
-                holds(i),
-                "{key} stored at {position} beyond the frontier: sink{i} holds {:?}",
-                held[i]
-            );
+            assert!(holds(i), "{key} stored at {position} beyond the frontier: sink{i} holds {:?}", held[i]);
         }
         if self.policy.mode == PolicyMode::Quorum {
             let count = (0..held.len()).filter(|i| holds(*i)).count();
-            assert!(
-                count >= self.policy.quorum.unwrap(),
-                "{key} stored at {position} held by only {count} sinks"
-            );
+            assert!(count >= self.policy.quorum.unwrap(), "{key} stored at {position} held by only {count} sinks");
         }
     }
 }

@@ -17,10 +17,7 @@ pub use sink::FileSink;
 /// not be one.
 pub fn preflight(path: &std::path::Path) -> Result<(), String> {
     if path.is_dir() {
-        return Err(format!(
-            "{} is a directory; point path at a file inside it",
-            path.display()
-        ));
+        return Err(format!("{} is a directory; point path at a file inside it", path.display()));
     }
     let mut ancestor = path.parent();
     while let Some(dir) = ancestor {
@@ -30,10 +27,7 @@ pub fn preflight(path: &std::path::Path) -> Result<(), String> {
         match std::fs::metadata(dir) {
             Ok(meta) if meta.is_dir() => {
                 if meta.permissions().readonly() {
-                    return Err(format!(
-                        "{} is read-only; choose a writable location",
-                        dir.display()
-                    ));
+                    return Err(format!("{} is read-only; choose a writable location", dir.display()));
                 }
                 return Ok(());
             }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use sluice_core::{Event, Guarantee, Position, Sink, SinkError};
+use sluice_core::{EventChunks, Guarantee, Position, Sink, SinkError};
 
 use super::recover::{Tail, recover};
 
@@ -21,24 +21,48 @@ pub struct FileSink {
 
 impl FileSink {
     pub fn new(id: impl Into<String>, path: impl Into<PathBuf>) -> Self {
-        Self {
-            id: id.into(),
-            path: path.into(),
-            file: Arc::new(Mutex::new(None)),
-            held: None,
-            buf: Vec::new(),
-        }
+        Self { id: id.into(), path: path.into(), file: Arc::new(Mutex::new(None)), held: None, buf: Vec::new() }
     }
 
     fn permanent(&self, problem: String) -> SinkError {
         SinkError::permanent(
-            format!(
-                "file sink {:?}: {}: {problem}",
-                self.id,
-                self.path.display()
-            ),
+            format!("file sink {:?}: {}: {problem}", self.id, self.path.display()),
             "check the path and its permissions, or point the sink at a new file",
         )
+    }
+}
+
+/// Encoded bytes gathered before an append, when a batch comes in chunks.
+const APPEND_BYTES: usize = 4 * 1024 * 1024;
+
+impl FileSink {
+    /// Appends the buffer, and with `sync` fsyncs the file.
+    async fn append(&mut self, sync: bool) -> Result<(), SinkError> {
+        let mut buf = std::mem::take(&mut self.buf);
+        let slot = self.file.clone();
+        let (result, returned) = tokio::task::spawn_blocking(move || {
+            let mut guard = slot.lock().unwrap_or_else(PoisonError::into_inner);
+            let result = match guard.as_mut() {
+                None => Err("the file is not open".to_string()),
+                Some(file) => file
+                    .write_all(&buf)
+                    .and_then(|()| if sync { file.sync_data() } else { Ok(()) })
+                    .map_err(|e| e.to_string()),
+            };
+            if result.is_err() {
+                // A failed append may have left a partial line; recovery in
+                // `open` must run before the next write.
+                *guard = None;
+            }
+            buf.clear();
+            (result, buf)
+        })
+        .await
+        .map_err(blocking_failed)?;
+        self.buf = returned;
+        result.map_err(|e| {
+            SinkError::transient(format!("file sink {:?}: writing {} failed: {e}", self.id, self.path.display()))
+        })
     }
 }
 
@@ -63,8 +87,7 @@ impl Sink for FileSink {
             let mut guard = slot.lock().unwrap_or_else(PoisonError::into_inner);
             *guard = None;
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+                std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
             }
             let mut file = OpenOptions::new()
                 .read(true)
@@ -86,51 +109,24 @@ impl Sink for FileSink {
         Ok(self.held.clone())
     }
 
-    async fn write(&mut self, events: &[Event]) -> Result<Option<Position>, SinkError> {
-        let Some(last) = events.last() else {
-            return Ok(self.held.clone());
-        };
+    async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
+        let last = events.last_position().clone();
         self.buf.clear();
-        for event in events {
-            serde_json::to_writer(&mut self.buf, event).map_err(|e| {
-                SinkError::permanent_from(
-                    "file sink: cannot encode an event",
-                    "report this as a bug",
-                    e,
-                )
-            })?;
-            self.buf.push(b'\n');
-        }
-        let mut buf = std::mem::take(&mut self.buf);
-        let slot = self.file.clone();
-        let (result, returned) = tokio::task::spawn_blocking(move || {
-            let mut guard = slot.lock().unwrap_or_else(PoisonError::into_inner);
-            let result = match guard.as_mut() {
-                None => Err("the file is not open".to_string()),
-                Some(file) => file
-                    .write_all(&buf)
-                    .and_then(|()| file.sync_data())
-                    .map_err(|e| e.to_string()),
-            };
-            if result.is_err() {
-                // A failed append may have left a partial line; recovery in
-                // `open` must run before the next write.
-                *guard = None;
+        while let Some(chunk) = events.next_chunk().await? {
+            for event in chunk {
+                serde_json::to_writer(&mut self.buf, event).map_err(|e| {
+                    SinkError::permanent_from("file sink: cannot encode an event", "report this as a bug", e)
+                })?;
+                self.buf.push(b'\n');
             }
-            buf.clear();
-            (result, buf)
-        })
-        .await
-        .map_err(blocking_failed)?;
-        self.buf = returned;
-        result.map_err(|e| {
-            SinkError::transient(format!(
-                "file sink {:?}: writing {} failed: {e}",
-                self.id,
-                self.path.display()
-            ))
-        })?;
-        self.held = Some(last.position.clone());
+            // A spilled batch arrives in many chunks; write as we go so the
+            // encoded batch never has to fit in memory.
+            if self.buf.len() >= APPEND_BYTES {
+                self.append(false).await?;
+            }
+        }
+        self.append(true).await?;
+        self.held = Some(last);
         Ok(self.held.clone())
     }
 
@@ -141,11 +137,9 @@ impl Sink for FileSink {
 
     async fn close(&mut self) -> Result<(), SinkError> {
         let slot = self.file.clone();
-        tokio::task::spawn_blocking(move || {
-            slot.lock().unwrap_or_else(PoisonError::into_inner).take()
-        })
-        .await
-        .map_err(blocking_failed)?;
+        tokio::task::spawn_blocking(move || slot.lock().unwrap_or_else(PoisonError::into_inner).take())
+            .await
+            .map_err(blocking_failed)?;
         Ok(())
     }
 }

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use sluice_core::{Event, Guarantee, Position, Sink, SinkError};
+use sluice_core::{EventChunks, Guarantee, Position, Sink, SinkError, SliceChunks, collect_chunks};
 use tokio::sync::Notify;
 
 /// What one `write` call does.
@@ -38,11 +38,7 @@ impl FaultPlan {
     }
 
     fn next(&self) -> Fault {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop_front()
-            .unwrap_or(Fault::None)
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).pop_front().unwrap_or(Fault::None)
     }
 }
 
@@ -96,25 +92,30 @@ impl<S: Sink> Sink for FaultySink<S> {
         self.inner.open().await
     }
 
-    async fn write(&mut self, events: &[Event]) -> Result<Option<Position>, SinkError> {
-        match self.plan.next() {
-            Fault::None => self.inner.write(events).await,
+    async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
+        let fault = self.plan.next();
+        if fault == Fault::None {
+            return self.inner.write(events).await;
+        }
+        let all = collect_chunks(events).await?;
+        let write = |events| SliceChunks::new(events).expect("a write holds at least one event");
+        match fault {
+            Fault::None => unreachable!("passed through above"),
             Fault::FailBefore => Err(injected()),
-            Fault::Reject => Err(SinkError::permanent(
-                "injected permanent fault",
-                "remove the fault",
-            )),
+            Fault::Reject => Err(SinkError::permanent("injected permanent fault", "remove the fault")),
             Fault::FailAfter => {
-                self.inner.write(events).await?;
+                self.inner.write(&mut write(&all)).await?;
                 Err(injected())
             }
             Fault::FailMidway => {
-                self.inner.write(&events[..events.len() / 2]).await?;
+                if let Some(mut half) = SliceChunks::new(&all[..all.len() / 2]) {
+                    self.inner.write(&mut half).await?;
+                }
                 Err(injected())
             }
             Fault::Hang => std::future::pending().await,
             Fault::CrashAfter => {
-                self.inner.write(events).await?;
+                self.inner.write(&mut write(&all)).await?;
                 crash(self.crash.clone()).await
             }
             Fault::CrashBefore => crash(self.crash.clone()).await,

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
-use sluice_core::{Event, Guarantee, Position, Sink, SinkError};
+use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError};
 
 /// What survives a simulated crash: the events the sink made durable.
 #[derive(Debug, Default)]
@@ -57,11 +57,7 @@ pub struct MemoryOptions {
 
 impl Default for MemoryOptions {
     fn default() -> Self {
-        Self {
-            co_located: false,
-            retain: true,
-            durable_every: 1,
-        }
+        Self { co_located: false, retain: true, durable_every: 1 }
     }
 }
 
@@ -71,6 +67,7 @@ pub struct MemorySink {
     options: MemoryOptions,
     pending: Vec<Event>,
     pending_last: Option<Position>,
+    durable_here: Option<Position>,
     writes_since_durable: u32,
 }
 
@@ -82,6 +79,7 @@ impl MemorySink {
             options,
             pending: Vec::new(),
             pending_last: None,
+            durable_here: None,
             writes_since_durable: 0,
         }
     }
@@ -89,10 +87,19 @@ impl MemorySink {
     fn make_durable(&mut self) -> Option<Position> {
         let mut state = self.log.lock();
         if let Some(last) = self.pending_last.take() {
-            state.last = Some(last);
+            // A sink that does not co-locate may be handed a replay below
+            // what it already holds; what it holds never shrinks.
+            state.last = state.last.clone().max(Some(last.clone()));
+            self.durable_here = self.durable_here.clone().max(Some(last));
         }
         state.events.append(&mut self.pending);
-        state.last.clone()
+        self.watermark_with(&state)
+    }
+
+    /// What this sink may claim durable: a sink that co-locates knows what
+    /// the log holds; one that does not knows only what it wrote itself.
+    fn watermark_with(&self, state: &LogState) -> Option<Position> {
+        if self.options.co_located { state.last.clone() } else { self.durable_here.clone() }
     }
 }
 
@@ -115,19 +122,15 @@ impl Sink for MemorySink {
         self.pending.clear();
         self.pending_last = None;
         self.writes_since_durable = 0;
-        Ok(if self.options.co_located {
-            self.log.last_position()
-        } else {
-            None
-        })
+        Ok(if self.options.co_located { self.log.last_position() } else { None })
     }
 
-    async fn write(&mut self, events: &[Event]) -> Result<Option<Position>, SinkError> {
-        if let Some(last) = events.last() {
-            self.pending_last = Some(last.position.clone());
-            self.log.lock().event_count += events.len() as u64;
+    async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
+        self.pending_last = Some(events.last_position().clone());
+        while let Some(chunk) = events.next_chunk().await? {
+            self.log.lock().event_count += chunk.len() as u64;
             if self.options.retain {
-                self.pending.extend_from_slice(events);
+                self.pending.extend_from_slice(chunk);
             }
         }
         self.writes_since_durable += 1;
@@ -135,7 +138,8 @@ impl Sink for MemorySink {
             self.writes_since_durable = 0;
             return Ok(self.make_durable());
         }
-        Ok(self.log.last_position())
+        let state = self.log.lock();
+        Ok(self.watermark_with(&state))
     }
 
     async fn flush(&mut self) -> Result<Option<Position>, SinkError> {

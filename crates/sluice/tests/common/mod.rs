@@ -16,21 +16,11 @@ pub fn sluice() -> Command {
 }
 
 pub fn run(args: &[&str], dir: &Path) -> Output {
-    sluice()
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("sluice runs")
+    sluice().args(args).current_dir(dir).output().expect("sluice runs")
 }
 
 pub fn spawn(args: &[&str], dir: &Path) -> Child {
-    sluice()
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sluice starts")
+    sluice().args(args).current_dir(dir).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("sluice starts")
 }
 
 pub fn stderr(output: &Output) -> String {
@@ -45,9 +35,7 @@ pub fn write_config(dir: &Path, text: &str) -> PathBuf {
 
 /// A generator → file pipeline.
 pub fn generator_to_file(tx_count: u64, rows_per_tx: u32, rate: Option<u64>, out: &str) -> String {
-    let rate = rate
-        .map(|r| format!(", events_per_sec: {r}"))
-        .unwrap_or_default();
+    let rate = rate.map(|r| format!(", events_per_sec: {r}")).unwrap_or_default();
     format!(
         "pipelines:\n  - name: orders\n    source: {{ type: generator, config: {{ id: gen1, tx_count: {tx_count}, rows_per_tx: {rows_per_tx}{rate} }} }}\n    sinks:\n      - type: file\n        config: {{ id: local, path: {out} }}\n    batch: {{ max_events: 500, max_ms: 20 }}\n"
     )
@@ -74,9 +62,7 @@ pub fn expected_lines(tx_count: u64, rows_per_tx: u32) -> Vec<String> {
 }
 
 pub fn line_count(path: &Path) -> usize {
-    std::fs::read(path)
-        .map(|bytes| bytes.iter().filter(|b| **b == b'\n').count())
-        .unwrap_or(0)
+    std::fs::read(path).map(|bytes| bytes.iter().filter(|b| **b == b'\n').count()).unwrap_or(0)
 }
 
 /// Polls a condition until it holds; panics after `limit`.
