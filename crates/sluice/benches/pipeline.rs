@@ -19,7 +19,7 @@ use sluice_store::EmbeddedStore;
 const CASE_VAR: &str = "SLUICE_BENCH_CASE";
 const ROWS_PER_TX: u32 = 10;
 const TX_COUNT: u64 = 200_000;
-const CASES: [&str; 3] = ["generator-only", "generator-to-memory", "generator-to-file"];
+const CASES: [&str; 4] = ["generator-only", "generator-to-memory", "generator-to-file", "one-2m-event-tx-to-file"];
 
 fn main() {
     if let Ok(case) = std::env::var(CASE_VAR) {
@@ -36,10 +36,14 @@ fn main() {
 }
 
 fn generator() -> GeneratorSource {
+    generator_shaped(TX_COUNT, ROWS_PER_TX)
+}
+
+fn generator_shaped(tx_count: u64, rows_per_tx: u32) -> GeneratorSource {
     GeneratorSource::new(GeneratorConfig {
         id: "bench".into(),
-        tx_count: Some(TX_COUNT),
-        rows_per_tx: ROWS_PER_TX,
+        tx_count: Some(tx_count),
+        rows_per_tx,
         tables: vec!["orders".into()],
         database: "bench".into(),
         events_per_sec: None,
@@ -79,6 +83,16 @@ fn run_case(case: &str) {
                 assert_eq!(std::io::BufRead::lines(file).count() as u64, events);
             });
         }
+        "one-2m-event-tx-to-file" => {
+            // One transaction far past max_bytes: it must spill, not grow the heap.
+            let path = dir.path().join("out.jsonl");
+            let source = generator_shaped(1, (TX_COUNT * u64::from(ROWS_PER_TX)) as u32);
+            run_pipeline_with(&runtime, Box::new(source), Box::new(FileSink::new("file", &path)), dir.path());
+            verify = Box::new(move || {
+                let file = std::io::BufReader::new(std::fs::File::open(&path).unwrap());
+                assert_eq!(std::io::BufRead::lines(file).count() as u64, events);
+            });
+        }
         other => panic!("unknown case {other}"),
     }
     let seconds = start.elapsed().as_secs_f64();
@@ -89,6 +103,15 @@ fn run_case(case: &str) {
 }
 
 fn run_pipeline(runtime: &tokio::runtime::Runtime, sink: Box<dyn Sink>, data_dir: &std::path::Path) {
+    run_pipeline_with(runtime, Box::new(generator()), sink, data_dir);
+}
+
+fn run_pipeline_with(
+    runtime: &tokio::runtime::Runtime,
+    source: Box<dyn Source>,
+    sink: Box<dyn Sink>,
+    data_dir: &std::path::Path,
+) {
     let pipeline = Pipeline {
         settings: PipelineSettings {
             name: "bench".into(),
@@ -97,7 +120,7 @@ fn run_pipeline(runtime: &tokio::runtime::Runtime, sink: Box<dyn Sink>, data_dir
             sink_batch_deadline: Duration::from_secs(60),
             spill_dir: data_dir.join("spill"),
         },
-        source: Box::new(generator()),
+        source,
         sinks: vec![SinkSpec { sink, required: true }],
         store: Arc::new(EmbeddedStore::open(&data_dir.join("store")).unwrap()),
     };
