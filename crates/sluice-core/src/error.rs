@@ -79,6 +79,8 @@ pub enum StoreError {
     },
     #[error("checkpoint {key} would move backward from {stored} to {proposed}; nothing was written")]
     Regression { key: String, stored: String, proposed: String },
+    #[error("checkpoint store call did not complete: {detail}; nothing is known to be written")]
+    Interrupted { detail: String },
     #[error("checkpoint {key} holds {text:?}, which is not a position; hint: reset it with `sluice checkpoints reset`")]
     Corrupt { key: String, text: String },
 }

@@ -94,11 +94,9 @@ impl Checkpointer {
         let batch: Vec<(CheckpointKey, Position)> =
             updates.iter().map(|(index, p)| (self.keys[*index].clone(), p.clone())).collect();
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || store.commit(&batch)).await.map_err(|e| StoreError::Io {
-            path: "checkpoint store".into(),
-            detail: format!("commit task failed: {e}"),
-            cause: None,
-        })??;
+        tokio::task::spawn_blocking(move || store.commit(&batch))
+            .await
+            .map_err(|e| StoreError::Interrupted { detail: e.to_string() })??;
         for (index, position) in updates {
             debug!(key = %self.keys[index], %position, "checkpoint stored");
             self.stored[index] = Some(position);

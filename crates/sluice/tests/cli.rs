@@ -107,3 +107,16 @@ fn a_second_process_on_the_same_data_dir_is_refused() {
     first.kill().unwrap();
     first.wait().unwrap();
 }
+
+#[test]
+fn stdout_sink_prints_every_event_as_a_json_line_next_to_the_file_sink() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = generator_to_file(40, 3, None, "out.jsonl")
+        .replace("    batch:", "      - type: stdout\n        config: { id: console, required: false }\n    batch:");
+    let config = write_config(dir.path(), &text);
+    let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let printed: Vec<String> = String::from_utf8_lossy(&output.stdout).lines().map(str::to_string).collect();
+    assert_eq!(printed, expected_lines(40, 3), "stdout carries only events, in order");
+    assert_eq!(line_count(&dir.path().join("out.jsonl")), 120);
+}
