@@ -44,7 +44,8 @@ impl Checkpointer {
             }
             match self.commit().await {
                 Ok(()) => {}
-                Err(err @ StoreError::Regression { .. }) => return Err(err),
+                // Both mean a bug, not a bad disk: stop rather than carry on.
+                Err(err @ (StoreError::Regression { .. } | StoreError::Interrupted { .. })) => return Err(err),
                 // Nothing moved; the next report tries again.
                 Err(err) => {
                     error!(error = %err, "checkpoint commit failed; checkpoints stay where they are")
