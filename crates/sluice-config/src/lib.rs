@@ -5,6 +5,8 @@
 mod error;
 mod expand;
 mod pipeline;
+mod postgres;
+mod secret;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -12,6 +14,8 @@ use std::path::{Path, PathBuf};
 pub use error::{ConfigError, Invalid};
 pub use expand::{ExpandError, expand};
 pub use pipeline::*;
+pub use postgres::*;
+pub use secret::Secret;
 pub use validate::{MAX_ID_LEN, validate};
 
 /// Reads, expands, parses and validates a config file or folder, with

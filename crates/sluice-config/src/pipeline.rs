@@ -125,18 +125,21 @@ pub enum PolicyMode {
 #[serde(tag = "type", content = "config", rename_all = "snake_case", deny_unknown_fields)]
 pub enum SourceConfig {
     Generator(GeneratorConfig),
+    Postgres(crate::postgres::PostgresConfig),
 }
 
 impl SourceConfig {
     pub fn id(&self) -> &str {
         match self {
             SourceConfig::Generator(c) => &c.id,
+            SourceConfig::Postgres(c) => &c.id,
         }
     }
 
     pub fn type_name(&self) -> &'static str {
         match self {
             SourceConfig::Generator(_) => "generator",
+            SourceConfig::Postgres(_) => "postgres",
         }
     }
 }

@@ -54,7 +54,7 @@ fn omitted_settings_take_the_documented_defaults() {
     assert_eq!(pipeline.sink_batch_deadline_secs, DEFAULT_SINK_BATCH_DEADLINE_SECS);
     assert_eq!(pipeline.commit_policy.mode, PolicyMode::Required);
     assert_eq!(pipeline.sinks[0].required(), DEFAULT_REQUIRED);
-    let SourceConfig::Generator(generator) = &pipeline.source;
+    let SourceConfig::Generator(generator) = &pipeline.source else { panic!("generator expected") };
     assert_eq!(generator.rows_per_tx, DEFAULT_GENERATOR_ROWS_PER_TX);
     assert_eq!(generator.tables, vec![DEFAULT_GENERATOR_TABLE.to_string()]);
     assert_eq!(generator.tx_count, None);
@@ -145,4 +145,46 @@ fn a_folder_merges_its_files_and_checks_across_them() {
     let empty = tempfile::tempdir().unwrap();
     assert!(matches!(load_with(empty.path(), no_env), Err(ConfigError::EmptyFolder { .. })));
     assert!(matches!(load_with(&dir.path().join("missing.yaml"), no_env), Err(ConfigError::Read { .. })));
+}
+
+const POSTGRES: &str = r#"
+pipelines:
+  - name: shop
+    source:
+      type: postgres
+      config: { id: pg1, host: 127.0.0.1, database: shop, user: sluice, password: "${PGPASS:-secret}" }
+    sinks:
+      - type: stdout
+        config: { id: out }
+"#;
+
+#[test]
+fn postgres_source_defaults_and_secret_redaction() {
+    let config = check(POSTGRES).unwrap();
+    let SourceConfig::Postgres(pg) = &config.pipelines[0].source else { panic!("postgres expected") };
+    assert_eq!(pg.port, DEFAULT_POSTGRES_PORT);
+    assert_eq!(pg.ssl_mode, DEFAULT_SSL_MODE);
+    assert_eq!(pg.slot_name(), "sluice_pg1");
+    assert_eq!(pg.publication_name(), "sluice_pg1");
+    assert_eq!(pg.tables, vec![DEFAULT_TABLE_PATTERN.to_string()]);
+    assert_eq!(pg.password.expose(), "secret");
+    let debug = format!("{config:?}");
+    assert!(!debug.contains("secret") && debug.contains("***"), "{debug}");
+}
+
+#[test]
+fn postgres_source_rules_name_the_field() {
+    let cases = [
+        (POSTGRES.replace("user: sluice", "user: sluice, ssl_mode: verify-full"), "config.ca_file"),
+        (POSTGRES.replace("user: sluice", "user: sluice, ssl_mode: sometimes"), "`verify-full`"),
+        (POSTGRES.replace("user: sluice", "user: sluice, slot: Bad-Slot"), "config.slot"),
+        (POSTGRES.replace("user: sluice", "user: sluice, tables: [orders]"), "config.tables[0]"),
+        (POSTGRES.replace("user: sluice", "user: sluice, heartbeat_secs: 0"), "config.heartbeat_secs"),
+        (POSTGRES.replace("host: 127.0.0.1", "host: \"\""), "config.host"),
+        (POSTGRES.replace("user: sluice", "user: sluice, pasword: x"), "unknown field `pasword`"),
+    ];
+    for (text, field) in cases {
+        let message = error_text(&text);
+        assert!(message.contains(field), "expected {field} in {message}");
+    }
 }

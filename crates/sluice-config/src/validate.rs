@@ -4,6 +4,7 @@ use std::collections::HashSet;
 
 use crate::error::Invalid;
 use crate::pipeline::{BatchConfig, CommitPolicy, Config, PipelineConfig, PolicyMode, SinkConfig, SourceConfig};
+use crate::postgres::{PostgresConfig, SslMode};
 
 /// The longest id or name. Ids end up in checkpoint keys, file names and
 /// Kafka transactional ids, so they stay short and plain.
@@ -82,6 +83,7 @@ fn validate_pipeline(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid>
 
 fn validate_source(at: &str, source: &SourceConfig) -> Result<(), Invalid> {
     match source {
+        SourceConfig::Postgres(c) => validate_postgres(at, c),
         SourceConfig::Generator(c) => {
             check_id(&format!("{at}.id"), &c.id)?;
             if c.rows_per_tx == 0 {
@@ -175,6 +177,69 @@ fn check_id(field: &str, id: &str) -> Result<(), Invalid> {
             format!("{id:?} is not a valid id"),
             format!("use 1 to {MAX_ID_LEN} characters from A-Z, a-z, 0-9, '_', '-' and '.'"),
         ));
+    }
+    Ok(())
+}
+
+fn validate_postgres(at: &str, c: &PostgresConfig) -> Result<(), Invalid> {
+    check_id(&format!("{at}.id"), &c.id)?;
+    for (field, value) in [("host", &c.host), ("database", &c.database), ("user", &c.user)] {
+        if value.trim().is_empty() {
+            return Err(Invalid::new(format!("{at}.{field}"), "is empty", format!("set {field}")));
+        }
+    }
+    if c.port == 0 {
+        return Err(Invalid::new(format!("{at}.port"), "port 0 is not a port", "set the server's port, e.g. 5432"));
+    }
+    if matches!(c.ssl_mode, SslMode::VerifyCa | SslMode::VerifyFull) && c.ca_file.is_none() {
+        return Err(Invalid::new(
+            format!("{at}.ca_file"),
+            "ssl_mode verify-ca and verify-full check the server certificate against a CA, and none is given",
+            "set ca_file to the PEM file of the CA that signed the server certificate",
+        ));
+    }
+    for (field, name) in [("slot", c.slot_name()), ("publication", c.publication_name())] {
+        let plain = name.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_');
+        if name.is_empty() || name.len() > 63 || !plain {
+            return Err(Invalid::new(
+                format!("{at}.{field}"),
+                format!("{name:?} is not a valid {field} name"),
+                "use 1 to 63 characters from a-z, 0-9 and '_'",
+            ));
+        }
+    }
+    if c.tables.is_empty() {
+        return Err(Invalid::new(
+            format!("{at}.tables"),
+            "the list is empty",
+            "list `schema.table` patterns, e.g. public.*",
+        ));
+    }
+    for (index, pattern) in c.tables.iter().enumerate() {
+        let parts: Vec<&str> = pattern.split('.').collect();
+        if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) {
+            return Err(Invalid::new(
+                format!("{at}.tables[{index}]"),
+                format!("{pattern:?} is not a schema.table pattern"),
+                "write schema.table, with * for any run of characters, e.g. public.* or sales.order_*",
+            ));
+        }
+    }
+    let bounded = [
+        ("status_interval_secs", Some(c.status_interval_secs), 1, 3600),
+        ("connect_timeout_secs", Some(c.connect_timeout_secs), 1, 3600),
+        ("heartbeat_secs", c.heartbeat_secs, 1, 86_400),
+    ];
+    for (field, value, low, high) in bounded {
+        if let Some(value) = value
+            && !(low..=high).contains(&value)
+        {
+            return Err(Invalid::new(
+                format!("{at}.{field}"),
+                format!("{value} is outside {low}..={high}"),
+                format!("set {field} between {low} and {high} seconds"),
+            ));
+        }
     }
     Ok(())
 }

@@ -51,6 +51,7 @@ pub fn decode(input: &mut &[u8]) -> Result<Event, CodecError> {
         2 => Op::Delete,
         3 => Op::Read,
         4 => Op::Truncate,
+        5 => Op::Message,
         _ => return Err(CodecError::Invalid("unknown op")),
     };
     let source_id = Arc::from(take_str(input)?);
@@ -97,6 +98,7 @@ fn op_code(op: Op) -> u8 {
         Op::Delete => 2,
         Op::Read => 3,
         Op::Truncate => 4,
+        Op::Message => 5,
     }
 }
 

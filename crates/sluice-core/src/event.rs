@@ -20,10 +20,13 @@ pub enum Op {
     /// A row read by a snapshot rather than from the log.
     Read,
     Truncate,
+    /// A message the database wrote into its log for consumers (PostgreSQL
+    /// `pg_logical_emit_message`), e.g. for the outbox pattern.
+    Message,
 }
 
 impl Op {
-    /// The one-letter code used on the wire: `c`, `u`, `d`, `r`, `t`.
+    /// The one-letter code used on the wire: `c`, `u`, `d`, `r`, `t`, `m`.
     pub fn code(self) -> &'static str {
         match self {
             Op::Insert => "c",
@@ -31,6 +34,7 @@ impl Op {
             Op::Delete => "d",
             Op::Read => "r",
             Op::Truncate => "t",
+            Op::Message => "m",
         }
     }
 }

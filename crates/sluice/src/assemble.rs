@@ -8,6 +8,7 @@ use anyhow::anyhow;
 use sluice_config::{Config, PipelineConfig, SourceConfig};
 use sluice_core::{CheckpointStore, Source};
 use sluice_generator::GeneratorSource;
+use sluice_postgres::PostgresSource;
 use sluice_runtime::{Pipeline, PipelineSettings, SinkSpec};
 use sluice_store::EmbeddedStore;
 
@@ -37,6 +38,7 @@ pub fn open_store(data_dir: &Path) -> Result<Arc<dyn CheckpointStore>, Failure> 
 pub fn pipeline(config: &PipelineConfig, store: Arc<dyn CheckpointStore>, data_dir: &Path) -> Pipeline {
     let source: Box<dyn Source> = match &config.source {
         SourceConfig::Generator(c) => Box::new(GeneratorSource::new(c.clone())),
+        SourceConfig::Postgres(c) => Box::new(PostgresSource::new(c.clone())),
     };
     let sinks = config
         .sinks

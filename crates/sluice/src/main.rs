@@ -34,7 +34,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("error: {:#}", failure.error);
+            // Our errors carry their causes in their own text already.
+            eprintln!("error: {}", failure.error);
             ExitCode::from(failure.code)
         }
     }

@@ -1,0 +1,112 @@
+//! The `postgres` source's config.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::secret::Secret;
+
+/// PostgreSQL's own default port.
+pub const DEFAULT_POSTGRES_PORT: u16 = 5432;
+/// Try TLS and fall back to plain text, like libpq's default; set
+/// `require` or `verify-full` where the network is not trusted.
+pub const DEFAULT_SSL_MODE: SslMode = SslMode::Prefer;
+/// Every table of the `public` schema.
+pub const DEFAULT_TABLE_PATTERN: &str = "public.*";
+/// How often a standby status update goes to the server even when nothing
+/// moved (s). Well under the server's `wal_sender_timeout` (60 s by
+/// default), so a busy pipeline is never cut off as unresponsive.
+pub const DEFAULT_STATUS_INTERVAL_SECS: u64 = 10;
+/// How long a connection attempt may take (s).
+pub const DEFAULT_CONNECT_TIMEOUT_SECS: u64 = 10;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SslMode {
+    /// Plain text only.
+    Disable,
+    /// TLS if the server offers it, without checking its certificate.
+    Prefer,
+    /// TLS, without checking the certificate.
+    Require,
+    /// TLS, certificate signed by `ca_file`; any host name.
+    VerifyCa,
+    /// TLS, certificate signed by `ca_file` and naming `host`.
+    VerifyFull,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresConfig {
+    pub id: String,
+    pub host: String,
+    #[serde(default = "default_port")]
+    pub port: u16,
+    pub database: String,
+    pub user: String,
+    #[serde(default)]
+    pub password: Secret,
+    #[serde(default = "default_ssl_mode")]
+    pub ssl_mode: SslMode,
+    /// PEM file of the CA that signed the server certificate, for
+    /// `verify-ca` and `verify-full`.
+    pub ca_file: Option<PathBuf>,
+    /// Default: `sluice_<id>` with `-` and `.` turned into `_`.
+    pub slot: Option<String>,
+    /// Default: `sluice_<id>` with `-` and `.` turned into `_`.
+    pub publication: Option<String>,
+    /// Create the slot when it does not exist; otherwise a missing slot is an error.
+    #[serde(default = "default_true")]
+    pub create_slot: bool,
+    /// Create the publication for the matched tables when it does not exist.
+    #[serde(default = "default_true")]
+    pub create_publication: bool,
+    /// `schema.table` patterns; `*` matches any run of characters.
+    #[serde(default = "default_tables")]
+    pub tables: Vec<String>,
+    /// Emit `pg_logical_emit_message` messages as events (op `m`).
+    #[serde(default = "default_true")]
+    pub messages: bool,
+    /// Write a tiny WAL record this often (s) so the slot advances even
+    /// when the watched tables are idle; absent means off.
+    pub heartbeat_secs: Option<u64>,
+    #[serde(default = "default_status_interval")]
+    pub status_interval_secs: u64,
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_secs: u64,
+}
+
+impl PostgresConfig {
+    pub fn slot_name(&self) -> String {
+        self.slot.clone().unwrap_or_else(|| default_object_name(&self.id))
+    }
+
+    pub fn publication_name(&self) -> String {
+        self.publication.clone().unwrap_or_else(|| default_object_name(&self.id))
+    }
+}
+
+fn default_object_name(id: &str) -> String {
+    let plain: String =
+        id.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
+    format!("sluice_{plain}")
+}
+
+fn default_port() -> u16 {
+    DEFAULT_POSTGRES_PORT
+}
+fn default_ssl_mode() -> SslMode {
+    DEFAULT_SSL_MODE
+}
+fn default_true() -> bool {
+    true
+}
+fn default_tables() -> Vec<String> {
+    vec![DEFAULT_TABLE_PATTERN.to_string()]
+}
+fn default_status_interval() -> u64 {
+    DEFAULT_STATUS_INTERVAL_SECS
+}
+fn default_connect_timeout() -> u64 {
+    DEFAULT_CONNECT_TIMEOUT_SECS
+}

@@ -1,0 +1,477 @@
+//! Turns pgoutput messages into Sluice events.
+//!
+//! Positions are `(commit LSN, sequence in the transaction)`: Begin carries
+//! the transaction's final (commit) LSN, so events stream out before the
+//! commit arrives and a large transaction never has to sit in memory here.
+//! The last event of a transaction is held back one step so that `tx_end`
+//! can be set when Commit arrives.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use sluice_core::{Columns, Event, Lsn, Op, Position, Row, Value};
+
+use crate::pgoutput::{Datum, Message, OldTuple, PG_EPOCH_OFFSET_US, Relation, Tuple};
+use crate::types::{PgType, builtin, bytes_value, decode_text};
+
+/// The prefix of the heartbeat messages Sluice writes; never emitted.
+pub const HEARTBEAT_PREFIX: &str = "sluice_heartbeat";
+
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("change for relation {0} arrived before its Relation message")]
+    UnknownRelation(u32),
+    #[error("a change arrived outside a transaction")]
+    OutsideTransaction,
+    #[error("relation {table} has {expected} columns but a row carries {actual}")]
+    ColumnCount { table: String, expected: usize, actual: usize },
+}
+
+struct RelationInfo {
+    table: Arc<str>,
+    columns: Columns,
+    types: Vec<PgType>,
+    key_index: Vec<usize>,
+    key_columns: Columns,
+    fingerprint: u32,
+    included: bool,
+}
+
+struct Transaction {
+    commit_lsn: Lsn,
+    commit_time_us: i64,
+    xid: Arc<str>,
+    seq: u32,
+}
+
+pub struct Decoder {
+    source_id: Arc<str>,
+    database: Arc<str>,
+    patterns: Vec<String>,
+    emit_messages: bool,
+    relations: HashMap<u32, RelationInfo>,
+    types: HashMap<u32, PgType>,
+    tx: Option<Transaction>,
+    held: Option<Event>,
+}
+
+impl Decoder {
+    pub fn new(source_id: &str, database: &str, patterns: Vec<String>, emit_messages: bool) -> Self {
+        Self {
+            source_id: source_id.into(),
+            database: database.into(),
+            patterns,
+            emit_messages,
+            relations: HashMap::new(),
+            types: HashMap::new(),
+            tx: None,
+            held: None,
+        }
+    }
+
+    /// Whether a transaction is open (Begin seen, Commit not yet).
+    pub fn in_transaction(&self) -> bool {
+        self.tx.is_some()
+    }
+
+    /// Type OIDs of `relation` that are neither built in nor known yet.
+    pub fn unknown_types(&self, relation: &Relation) -> Vec<u32> {
+        let mut oids: Vec<u32> = relation
+            .columns
+            .iter()
+            .map(|c| c.type_oid)
+            .filter(|oid| builtin(*oid).is_none() && !self.types.contains_key(oid))
+            .collect();
+        oids.sort_unstable();
+        oids.dedup();
+        oids
+    }
+
+    pub fn add_type(&mut self, oid: u32, ty: PgType) {
+        self.types.insert(oid, ty);
+    }
+
+    /// Applies one message; finished events go to `out`.
+    pub fn apply(&mut self, message: Message, out: &mut Vec<Event>) -> Result<(), DecodeError> {
+        match message {
+            Message::Begin { final_lsn, commit_time_pg_us, xid } => {
+                self.tx = Some(Transaction {
+                    commit_lsn: Lsn(final_lsn),
+                    commit_time_us: commit_time_pg_us.saturating_add(PG_EPOCH_OFFSET_US),
+                    xid: xid.to_string().into(),
+                    seq: 0,
+                });
+            }
+            Message::Commit { .. } => {
+                if let Some(mut last) = self.held.take() {
+                    last.tx_end = true;
+                    out.push(last);
+                }
+                self.tx = None;
+            }
+            Message::Origin | Message::Type { .. } => {}
+            Message::Relation(relation) => self.add_relation(relation),
+            Message::Insert { relation, new } => {
+                let info = self.relation(relation)?;
+                if info.included {
+                    let after = row(info, &new)?;
+                    let key = key_of(info, &new)?;
+                    self.emit(Op::Insert, relation, key, None, Some(after), out)?;
+                }
+            }
+            Message::Update { relation, old, new } => {
+                let info = self.relation(relation)?;
+                if info.included {
+                    let after = row(info, &new)?;
+                    let before = old.as_ref().map(|old| old_row(info, old)).transpose()?;
+                    let key = key_of(info, &new)?;
+                    self.emit(Op::Update, relation, key, before, Some(after), out)?;
+                }
+            }
+            Message::Delete { relation, old } => {
+                let info = self.relation(relation)?;
+                if info.included {
+                    let tuple = match &old {
+                        OldTuple::Key(t) | OldTuple::Full(t) => t,
+                    };
+                    let before = old_row(info, &old)?;
+                    let key = key_of(info, tuple)?;
+                    self.emit(Op::Delete, relation, key, Some(before), None, out)?;
+                }
+            }
+            Message::Truncate { relations } => {
+                for relation in relations {
+                    if self.relation(relation)?.included {
+                        self.emit(Op::Truncate, relation, None, None, None, out)?;
+                    }
+                }
+            }
+            Message::Message { transactional, lsn, prefix, content } => {
+                if self.emit_messages && prefix != HEARTBEAT_PREFIX {
+                    self.message(transactional, lsn, prefix, content, out)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn add_relation(&mut self, relation: Relation) {
+        let table = format!("{}.{}", relation.namespace, relation.name);
+        let included = self.patterns.iter().any(|p| glob_match(p, &table));
+        let types = relation
+            .columns
+            .iter()
+            .map(|c| {
+                builtin(c.type_oid)
+                    .or_else(|| self.types.get(&c.type_oid).cloned())
+                    .unwrap_or(PgType::Scalar(crate::types::Kind::Text))
+            })
+            .collect();
+        let columns: Columns = relation.columns.iter().map(|c| Arc::from(c.name.as_str())).collect();
+        let key_index: Vec<usize> =
+            relation.columns.iter().enumerate().filter(|(_, c)| c.key).map(|(i, _)| i).collect();
+        let key_columns: Columns = key_index.iter().map(|i| columns[*i].clone()).collect();
+        let info = RelationInfo {
+            fingerprint: fingerprint(&relation),
+            table: table.into(),
+            columns,
+            types,
+            key_index,
+            key_columns,
+            included,
+        };
+        self.relations.insert(relation.oid, info);
+    }
+
+    fn relation(&self, oid: u32) -> Result<&RelationInfo, DecodeError> {
+        self.relations.get(&oid).ok_or(DecodeError::UnknownRelation(oid))
+    }
+
+    fn next_position(&mut self) -> Result<(Position, Arc<str>, i64), DecodeError> {
+        let tx = self.tx.as_mut().ok_or(DecodeError::OutsideTransaction)?;
+        let position = Position::Postgres { commit_lsn: tx.commit_lsn, seq: tx.seq };
+        tx.seq = tx.seq.saturating_add(1);
+        Ok((position, tx.xid.clone(), tx.commit_time_us))
+    }
+
+    fn emit(
+        &mut self,
+        op: Op,
+        relation: u32,
+        key: Option<Row>,
+        before: Option<Row>,
+        after: Option<Row>,
+        out: &mut Vec<Event>,
+    ) -> Result<(), DecodeError> {
+        let (position, tx_id, commit_time_us) = self.next_position()?;
+        let info = self.relation(relation)?;
+        let event = Event {
+            op,
+            source_id: self.source_id.clone(),
+            database: self.database.clone(),
+            table: info.table.clone(),
+            key,
+            before,
+            after,
+            schema_version: info.fingerprint,
+            position,
+            tx_id,
+            tx_end: false,
+            commit_time_us,
+        };
+        if let Some(previous) = self.held.replace(event) {
+            out.push(previous);
+        }
+        Ok(())
+    }
+
+    fn message(
+        &mut self,
+        transactional: bool,
+        lsn: u64,
+        prefix: String,
+        content: Bytes,
+        out: &mut Vec<Event>,
+    ) -> Result<(), DecodeError> {
+        let columns: Columns = ["prefix", "content", "transactional"].iter().map(|c| Arc::from(*c)).collect();
+        let after = Row {
+            columns,
+            values: vec![Value::Text(prefix.clone()), bytes_value(&content), Value::Bool(transactional)],
+        };
+        let (position, tx_id, commit_time_us, tx_end) = if transactional {
+            let (position, tx_id, time) = self.next_position()?;
+            (position, tx_id, time, false)
+        } else {
+            // Sent at once, outside any transaction, in log order.
+            (Position::Postgres { commit_lsn: Lsn(lsn), seq: 0 }, Arc::from(""), now_us(), true)
+        };
+        let event = Event {
+            op: Op::Message,
+            source_id: self.source_id.clone(),
+            database: self.database.clone(),
+            table: prefix.into(),
+            key: None,
+            before: None,
+            after: Some(after),
+            schema_version: 0,
+            position,
+            tx_id,
+            tx_end,
+            commit_time_us,
+        };
+        if tx_end {
+            out.push(event);
+        } else if let Some(previous) = self.held.replace(event) {
+            out.push(previous);
+        }
+        Ok(())
+    }
+}
+
+fn now_us() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
+}
+
+fn datum_value(ty: &PgType, datum: &Datum) -> Value {
+    match datum {
+        Datum::Null => Value::Null,
+        Datum::Unchanged => Value::Unchanged,
+        Datum::Text(bytes) => match std::str::from_utf8(bytes) {
+            Ok(text) => decode_text(ty, text),
+            Err(_) => Value::Bytes(bytes.to_vec()),
+        },
+        Datum::Binary(bytes) => Value::Bytes(bytes.to_vec()),
+    }
+}
+
+fn check_width(info: &RelationInfo, tuple: &Tuple) -> Result<(), DecodeError> {
+    if tuple.0.len() != info.columns.len() {
+        return Err(DecodeError::ColumnCount {
+            table: info.table.to_string(),
+            expected: info.columns.len(),
+            actual: tuple.0.len(),
+        });
+    }
+    Ok(())
+}
+
+fn row(info: &RelationInfo, tuple: &Tuple) -> Result<Row, DecodeError> {
+    check_width(info, tuple)?;
+    let values = tuple.0.iter().zip(&info.types).map(|(d, t)| datum_value(t, d)).collect();
+    Ok(Row { columns: info.columns.clone(), values })
+}
+
+/// The old image: the whole row with REPLICA IDENTITY FULL, otherwise
+/// only the key columns (the server sends nothing else, and padding the
+/// rest with nulls would be a lie).
+fn old_row(info: &RelationInfo, old: &OldTuple) -> Result<Row, DecodeError> {
+    match old {
+        OldTuple::Full(tuple) => row(info, tuple),
+        OldTuple::Key(tuple) => key_row(info, tuple),
+    }
+}
+
+fn key_row(info: &RelationInfo, tuple: &Tuple) -> Result<Row, DecodeError> {
+    check_width(info, tuple)?;
+    let values = info.key_index.iter().map(|i| datum_value(&info.types[*i], &tuple.0[*i])).collect();
+    Ok(Row { columns: info.key_columns.clone(), values })
+}
+
+fn key_of(info: &RelationInfo, tuple: &Tuple) -> Result<Option<Row>, DecodeError> {
+    if info.key_index.is_empty() {
+        return Ok(None);
+    }
+    key_row(info, tuple).map(Some)
+}
+
+/// A stable fingerprint of a table's shape (FNV-1a over names, types and
+/// key flags): the same schema always gives the same number, across
+/// restarts, so replayed events are identical to the originals.
+fn fingerprint(relation: &Relation) -> u32 {
+    let mut hash: u32 = 0x811C_9DC5;
+    let mut feed = |bytes: &[u8]| {
+        for byte in bytes {
+            hash ^= u32::from(*byte);
+            hash = hash.wrapping_mul(0x0100_0193);
+        }
+        hash ^= 0xFF;
+        hash = hash.wrapping_mul(0x0100_0193);
+    };
+    feed(relation.namespace.as_bytes());
+    feed(relation.name.as_bytes());
+    for column in &relation.columns {
+        feed(column.name.as_bytes());
+        feed(&column.type_oid.to_be_bytes());
+        feed(&column.type_modifier.to_be_bytes());
+        feed(&[u8::from(column.key)]);
+    }
+    hash
+}
+
+/// `*` matches any run of characters; everything else matches itself.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && p[pi] != '*' && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pgoutput::Column;
+
+    fn relation() -> Relation {
+        Relation {
+            oid: 1,
+            namespace: "public".into(),
+            name: "orders".into(),
+            replica_identity: b'd',
+            columns: vec![
+                Column { key: true, name: "id".into(), type_oid: 23, type_modifier: -1 },
+                Column { key: false, name: "note".into(), type_oid: 25, type_modifier: -1 },
+            ],
+        }
+    }
+
+    fn text(s: &'static str) -> Datum {
+        Datum::Text(Bytes::from_static(s.as_bytes()))
+    }
+
+    #[test]
+    fn a_transaction_becomes_events_with_positions_and_tx_end() {
+        let mut decoder = Decoder::new("pg", "shop", vec!["public.*".into()], true);
+        let mut out = Vec::new();
+        decoder.apply(Message::Relation(relation()), &mut out).unwrap();
+        decoder.apply(Message::Begin { final_lsn: 0x100, commit_time_pg_us: 0, xid: 7 }, &mut out).unwrap();
+        decoder.apply(Message::Insert { relation: 1, new: Tuple(vec![text("1"), text("a")]) }, &mut out).unwrap();
+        decoder
+            .apply(
+                Message::Update {
+                    relation: 1,
+                    old: Some(OldTuple::Key(Tuple(vec![text("1"), Datum::Null]))),
+                    new: Tuple(vec![text("2"), Datum::Unchanged]),
+                },
+                &mut out,
+            )
+            .unwrap();
+        assert_eq!(out.len(), 1, "the last event waits for the commit");
+        decoder.apply(Message::Commit { commit_lsn: 0x100, end_lsn: 0x108 }, &mut out).unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].position, Position::Postgres { commit_lsn: Lsn(0x100), seq: 0 });
+        assert!(!out[0].tx_end && out[1].tx_end);
+        assert_eq!(out[1].after.as_ref().unwrap().values[1], Value::Unchanged);
+        let before = out[1].before.as_ref().unwrap();
+        assert_eq!(before.columns.len(), 1, "a key-only old image holds only the key");
+        assert_eq!(out[1].key.as_ref().unwrap().values, vec![Value::Int(2)]);
+        assert_eq!(&*out[0].tx_id, "7");
+        assert_eq!(out[0].commit_time_us, PG_EPOCH_OFFSET_US);
+    }
+
+    #[test]
+    fn tables_outside_the_patterns_and_heartbeats_are_skipped() {
+        let mut decoder = Decoder::new("pg", "shop", vec!["sales.*".into()], true);
+        let mut out = Vec::new();
+        decoder.apply(Message::Relation(relation()), &mut out).unwrap();
+        decoder.apply(Message::Begin { final_lsn: 1, commit_time_pg_us: 0, xid: 1 }, &mut out).unwrap();
+        decoder.apply(Message::Insert { relation: 1, new: Tuple(vec![text("1"), text("a")]) }, &mut out).unwrap();
+        decoder.apply(Message::Commit { commit_lsn: 1, end_lsn: 2 }, &mut out).unwrap();
+        let heartbeat =
+            Message::Message { transactional: false, lsn: 5, prefix: HEARTBEAT_PREFIX.into(), content: Bytes::new() };
+        decoder.apply(heartbeat, &mut out).unwrap();
+        assert!(out.is_empty());
+        let outbox = Message::Message {
+            transactional: false,
+            lsn: 9,
+            prefix: "outbox".into(),
+            content: Bytes::from_static(b"{}"),
+        };
+        decoder.apply(outbox, &mut out).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].op, Op::Message);
+        assert!(out[0].tx_end);
+    }
+
+    #[test]
+    fn a_change_for_an_unknown_relation_is_an_error() {
+        let mut decoder = Decoder::new("pg", "shop", vec!["*.*".into()], true);
+        let mut out = Vec::new();
+        decoder.apply(Message::Begin { final_lsn: 1, commit_time_pg_us: 0, xid: 1 }, &mut out).unwrap();
+        let err = decoder.apply(Message::Insert { relation: 9, new: Tuple(vec![]) }, &mut out).unwrap_err();
+        assert!(matches!(err, DecodeError::UnknownRelation(9)));
+    }
+
+    #[test]
+    fn fingerprints_follow_the_schema() {
+        let a = fingerprint(&relation());
+        let mut changed = relation();
+        changed.columns[1].type_oid = 1043;
+        assert_eq!(a, fingerprint(&relation()));
+        assert_ne!(a, fingerprint(&changed));
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("public.*", "public.orders"));
+        assert!(glob_match("*.order_*", "sales.order_items"));
+        assert!(!glob_match("public.*", "sales.orders"));
+        assert!(glob_match("public.orders", "public.orders"));
+        assert!(!glob_match("public.order", "public.orders"));
+    }
+}

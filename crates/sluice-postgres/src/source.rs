@@ -1,0 +1,380 @@
+//! The `postgres` source.
+//!
+//! ```text
+//! START_REPLICATION ─► reader task ──chunks──► poll() ─► coordinator
+//!                        │  ▲
+//!   standby status ◄─────┘  └── AckWatermark (MIN of every sink's checkpoint)
+//! ```
+//!
+//! A reader task owns the replication connection. It decodes pgoutput
+//! into events and, on its own timer, sends standby status updates, so the
+//! server hears from Sluice every `status_interval_secs` even while slow
+//! sinks hold the pipeline back (the server drops replication clients that
+//! stay silent for `wal_sender_timeout`).
+//!
+//! The flush position it reports is the commit LSN of the lowest stored
+//! checkpoint, so the server keeps every transaction a sink still lacks; a
+//! transaction at that LSN is sent again after a restart and filtered.
+//! When every event read so far is checkpointed by every sink and no
+//! transaction is open, nothing lies between that and the position the
+//! server has sent up to, so the flush position moves there: an idle
+//! source does not make the server keep WAL.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sluice_config::PostgresConfig;
+use sluice_core::{AckWatermark, Event, Lsn, Position, Source, SourceError, SourceStatus};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior};
+use tracing::{debug, info};
+
+use crate::catalog::{self, quote_ident, quote_literal, source_error};
+use crate::decode::{Decoder, HEARTBEAT_PREFIX};
+use crate::pgoutput::{self, Frame, Message};
+use crate::wire::{Backend, ConnectParams, Connection};
+
+/// Decoded events gathered before the reader waits for the coordinator.
+const READY_LIMIT: usize = 1024;
+/// Chunks queued between the reader task and `poll`.
+const CHUNK_QUEUE: usize = 8;
+/// With nothing from the server for this long while reading, the
+/// connection is taken for dead and reopened. The server sends keepalives
+/// at half its `wal_sender_timeout` (60 s by default).
+const RECEIVE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Counters for lag and throughput.
+#[derive(Debug, Default)]
+pub struct SourceStats {
+    pub events_read: AtomicU64,
+    pub bytes_read: AtomicU64,
+    /// The server's WAL end, from the latest message.
+    pub server_wal_end: AtomicU64,
+    /// The flush position last reported to the server.
+    pub flushed_lsn: AtomicU64,
+    /// Commit time of the latest transaction read (µs since the Unix epoch).
+    pub last_commit_time_us: AtomicI64,
+}
+
+impl SourceStats {
+    /// WAL the slot still holds for Sluice.
+    pub fn slot_lag_bytes(&self) -> u64 {
+        self.server_wal_end.load(Ordering::Relaxed).saturating_sub(self.flushed_lsn.load(Ordering::Relaxed))
+    }
+
+    /// How far behind the database the latest event read is.
+    pub fn replication_lag(&self) -> Duration {
+        let commit = self.last_commit_time_us.load(Ordering::Relaxed);
+        if commit == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_micros(now_us().saturating_sub(commit).max(0) as u64)
+    }
+}
+
+pub struct PostgresSource {
+    config: PostgresConfig,
+    params: ConnectParams,
+    stats: Arc<SourceStats>,
+    reader: Option<ReaderHandle>,
+}
+
+struct ReaderHandle {
+    events: mpsc::Receiver<Result<Vec<Event>, SourceError>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for ReaderHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl PostgresSource {
+    pub fn new(config: PostgresConfig) -> Self {
+        let params = ConnectParams {
+            host: config.host.clone(),
+            port: config.port,
+            database: config.database.clone(),
+            user: config.user.clone(),
+            password: config.password.clone(),
+            ssl_mode: config.ssl_mode,
+            ca_file: config.ca_file.clone(),
+            connect_timeout: Duration::from_secs(config.connect_timeout_secs),
+        };
+        Self { config, params, stats: Arc::default(), reader: None }
+    }
+
+    pub fn stats(&self) -> Arc<SourceStats> {
+        self.stats.clone()
+    }
+
+    async fn connect(&self, replication: bool) -> Result<Connection, SourceError> {
+        let what = if replication { "replication connection" } else { "connection" };
+        Connection::connect(&self.params, replication)
+            .await
+            .map_err(|e| source_error(&format!("{what} to {} as {:?}", self.params.addr(), self.params.user), e))
+    }
+}
+
+#[async_trait]
+impl Source for PostgresSource {
+    fn id(&self) -> &str {
+        &self.config.id
+    }
+
+    async fn start(&mut self, from: Option<Position>, acked: AckWatermark) -> Result<(), SourceError> {
+        self.reader = None;
+        let start_lsn = match &from {
+            None => Lsn(0),
+            Some(Position::Postgres { commit_lsn, .. }) => *commit_lsn,
+            Some(other) => {
+                return Err(SourceError::permanent(
+                    format!("checkpoint {other} was not written by a postgres source"),
+                    "give this source a new id, or reset its checkpoints with `sluice checkpoints reset`",
+                ));
+            }
+        };
+        let config = &self.config;
+        let (slot, publication) = (config.slot_name(), config.publication_name());
+        let mut sql = self.connect(false).await?;
+        let version = catalog::check_server(&mut sql, &config.user).await?;
+        let tables = catalog::matching_tables(&mut sql, &config.tables).await?;
+        catalog::ensure_publication(&mut sql, &publication, config.create_publication, &tables).await?;
+        let state = catalog::slot_state(&mut sql, &slot, &config.database).await?;
+        let mut replication = self.connect(true).await?;
+        if !state.exists {
+            if from.is_some() {
+                return Err(SourceError::permanent(
+                    format!(
+                        "replication slot {slot:?} does not exist, but this source has checkpoints: the slot was dropped, and changes made since are gone"
+                    ),
+                    "reset this pipeline's checkpoints with `sluice checkpoints reset` to start over from now (and take a new snapshot)",
+                ));
+            }
+            if !config.create_slot {
+                return Err(SourceError::permanent(
+                    format!("replication slot {slot:?} does not exist"),
+                    format!(
+                        "set create_slot: true, or run SELECT pg_create_logical_replication_slot({}, 'pgoutput')",
+                        quote_literal(&slot)
+                    ),
+                ));
+            }
+            replication
+                .simple_query(&format!(
+                    "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput NOEXPORT_SNAPSHOT",
+                    quote_ident(&slot)
+                ))
+                .await
+                .map_err(|e| source_error(&format!("cannot create replication slot {slot:?}"), e))?;
+            info!(slot, "replication slot created");
+        }
+        let mut options = format!("proto_version '1', publication_names {}", quote_literal(&quote_ident(&publication)));
+        if config.messages && version >= 140_000 {
+            options.push_str(", messages 'true'");
+        }
+        replication
+            .start_copy_both(&format!("START_REPLICATION SLOT {} LOGICAL {start_lsn} ({options})", quote_ident(&slot)))
+            .await
+            .map_err(|e| source_error(&format!("cannot start replication from slot {slot:?}"), e))?;
+        info!(slot, publication, from = %start_lsn, tables = tables.len(), "replication started");
+
+        let (tx, rx) = mpsc::channel(CHUNK_QUEUE);
+        let reader = Reader {
+            conn: replication,
+            sql,
+            decoder: Decoder::new(&config.id, &config.database, config.tables.clone(), config.messages),
+            acked,
+            events: tx,
+            status_interval: Duration::from_secs(config.status_interval_secs),
+            heartbeat: config.heartbeat_secs.map(Duration::from_secs),
+            stats: self.stats.clone(),
+            floor: start_lsn,
+            flushed: Lsn(0),
+            server_wal_end: 0,
+            last_emitted: None,
+            last_received: Instant::now(),
+        };
+        let task = tokio::spawn(reader.run());
+        self.reader = Some(ReaderHandle { events: rx, task });
+        Ok(())
+    }
+
+    async fn poll(&mut self, out: &mut Vec<Event>) -> Result<SourceStatus, SourceError> {
+        let reader =
+            self.reader.as_mut().ok_or_else(|| SourceError::transient("postgres source polled before start"))?;
+        match reader.events.recv().await {
+            Some(Ok(events)) => {
+                out.extend(events);
+                Ok(SourceStatus::Open)
+            }
+            Some(Err(err)) => {
+                self.reader = None;
+                Err(err)
+            }
+            None => {
+                self.reader = None;
+                Err(SourceError::transient("the replication reader stopped"))
+            }
+        }
+    }
+}
+
+struct Reader {
+    conn: Connection,
+    sql: Connection,
+    decoder: Decoder,
+    acked: AckWatermark,
+    events: mpsc::Sender<Result<Vec<Event>, SourceError>>,
+    status_interval: Duration,
+    heartbeat: Option<Duration>,
+    stats: Arc<SourceStats>,
+    /// Where streaming started: a flush position known to be safe.
+    floor: Lsn,
+    flushed: Lsn,
+    server_wal_end: u64,
+    last_emitted: Option<Position>,
+    last_received: Instant,
+}
+
+impl Reader {
+    async fn run(mut self) {
+        if let Err(err) = self.stream().await {
+            let _ = self.events.send(Err(err)).await;
+        }
+    }
+
+    async fn stream(&mut self) -> Result<(), SourceError> {
+        let mut status = tokio::time::interval(self.status_interval);
+        status.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut heartbeat = tokio::time::interval(self.heartbeat.unwrap_or(Duration::from_secs(86_400)));
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        heartbeat.tick().await;
+        let mut ready: Vec<Event> = Vec::new();
+        let events = self.events.clone();
+        loop {
+            tokio::select! {
+                biased;
+                _ = status.tick() => {
+                    if !ready.is_empty() {
+                        // Held back by the coordinator, not by the server.
+                        self.last_received = Instant::now();
+                    } else if self.last_received.elapsed() > RECEIVE_TIMEOUT {
+                        return Err(SourceError::transient(format!(
+                            "no message from the server for {}s; reconnecting",
+                            RECEIVE_TIMEOUT.as_secs()
+                        )));
+                    }
+                    self.send_status(ready.is_empty()).await?;
+                }
+                _ = heartbeat.tick(), if self.heartbeat.is_some() => {
+                    let sql = format!("SELECT pg_logical_emit_message(false, {}, '')", quote_literal(HEARTBEAT_PREFIX));
+                    self.sql.simple_query(&sql).await.map_err(|e| source_error("heartbeat", e))?;
+                }
+                permit = events.reserve(), if !ready.is_empty() => {
+                    // The receiver is gone only when the source was restarted or dropped.
+                    let Ok(permit) = permit else { return Ok(()) };
+                    self.last_emitted = ready.last().map(|e| e.position.clone());
+                    permit.send(Ok(std::mem::take(&mut ready)));
+                }
+                message = self.conn.read_message(), if ready.len() < READY_LIMIT => {
+                    let message = message.map_err(|e| source_error("replication stream", e))?;
+                    self.last_received = Instant::now();
+                    self.handle(message, &mut ready).await?;
+                }
+            }
+        }
+    }
+
+    async fn handle(&mut self, message: Backend, ready: &mut Vec<Event>) -> Result<(), SourceError> {
+        match message {
+            Backend::CopyData(payload) => match pgoutput::parse_frame(payload).map_err(malformed)? {
+                Frame::XLogData { wal_end, data } => {
+                    self.server_wal_end = self.server_wal_end.max(wal_end);
+                    let message = pgoutput::parse_message(data).map_err(malformed)?;
+                    if let Message::Relation(relation) = &message {
+                        let unknown = self.decoder.unknown_types(relation);
+                        if !unknown.is_empty() {
+                            for (oid, ty) in catalog::resolve_types(&mut self.sql, &unknown).await? {
+                                self.decoder.add_type(oid, ty);
+                            }
+                        }
+                    }
+                    let before = ready.len();
+                    self.decoder.apply(message, ready).map_err(|e| {
+                        SourceError::permanent(
+                            format!("cannot decode the replication stream: {e}"),
+                            "report this with the server version and the table definition",
+                        )
+                    })?;
+                    if let Some(last) = ready.last() {
+                        self.stats.last_commit_time_us.store(last.commit_time_us, Ordering::Relaxed);
+                    }
+                    self.stats.events_read.fetch_add((ready.len() - before) as u64, Ordering::Relaxed);
+                }
+                Frame::Keepalive { wal_end, reply_requested } => {
+                    self.server_wal_end = self.server_wal_end.max(wal_end);
+                    if reply_requested {
+                        self.send_status(ready.is_empty()).await?;
+                    }
+                }
+            },
+            Backend::Error(fields) => {
+                let err = self.conn.server_error(fields);
+                return Err(source_error("replication stream", err));
+            }
+            Backend::CopyDone => return Err(SourceError::transient("the server ended the replication stream")),
+            _ => {}
+        }
+        self.stats.server_wal_end.store(self.server_wal_end, Ordering::Relaxed);
+        self.stats.bytes_read.store(self.conn.bytes_read, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The flush position: see the module docs.
+    fn flush_position(&self, nothing_ready: bool) -> Lsn {
+        let acked = self.acked.get();
+        let mut flush = self.floor;
+        if let Some(Position::Postgres { commit_lsn, .. }) = &acked {
+            flush = flush.max(*commit_lsn);
+        }
+        let all_acked = match (&self.last_emitted, &acked) {
+            (None, _) => true,
+            (Some(emitted), Some(acked)) => acked >= emitted,
+            (Some(_), None) => false,
+        };
+        if nothing_ready && all_acked && !self.decoder.in_transaction() {
+            flush = flush.max(Lsn(self.server_wal_end));
+        }
+        flush
+    }
+
+    async fn send_status(&mut self, nothing_ready: bool) -> Result<(), SourceError> {
+        self.flushed = self.flushed.max(self.flush_position(nothing_ready));
+        let update = pgoutput::status_update(self.flushed.0, now_us(), false);
+        self.conn.send_copy_data(&update).await.map_err(|e| source_error("standby status update", e))?;
+        self.stats.flushed_lsn.store(self.flushed.0, Ordering::Relaxed);
+        debug!(
+            flushed = %self.flushed,
+            slot_lag_bytes = self.stats.slot_lag_bytes(),
+            events_read = self.stats.events_read.load(Ordering::Relaxed),
+            "standby status sent"
+        );
+        Ok(())
+    }
+}
+
+fn malformed(err: pgoutput::Malformed) -> SourceError {
+    SourceError::permanent(
+        format!("the server sent a replication message Sluice cannot read: {err}"),
+        "report this with the server version; Sluice speaks pgoutput protocol version 1",
+    )
+}
+
+fn now_us() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
+}

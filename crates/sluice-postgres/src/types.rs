@@ -1,0 +1,249 @@
+//! PostgreSQL types and their text output, mapped to Sluice values.
+//!
+//! The connection sets DateStyle ISO, TimeZone UTC, IntervalStyle
+//! iso_8601 and extra_float_digits 3, so the server's text is unambiguous.
+//! A value that does not parse as its type expects is passed on as text:
+//! never dropped, never turned into null.
+
+use sluice_core::{JsonText, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Bool,
+    Int,
+    Float,
+    Numeric,
+    Text,
+    Json,
+    Bytea,
+    Date,
+    Time,
+    Timestamp,
+    TimestampTz,
+}
+
+/// How to read one column's text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PgType {
+    Scalar(Kind),
+    /// Elements separated by `delimiter` (`,` for every type but box).
+    Array {
+        element: Box<PgType>,
+        delimiter: char,
+    },
+}
+
+impl PgType {
+    fn array(kind: Kind) -> PgType {
+        PgType::Array { element: Box::new(PgType::Scalar(kind)), delimiter: ',' }
+    }
+}
+
+/// Built-in types by OID; `None` means ask the catalog.
+pub fn builtin(oid: u32) -> Option<PgType> {
+    use Kind::*;
+    Some(match oid {
+        16 => PgType::Scalar(Bool),
+        17 => PgType::Scalar(Bytea),
+        20 | 21 | 23 | 26 => PgType::Scalar(Int),
+        700 | 701 => PgType::Scalar(Float),
+        1700 => PgType::Scalar(Numeric),
+        114 | 3802 => PgType::Scalar(Json),
+        1082 => PgType::Scalar(Date),
+        1083 | 1266 => PgType::Scalar(Time),
+        1114 => PgType::Scalar(Timestamp),
+        1184 => PgType::Scalar(TimestampTz),
+        // char, name, text, bpchar, varchar, uuid, interval, money, xml, bit, varbit, inet, cidr, macaddr
+        18 | 19 | 25 | 1042 | 1043 | 2950 | 1186 | 790 | 142 | 1560 | 1562 | 869 | 650 | 829 => PgType::Scalar(Text),
+        1000 => PgType::array(Bool),
+        1001 => PgType::array(Bytea),
+        1005 | 1007 | 1016 | 1028 => PgType::array(Int),
+        1021 | 1022 => PgType::array(Float),
+        1231 => PgType::array(Numeric),
+        199 | 3807 => PgType::array(Json),
+        1182 => PgType::array(Date),
+        1183 | 1270 => PgType::array(Time),
+        1115 => PgType::array(Timestamp),
+        1185 => PgType::array(TimestampTz),
+        1002 | 1003 | 1009 | 1014 | 1015 | 2951 | 1187 | 791 | 143 | 1561 | 1563 | 1041 | 651 | 1040 => {
+            PgType::array(Text)
+        }
+        _ => return None,
+    })
+}
+
+/// Decodes a column's text output.
+pub fn decode_text(ty: &PgType, text: &str) -> Value {
+    match ty {
+        PgType::Scalar(kind) => scalar(*kind, text),
+        PgType::Array { element, delimiter } => {
+            parse_array(text, element, *delimiter).unwrap_or_else(|| Value::Text(text.to_string()))
+        }
+    }
+}
+
+fn scalar(kind: Kind, text: &str) -> Value {
+    let fallback = || Value::Text(text.to_string());
+    match kind {
+        Kind::Bool => match text {
+            "t" => Value::Bool(true),
+            "f" => Value::Bool(false),
+            _ => fallback(),
+        },
+        Kind::Int => text.parse().map(Value::Int).unwrap_or_else(|_| fallback()),
+        Kind::Float => text.parse().map(Value::Float).unwrap_or_else(|_| fallback()),
+        Kind::Numeric => Value::Decimal(text.to_string()),
+        Kind::Text => Value::Text(text.to_string()),
+        Kind::Json => JsonText::parse(text.to_string()).map(Value::Json).unwrap_or_else(|_| fallback()),
+        Kind::Bytea => text.strip_prefix("\\x").and_then(decode_hex).map(Value::Bytes).unwrap_or_else(fallback),
+        Kind::Date => Value::Date(text.to_string()),
+        Kind::Time => Value::Time(text.to_string()),
+        Kind::Timestamp => Value::Timestamp(iso_timestamp(text)),
+        Kind::TimestampTz => Value::TimestampTz(iso_timestamptz(text)),
+    }
+}
+
+/// `2026-01-01 12:00:00.5` → `2026-01-01T12:00:00.5`; `infinity` and BC
+/// dates stay as the server wrote them.
+fn iso_timestamp(text: &str) -> String {
+    if text.ends_with(" BC") || !text.as_bytes().get(10).is_some_and(|b| *b == b' ') {
+        return text.to_string();
+    }
+    format!("{}T{}", &text[..10], &text[11..])
+}
+
+/// With TimeZone UTC the server writes `+00`; ISO-8601 says `Z`.
+fn iso_timestamptz(text: &str) -> String {
+    let iso = iso_timestamp(text);
+    match iso.strip_suffix("+00") {
+        Some(utc) if iso.contains('T') => format!("{utc}Z"),
+        _ => iso,
+    }
+}
+
+fn decode_hex(hex: &str) -> Option<Vec<u8>> {
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok()).collect()
+}
+
+/// Parses an array literal (`{1,2,NULL}`, `{{"a b",c}}`, `[0:1]={1,2}`).
+/// `None` when the text is not one, and the caller keeps it as text.
+fn parse_array(text: &str, element: &PgType, delimiter: char) -> Option<Value> {
+    let body = match text.find('=') {
+        Some(eq) if text.starts_with('[') => &text[eq + 1..],
+        _ => text,
+    };
+    let mut chars = body.chars().peekable();
+    let value = parse_level(&mut chars, element, delimiter, 0)?;
+    chars.next().is_none().then_some(value)
+}
+
+/// Arrays deeper than PostgreSQL allows (6) are not arrays.
+const MAX_ARRAY_DEPTH: usize = 6;
+
+fn parse_level(
+    chars: &mut std::iter::Peekable<std::str::Chars<'_>>,
+    element: &PgType,
+    delimiter: char,
+    depth: usize,
+) -> Option<Value> {
+    if depth >= MAX_ARRAY_DEPTH || chars.next()? != '{' {
+        return None;
+    }
+    let mut items = Vec::new();
+    if chars.peek() == Some(&'}') {
+        chars.next();
+        return Some(Value::Array(items));
+    }
+    loop {
+        let item = match chars.peek()? {
+            '{' => parse_level(chars, element, delimiter, depth + 1)?,
+            '"' => {
+                chars.next();
+                let mut text = String::new();
+                loop {
+                    match chars.next()? {
+                        '\\' => text.push(chars.next()?),
+                        '"' => break,
+                        c => text.push(c),
+                    }
+                }
+                decode_text(element, &text)
+            }
+            _ => {
+                let mut text = String::new();
+                while let Some(&c) = chars.peek() {
+                    if c == delimiter || c == '}' {
+                        break;
+                    }
+                    text.push(c);
+                    chars.next();
+                }
+                let text = text.trim();
+                if text.eq_ignore_ascii_case("NULL") { Value::Null } else { decode_text(element, text) }
+            }
+        };
+        items.push(item);
+        match chars.next()? {
+            c if c == delimiter => continue,
+            '}' => return Some(Value::Array(items)),
+            _ => return None,
+        }
+    }
+}
+
+/// Text when the bytes are UTF-8, binary (base64 in JSON) when not.
+pub fn bytes_value(bytes: &[u8]) -> Value {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Value::Text(text.to_string()),
+        Err(_) => Value::Bytes(bytes.to_vec()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(ty: &PgType, text: &str) -> String {
+        serde_json::to_string(&decode_text(ty, text)).unwrap()
+    }
+
+    #[test]
+    fn scalars_keep_their_meaning() {
+        let t = |oid| builtin(oid).unwrap();
+        assert_eq!(json(&t(23), "-42"), "-42");
+        assert_eq!(json(&t(1700), "12345678901234567890.000000001"), "\"12345678901234567890.000000001\"");
+        assert_eq!(json(&t(701), "NaN"), "\"NaN\"");
+        assert_eq!(json(&t(701), "-Infinity"), "\"-Infinity\"");
+        assert_eq!(json(&t(700), "1.5"), "1.5");
+        assert_eq!(json(&t(16), "t"), "true");
+        assert_eq!(json(&t(3802), "{\"a\": [1, 2]}"), "{\"a\": [1, 2]}");
+        assert_eq!(json(&t(17), "\\x00ff10"), "\"AP8Q\"");
+        assert_eq!(json(&t(1114), "2026-01-02 03:04:05.123456"), "\"2026-01-02T03:04:05.123456\"");
+        assert_eq!(json(&t(1184), "2026-01-02 03:04:05+00"), "\"2026-01-02T03:04:05Z\"");
+        assert_eq!(json(&t(1184), "infinity"), "\"infinity\"");
+        assert_eq!(json(&t(1114), "0044-03-15 00:00:00 BC"), "\"0044-03-15 00:00:00 BC\"");
+        assert_eq!(json(&t(1186), "P1Y2M3DT4H5M6S"), "\"P1Y2M3DT4H5M6S\"");
+        assert_eq!(json(&t(2950), "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"), "\"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11\"");
+    }
+
+    #[test]
+    fn arrays_parse_with_quotes_nulls_and_nesting() {
+        assert_eq!(json(&builtin(1007).unwrap(), "{1,NULL,3}"), "[1,null,3]");
+        assert_eq!(json(&builtin(1009).unwrap(), r#"{"a b","c\"d",NULL,"NULL"}"#), r#"["a b","c\"d",null,"NULL"]"#);
+        assert_eq!(json(&builtin(1007).unwrap(), "{{1,2},{3,4}}"), "[[1,2],[3,4]]");
+        assert_eq!(json(&builtin(1007).unwrap(), "[0:1]={5,6}"), "[5,6]");
+        assert_eq!(json(&builtin(1007).unwrap(), "{}"), "[]");
+        assert_eq!(json(&builtin(1231).unwrap(), "{1.10,NaN}"), "[\"1.10\",\"NaN\"]");
+    }
+
+    #[test]
+    fn what_does_not_parse_stays_text() {
+        assert_eq!(json(&builtin(23).unwrap(), "12x"), "\"12x\"");
+        assert_eq!(json(&builtin(1007).unwrap(), "{1,2"), "\"{1,2\"");
+        assert_eq!(json(&builtin(3802).unwrap(), "{oops"), "\"{oops\"");
+        assert_eq!(json(&builtin(17).unwrap(), "\\xzz"), "\"\\\\xzz\"");
+    }
+}

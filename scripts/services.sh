@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Private test servers on loopback ports of their own.
+#
+#   scripts/services.sh start     install what is missing, start the servers, print the env file path
+#   scripts/services.sh stop      stop the servers this script started (by PID) and remove their folder
+#   scripts/services.sh restart-postgres   restart the private PostgreSQL (for tests that need it)
+#
+# Everything lives in $SLUICE_SERVICES_DIR (default /tmp/sluice-services).
+# Tests read the connection settings from "$SLUICE_SERVICES_DIR/env".
+# Needs root: it installs Debian packages and runs PostgreSQL as `postgres`.
+set -euo pipefail
+
+DIR="${SLUICE_SERVICES_DIR:-/tmp/sluice-services}"
+PG_VERSION=15
+PG_BIN="/usr/lib/postgresql/$PG_VERSION/bin"
+PG_USER=sluice
+PG_PASSWORD=sluice-test-password
+
+log() { echo "services: $*" >&2; }
+
+# The first port from $1 up that nothing listens on.
+free_port() {
+  local port=$1
+  while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+    port=$((port + 1))
+  done
+  echo "$port"
+}
+
+install_packages() {
+  local missing=()
+  [ -x "$PG_BIN/postgres" ] || missing+=("postgresql-$PG_VERSION")
+  command -v openssl >/dev/null || missing+=(openssl)
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq "${missing[@]}" >&2
+  fi
+}
+
+start_postgres() {
+  local pg="$DIR/postgres"
+  local port
+  port=$(free_port 25432)
+  mkdir -p "$pg"
+  # A private CA and a server certificate it signs, for verify-full tests.
+  openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=sluice-test-ca" \
+    -keyout "$pg/ca.key" -out "$pg/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
+    -keyout "$pg/server.key" -out "$pg/server.csr" 2>/dev/null
+  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$pg/server.ext"
+  openssl x509 -req -in "$pg/server.csr" -CA "$pg/ca.crt" -CAkey "$pg/ca.key" -CAcreateserial \
+    -days 30 -extfile "$pg/server.ext" -out "$pg/server.crt" 2>/dev/null
+  chmod 600 "$pg/server.key" "$pg/ca.key"
+  echo "$PG_PASSWORD" > "$pg/pwfile"
+  chown -R postgres:postgres "$pg"
+  runuser -u postgres -- "$PG_BIN/initdb" -D "$pg/data" -U postgres --pwfile="$pg/pwfile" \
+    --auth-local=trust --auth-host=scram-sha-256 >/dev/null
+  cat >> "$pg/data/postgresql.conf" <<CONF
+port = $port
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$pg'
+wal_level = logical
+max_replication_slots = 40
+max_wal_senders = 40
+wal_sender_timeout = 60s
+ssl = on
+ssl_cert_file = '$pg/server.crt'
+ssl_key_file = '$pg/server.key'
+password_encryption = 'scram-sha-256'
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+max_wal_size = 4GB
+shared_buffers = 256MB
+CONF
+  cat > "$pg/data/pg_hba.conf" <<HBA
+local all all trust
+host all all 127.0.0.1/32 scram-sha-256
+host replication all 127.0.0.1/32 scram-sha-256
+HBA
+  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$pg/data" -l "$pg/log" -w start >/dev/null
+  head -1 "$pg/data/postmaster.pid" > "$pg/pid"
+  local psql=(runuser -u postgres -- "$PG_BIN/psql" -h "$pg" -p "$port" -U postgres -v ON_ERROR_STOP=1 -q)
+  "${psql[@]}" -c "CREATE ROLE $PG_USER LOGIN SUPERUSER REPLICATION PASSWORD '$PG_PASSWORD'"
+  "${psql[@]}" -c "CREATE ROLE sluice_norepl LOGIN PASSWORD '$PG_PASSWORD'"
+  cat >> "$DIR/env" <<ENV
+export SLUICE_TEST_PG_HOST=127.0.0.1
+export SLUICE_TEST_PG_PORT=$port
+export SLUICE_TEST_PG_USER=$PG_USER
+export SLUICE_TEST_PG_PASSWORD=$PG_PASSWORD
+export SLUICE_TEST_PG_CA=$pg/ca.crt
+export SLUICE_TEST_PG_SOCKET=$pg
+export SLUICE_TEST_PG_BIN=$PG_BIN
+ENV
+  log "postgresql $PG_VERSION on 127.0.0.1:$port (pid $(cat "$pg/pid"))"
+}
+
+stop_postgres() {
+  local pg="$DIR/postgres"
+  [ -f "$pg/pid" ] || return 0
+  if [ -d "$pg/data" ]; then
+    runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$pg/data" -m immediate -w stop >/dev/null 2>&1 || true
+  fi
+  local pid
+  pid=$(cat "$pg/pid")
+  if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
+}
+
+restart_postgres() {
+  local pg="$DIR/postgres"
+  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$pg/data" -m fast -w stop >/dev/null
+  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$pg/data" -l "$pg/log" -w start >/dev/null
+  head -1 "$pg/data/postmaster.pid" > "$pg/pid"
+}
+
+case "${1:-}" in
+  start)
+    if [ -f "$DIR/env" ]; then
+      log "already running ($DIR/env); run '$0 stop' first to start afresh"
+      echo "$DIR/env"
+      exit 0
+    fi
+    install_packages
+    rm -rf "$DIR"
+    mkdir -p "$DIR"
+    chmod 755 "$DIR"
+    : > "$DIR/env"
+    start_postgres
+    echo "$DIR/env"
+    ;;
+  stop)
+    stop_postgres
+    rm -rf "$DIR"
+    ;;
+  restart-postgres)
+    restart_postgres
+    ;;
+  *)
+    echo "usage: $0 start|stop|restart-postgres" >&2
+    exit 2
+    ;;
+esac
