@@ -106,7 +106,7 @@ fn scalar(kind: Kind, text: &str) -> Value {
 /// `2026-01-01 12:00:00.5` → `2026-01-01T12:00:00.5`; `infinity` and BC
 /// dates stay as the server wrote them.
 fn iso_timestamp(text: &str) -> String {
-    if text.ends_with(" BC") || !text.as_bytes().get(10).is_some_and(|b| *b == b' ') {
+    if text.ends_with(" BC") || text.as_bytes().get(10).is_none_or(|b| *b != b' ') {
         return text.to_string();
     }
     format!("{}T{}", &text[..10], &text[11..])
@@ -122,7 +122,7 @@ fn iso_timestamptz(text: &str) -> String {
 }
 
 fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return None;
     }
     (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok()).collect()
