@@ -108,9 +108,11 @@ stop_postgres() {
   if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
 }
 
+# An immediate stop, like a crash: a fast stop would wait for logical
+# replication clients to confirm everything, which a lagging client never does.
 restart_postgres() {
   local pg="$DIR/postgres"
-  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$pg/data" -m fast -w stop >/dev/null
+  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$pg/data" -m immediate -w stop >/dev/null
   runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$pg/data" -l "$pg/log" -w start >/dev/null
   head -1 "$pg/data/postmaster.pid" > "$pg/pid"
 }

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, and every unit, property and
-# end-to-end test. The README and .ci/run both call this script.
+# integration test, against private servers started by scripts/services.sh.
+# The README and .ci/run both call this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+env_file=$(scripts/services.sh start)
+trap 'scripts/services.sh stop' EXIT
+# shellcheck source=/dev/null
+. "$env_file"
 cargo test --workspace --locked

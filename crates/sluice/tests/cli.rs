@@ -104,8 +104,7 @@ fn a_second_process_on_the_same_data_dir_is_refused() {
     let output = run(&["run", "-c", config], dir.path());
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("another process"), "{}", stderr(&output));
-    first.kill().unwrap();
-    first.wait().unwrap();
+    first.kill9();
 }
 
 #[test]

@@ -22,8 +22,7 @@ fn sigkill_mid_run_never_loses_or_duplicates_an_event_in_the_file() {
         let mut child = spawn(&["run", "-c", config], dir.path());
         let target = total * step / 8;
         wait_until(Duration::from_secs(60), "the file to grow", || line_count(&out) >= target);
-        child.kill().expect("SIGKILL");
-        child.wait().unwrap();
+        child.kill9();
         kills += 1;
     }
     let output = run(&["run", "-c", config], dir.path());
@@ -46,9 +45,9 @@ fn sigterm_drains_and_saves_a_checkpoint_that_matches_the_file() {
     let config = config.to_str().unwrap();
     let child = spawn(&["run", "-c", config], dir.path());
     wait_until(Duration::from_secs(60), "the file to grow", || line_count(&out) >= 5000);
-    send_sigterm(child.id());
-    let output = child.wait_with_output().unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let status = child.terminate();
+    let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap();
+    assert!(status.success(), "{log}");
     let held = std::fs::read_to_string(&out).unwrap();
     let last_line: serde_json::Value = serde_json::from_str(held.lines().last().unwrap()).unwrap();
     assert_eq!(last_line["tx_end"], true, "a drained file ends on a whole transaction");
@@ -56,11 +55,4 @@ fn sigterm_drains_and_saves_a_checkpoint_that_matches_the_file() {
     let listing = String::from_utf8_lossy(&listing.stdout);
     let position = last_line["position"].as_str().unwrap();
     assert!(listing.contains(&format!("gen1::sink::local  {position}")), "{listing}");
-}
-
-/// Signals our own child through the `kill` command, which keeps the
-/// test free of unsafe code.
-fn send_sigterm(pid: u32) {
-    let status = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill runs");
-    assert!(status.success());
 }

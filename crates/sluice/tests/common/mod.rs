@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod pg;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -19,8 +21,43 @@ pub fn run(args: &[&str], dir: &Path) -> Output {
     sluice().args(args).current_dir(dir).output().expect("sluice runs")
 }
 
-pub fn spawn(args: &[&str], dir: &Path) -> Child {
-    sluice().args(args).current_dir(dir).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("sluice starts")
+/// A running `sluice`; killed when dropped, so a failing test leaves no
+/// process behind. Its log goes to `sluice.log` in its folder (appended
+/// across restarts), where a failing test's message points.
+pub struct Running(Option<Child>);
+
+impl Running {
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+
+    /// SIGKILL, and wait for it to be gone.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            child.kill().expect("SIGKILL");
+            child.wait().unwrap();
+        }
+    }
+
+    /// SIGTERM, then wait for the exit.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let mut child = self.0.take().expect("running");
+        let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill runs");
+        assert!(status.success());
+        child.wait().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub fn spawn(args: &[&str], dir: &Path) -> Running {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("sluice.log")).unwrap();
+    let child = sluice().args(args).current_dir(dir).stdout(Stdio::null()).stderr(log).spawn().expect("sluice starts");
+    Running(Some(child))
 }
 
 pub fn stderr(output: &Output) -> String {

@@ -1,0 +1,197 @@
+//! The postgres source against a real PostgreSQL.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use sluice_core::{AckWatermark, Op, Position, Source};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_supported_type_maps_to_faithful_json() {
+    fresh_database("t_types").await;
+    sql(
+        "t_types",
+        "CREATE TYPE mood AS ENUM ('sad', 'happy');
+         CREATE DOMAIN positive AS integer CHECK (VALUE > 0);
+         CREATE TABLE everything (
+            id bigint PRIMARY KEY, small smallint, regular integer, num numeric(30,10), real_ real, dbl double precision,
+            flag boolean, txt text, vc varchar(10), ch char(3), js json, jsb jsonb, uid uuid, bin bytea,
+            d date, t time, ttz timetz, ts timestamp, tstz timestamptz, iv interval,
+            ints integer[], texts text[], nums numeric[], feeling mood, feelings mood[], pos positive, odd point)",
+    )
+    .await;
+    let mut source = started(config("t_types", "types"), None, AckWatermark::default()).await;
+    sql(
+        "t_types",
+        r#"INSERT INTO everything VALUES (
+            9007199254740993, -32768, 2147483647, 12345678901234567890.0123456789, 1.5, 'NaN',
+            true, 'héllo "q"', 'short', 'ab', '{"a": 1}', '{"b": [true, null]}', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '\x00ff',
+            '2026-02-28', '13:14:15.5', '13:14:15+02', '2026-02-28 13:14:15.123456', '2026-02-28 13:14:15.5+02', '1 year 2 mons 3 days 04:05:06',
+            '{1,NULL,3}', '{"a b","c,d"}', '{1.50,NaN}', 'happy', '{sad,happy}', 7, '(1,2)')"#,
+    )
+    .await;
+    let events = collect(&mut source, 1).await;
+    let expected = json!({
+        "id": 9007199254740993u64, "small": -32768, "regular": 2147483647,
+        "num": "12345678901234567890.0123456789", "real_": 1.5, "dbl": "NaN",
+        "flag": true, "txt": "héllo \"q\"", "vc": "short", "ch": "ab ", "js": {"a": 1}, "jsb": {"b": [true, null]},
+        "uid": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "bin": "AP8=",
+        "d": "2026-02-28", "t": "13:14:15.5", "ttz": "13:14:15+02", "ts": "2026-02-28T13:14:15.123456",
+        "tstz": "2026-02-28T11:14:15.5Z", "iv": "P1Y2M3DT4H5M6S",
+        "ints": [1, null, 3], "texts": ["a b", "c,d"], "nums": ["1.50", "NaN"],
+        "feeling": "happy", "feelings": ["sad", "happy"], "pos": 7, "odd": "(1,2)"
+    });
+    assert_eq!(after_json(&events[0]), expected);
+    assert_eq!(&*events[0].table, "public.everything");
+    assert_eq!(&*events[0].database, "t_types");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_follow_replica_identity_and_keep_unchanged_toast_apart() {
+    fresh_database("t_changes").await;
+    sql(
+        "t_changes",
+        "CREATE TABLE d (id int PRIMARY KEY, note text, big text);
+         ALTER TABLE d ALTER COLUMN big SET STORAGE EXTERNAL;
+         CREATE TABLE f (id int PRIMARY KEY, note text);
+         ALTER TABLE f REPLICA IDENTITY FULL;",
+    )
+    .await;
+    let mut source = started(config("t_changes", "changes"), None, AckWatermark::default()).await;
+    sql(
+        "t_changes",
+        "INSERT INTO d VALUES (1, 'a', repeat('x', 10000));
+         UPDATE d SET note = 'b' WHERE id = 1;
+         UPDATE d SET id = 2 WHERE id = 1;
+         DELETE FROM d WHERE id = 2;
+         INSERT INTO f VALUES (1, 'a');
+         UPDATE f SET note = 'b';
+         DELETE FROM f;
+         TRUNCATE d;",
+    )
+    .await;
+    let events = collect(&mut source, 8).await;
+    let ops: Vec<Op> = events.iter().map(|e| e.op).collect();
+    use Op::*;
+    assert_eq!(ops, [Insert, Update, Update, Delete, Insert, Update, Delete, Truncate]);
+    let json: Vec<serde_json::Value> = events.iter().map(|e| serde_json::to_value(e).unwrap()).collect();
+    // An unchanged TOAST value is marked, never a null.
+    assert_eq!(json[1]["after"]["big"], json!({"unchanged": true}));
+    assert_eq!(json[1]["before"], serde_json::Value::Null, "DEFAULT identity sends no old row without a key change");
+    assert_eq!(json[2]["before"], json!({"id": 1}), "a key change sends the old key");
+    assert_eq!(json[2]["key"], json!({"id": 2}));
+    assert_eq!(json[3]["before"], json!({"id": 2}));
+    assert_eq!(json[5]["before"], json!({"id": 1, "note": "a"}), "FULL identity sends the whole old row");
+    assert_eq!(json[6]["before"], json!({"id": 1, "note": "b"}));
+    assert_eq!(json[7]["table"], "public.d");
+    // One transaction: one commit LSN, sequence numbers in order, tx_end on the last.
+    assert!(events.windows(2).all(|w| w[0].position < w[1].position));
+    let Position::Postgres { commit_lsn, .. } = events[0].position else { panic!() };
+    assert!(events.iter().all(|e| matches!(e.position, Position::Postgres { commit_lsn: c, .. } if c == commit_lsn)));
+    assert_eq!(events.iter().filter(|e| e.tx_end).count(), 1);
+    assert!(events[7].tx_end);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_and_schema_changes_are_events() {
+    fresh_database("t_messages").await;
+    sql("t_messages", "CREATE TABLE s (id int PRIMARY KEY)").await;
+    let mut source = started(config("t_messages", "messages"), None, AckWatermark::default()).await;
+    sql("t_messages", "INSERT INTO s VALUES (1)").await;
+    sql("t_messages", "SELECT pg_logical_emit_message(false, 'audit', 'outside')").await;
+    sql(
+        "t_messages",
+        "BEGIN; SELECT pg_logical_emit_message(true, 'outbox', '{\"order\": 1}'); ALTER TABLE s ADD COLUMN note text; INSERT INTO s VALUES (2, 'x'); COMMIT;",
+    )
+    .await;
+    let events = collect(&mut source, 4).await;
+    assert_eq!(events[1].op, Op::Message);
+    assert_eq!(after_json(&events[1]), json!({"prefix": "audit", "content": "outside", "transactional": false}));
+    assert_eq!(events[2].op, Op::Message);
+    assert_eq!(&*events[2].table, "outbox");
+    assert_eq!(after_json(&events[3]), json!({"id": 2, "note": "x"}));
+    assert_ne!(events[0].schema_version, events[3].schema_version, "the new column changes the schema version");
+    assert!(events.windows(2).all(|w| w[0].position < w[1].position));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slot_advances_only_to_what_every_sink_checkpointed() {
+    fresh_database("t_ack").await;
+    sql("t_ack", "CREATE TABLE a (id int PRIMARY KEY)").await;
+    let acked = AckWatermark::default();
+    let cfg = config("t_ack", "ack");
+    let slot = cfg.slot_name();
+    let mut source = started(cfg.clone(), None, acked.clone()).await;
+    let initial = wait_for_slot("t_ack", &slot, "slot exists", |_| true).await;
+    sql("t_ack", "INSERT INTO a VALUES (1)").await;
+    sql("t_ack", "INSERT INTO a VALUES (2)").await;
+    let events = collect(&mut source, 2).await;
+    let Position::Postgres { commit_lsn: second, .. } = events[1].position else { panic!() };
+    // Nothing is checkpointed yet: after several status updates the slot has not moved.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let held = wait_for_slot("t_ack", &slot, "slot unchanged", |_| true).await;
+    assert_eq!(held, initial, "the slot moved before any sink checkpointed");
+    // The first event is checkpointed: the slot moves to its commit LSN, not past the second.
+    acked.advance(&events[0].position);
+    let Position::Postgres { commit_lsn: first, .. } = events[0].position else { panic!() };
+    let moved = wait_for_slot("t_ack", &slot, "first commit", |lsn| lsn >= first.0).await;
+    assert!(moved < second.0, "flushed {moved:X} past the unacknowledged {second}");
+    // Everything checkpointed and the stream idle: the slot catches up past the last commit.
+    acked.advance(&events[1].position);
+    wait_for_slot("t_ack", &slot, "idle catch-up", |lsn| lsn > second.0).await;
+
+    // A restart from the first checkpoint re-reads from its transaction on.
+    drop(source);
+    let mut again = started(cfg, Some(events[0].position.clone()), AckWatermark::default()).await;
+    sql("t_ack", "INSERT INTO a VALUES (3)").await;
+    let replay = collect(&mut again, 1).await;
+    assert_eq!(after_json(&replay[0]), json!({"id": 3}), "the slot had moved past both, so only new rows come");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_problems_are_named_with_a_fix() {
+    fresh_database("t_errors").await;
+    sql("t_errors", "CREATE TABLE one (id int PRIMARY KEY); CREATE TABLE two (id int PRIMARY KEY); CREATE PUBLICATION partial FOR TABLE one;").await;
+    let start = |cfg| async move {
+        let mut source = sluice_postgres::PostgresSource::new(cfg);
+        source.start(None, AckWatermark::default()).await.err().expect("start must fail")
+    };
+    let mut cfg = config("t_errors", "errors");
+    cfg.create_slot = false;
+    let err = start(cfg.clone()).await;
+    assert!(!err.is_transient());
+    assert!(err.to_string().contains("replication slot \"sluice_errors\" does not exist"), "{err}");
+    assert!(err.to_string().contains("pg_create_logical_replication_slot('sluice_errors', 'pgoutput')"), "{err}");
+
+    let mut partial = config("t_errors", "errors");
+    partial.publication = Some("partial".into());
+    partial.create_publication = false;
+    let err = start(partial).await.to_string();
+    assert!(err.contains("does not cover \"public\".\"two\"") && err.contains("ALTER PUBLICATION"), "{err}");
+
+    let mut missing = config("t_errors", "errors");
+    missing.publication = Some("nothing_here".into());
+    missing.create_publication = false;
+    let err = start(missing).await.to_string();
+    assert!(err.contains("publication \"nothing_here\" does not exist"), "{err}");
+
+    let mut no_table = config("t_errors", "errors");
+    no_table.tables = vec!["sales.*".into()];
+    let err = start(no_table).await.to_string();
+    assert!(err.contains("no table matches"), "{err}");
+
+    let mut norepl = config("t_errors", "errors");
+    norepl.user = "sluice_norepl".into();
+    let err = start(norepl).await.to_string();
+    assert!(err.contains("lacks the REPLICATION attribute") && err.contains("ALTER ROLE"), "{err}");
+
+    let mut bad_password = config("t_errors", "errors");
+    bad_password.password = sluice_config::Secret::new("wrong");
+    let err = start(bad_password).await;
+    assert!(!err.is_transient());
+    assert!(err.to_string().contains("28P01") && !err.to_string().contains("wrong"), "{err}");
+
+    let mut nobody_home = config("t_errors", "errors");
+    nobody_home.port = 1;
+    assert!(start(nobody_home).await.is_transient(), "an unreachable server is worth retrying");
+}

@@ -1,0 +1,105 @@
+//! Helpers for tests of the binary against the private PostgreSQL that
+//! `scripts/services.sh start` runs.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use sluice_config::Secret;
+use sluice_postgres::wire::{ConnectParams, Connection};
+
+use super::Running;
+
+pub fn pg_env(name: &str) -> String {
+    std::env::var(name)
+        .unwrap_or_else(|_| panic!("{name} is not set: run `scripts/services.sh start` and source its env file"))
+}
+
+pub fn params(database: &str) -> ConnectParams {
+    ConnectParams {
+        host: pg_env("SLUICE_TEST_PG_HOST"),
+        port: pg_env("SLUICE_TEST_PG_PORT").parse().unwrap(),
+        database: database.into(),
+        user: pg_env("SLUICE_TEST_PG_USER"),
+        password: Secret::new(pg_env("SLUICE_TEST_PG_PASSWORD")),
+        ssl_mode: sluice_config::SslMode::Prefer,
+        ca_file: None,
+        connect_timeout: Duration::from_secs(10),
+    }
+}
+
+/// Runs SQL, retrying the connection while the server restarts.
+pub fn sql(database: &str, statements: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        for attempt in 0..100 {
+            match Connection::connect(&params(database), false).await {
+                Ok(mut conn) => {
+                    conn.simple_query(statements).await.unwrap_or_else(|e| panic!("{statements}: {e}"));
+                    conn.close().await;
+                    return;
+                }
+                Err(_) if attempt < 99 => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(e) => panic!("cannot connect: {e}"),
+            }
+        }
+    });
+}
+
+pub fn fresh_database(name: &str) {
+    sql(
+        "postgres",
+        &format!(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = '{name}' AND active_pid IS NOT NULL"
+        ),
+    );
+    sql(
+        "postgres",
+        &format!(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '{name}' AND NOT active"
+        ),
+    );
+    sql("postgres", &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+    sql("postgres", &format!("CREATE DATABASE {name}"));
+}
+
+/// Creates the publication and slot up front, so that no row written
+/// before Sluice has set them up goes unseen.
+pub fn prepare_replication(database: &str, table: &str) {
+    sql(database, &format!("CREATE PUBLICATION sluice_{database} FOR TABLE {table}"));
+    sql(database, &format!("SELECT pg_create_logical_replication_slot('sluice_{database}', 'pgoutput')"));
+}
+
+pub fn pipeline(database: &str, out: &str, max_bytes: Option<u64>) -> String {
+    let batch = max_bytes.map(|b| format!("    batch: {{ max_bytes: {b} }}\n")).unwrap_or_default();
+    format!(
+        "pipelines:\n  - name: pg\n    source:\n      type: postgres\n      config: {{ id: {database}, host: 127.0.0.1, port: {port}, database: {database}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", ssl_mode: verify-full, ca_file: {ca}, status_interval_secs: 1 }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: {out} }}\n{batch}",
+        port = pg_env("SLUICE_TEST_PG_PORT"),
+        user = pg_env("SLUICE_TEST_PG_USER"),
+        ca = pg_env("SLUICE_TEST_PG_CA"),
+    )
+}
+
+pub fn restart_postgres() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services.sh");
+    let status = std::process::Command::new("bash").arg(script).arg("restart-postgres").status().unwrap();
+    assert!(status.success(), "restarting PostgreSQL failed");
+}
+
+pub fn stop(child: Running, dir: &Path) {
+    let status = child.terminate();
+    let log = std::fs::read_to_string(dir.join("sluice.log")).unwrap_or_default();
+    assert!(status.success(), "sluice did not stop cleanly:\n{log}");
+}
+
+/// The ids of inserted rows in the file, in file order.
+pub fn inserted_ids(path: &Path) -> Vec<i64> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["op"] == "c")
+        .map(|e| e["after"]["id"].as_i64().unwrap())
+        .collect()
+}
