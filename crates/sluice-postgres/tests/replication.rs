@@ -154,7 +154,7 @@ async fn setup_problems_are_named_with_a_fix() {
     sql("t_errors", "CREATE TABLE one (id int PRIMARY KEY); CREATE TABLE two (id int PRIMARY KEY); CREATE PUBLICATION partial FOR TABLE one;").await;
     let start = |cfg| async move {
         let mut source = sluice_postgres::PostgresSource::new(cfg);
-        source.start(None, AckWatermark::default()).await.err().expect("start must fail")
+        source.start(None, AckWatermark::default()).await.expect_err("start must fail")
     };
     let mut cfg = config("t_errors", "errors");
     cfg.create_slot = false;
