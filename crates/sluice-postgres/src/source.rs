@@ -57,6 +57,7 @@ pub struct SourceStats {
     pub flushed_lsn: AtomicU64,
     /// Commit time of the latest transaction read (µs since the Unix epoch).
     pub last_commit_time_us: AtomicI64,
+    pub heartbeats_sent: AtomicU64,
 }
 
 impl SourceStats {
@@ -274,6 +275,7 @@ impl Reader {
                 _ = heartbeat.tick(), if self.heartbeat.is_some() => {
                     let sql = format!("SELECT pg_logical_emit_message(false, {}, '')", quote_literal(HEARTBEAT_PREFIX));
                     self.sql.simple_query(&sql).await.map_err(|e| source_error("heartbeat", e))?;
+                    self.stats.heartbeats_sent.fetch_add(1, Ordering::Relaxed);
                 }
                 permit = events.reserve(), if !ready.is_empty() => {
                     // The receiver is gone only when the source was restarted or dropped.

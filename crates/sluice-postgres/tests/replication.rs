@@ -127,6 +127,9 @@ async fn the_slot_advances_only_to_what_every_sink_checkpointed() {
     sql("t_ack", "INSERT INTO a VALUES (2)").await;
     let events = collect(&mut source, 2).await;
     let Position::Postgres { commit_lsn: second, .. } = events[1].position else { panic!() };
+    let stats = source.stats();
+    assert_eq!(stats.events_read.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert!(stats.bytes_read.load(std::sync::atomic::Ordering::Relaxed) > 0);
     // Nothing is checkpointed yet: after several status updates the slot has not moved.
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     let held = wait_for_slot("t_ack", &slot, "slot unchanged", |_| true).await;
@@ -191,7 +194,30 @@ async fn setup_problems_are_named_with_a_fix() {
     assert!(!err.is_transient());
     assert!(err.to_string().contains("28P01") && !err.to_string().contains("wrong"), "{err}");
 
+    // Checkpoints exist but the slot is gone: changes were lost, so say so.
+    let mut source = sluice_postgres::PostgresSource::new(config("t_errors", "errors"));
+    let checkpoint = Position::Postgres { commit_lsn: sluice_core::Lsn(1), seq: 0 };
+    let err = source.start(Some(checkpoint), AckWatermark::default()).await.expect_err("a lost slot must stop the source");
+    assert!(!err.is_transient());
+    assert!(err.to_string().contains("the slot was dropped") && err.to_string().contains("checkpoints reset"), "{err}");
+
     let mut nobody_home = config("t_errors", "errors");
     nobody_home.port = 1;
     assert!(start(nobody_home).await.is_transient(), "an unreachable server is worth retrying");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_moves_an_idle_slot_forward() {
+    fresh_database("t_heartbeat").await;
+    sql("t_heartbeat", "CREATE TABLE quiet (id int PRIMARY KEY)").await;
+    let mut cfg = config("t_heartbeat", "heartbeat");
+    cfg.heartbeat_secs = Some(1);
+    let slot = cfg.slot_name();
+    let source = started(cfg, None, AckWatermark::default()).await;
+    let first = wait_for_slot("t_heartbeat", &slot, "slot exists", |_| true).await;
+    // No change to any watched table, yet the slot moves: nothing lies between.
+    let second = wait_for_slot("t_heartbeat", &slot, "a first heartbeat", |lsn| lsn > first).await;
+    wait_for_slot("t_heartbeat", &slot, "a later heartbeat", |lsn| lsn > second).await;
+    assert!(source.stats().heartbeats_sent.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    assert!(source.stats().slot_lag_bytes() < 1024 * 1024);
 }
