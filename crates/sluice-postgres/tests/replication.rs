@@ -197,7 +197,8 @@ async fn setup_problems_are_named_with_a_fix() {
     // Checkpoints exist but the slot is gone: changes were lost, so say so.
     let mut source = sluice_postgres::PostgresSource::new(config("t_errors", "errors"));
     let checkpoint = Position::Postgres { commit_lsn: sluice_core::Lsn(1), seq: 0 };
-    let err = source.start(Some(checkpoint), AckWatermark::default()).await.expect_err("a lost slot must stop the source");
+    let err =
+        source.start(Some(checkpoint), AckWatermark::default()).await.expect_err("a lost slot must stop the source");
     assert!(!err.is_transient());
     assert!(err.to_string().contains("the slot was dropped") && err.to_string().contains("checkpoints reset"), "{err}");
 
