@@ -120,9 +120,13 @@ restart_postgres() {
 case "${1:-}" in
   start)
     if [ -f "$DIR/env" ]; then
-      log "already running ($DIR/env); run '$0 stop' first to start afresh"
-      echo "$DIR/env"
-      exit 0
+      if [ -f "$DIR/postgres/pid" ] && kill -0 "$(cat "$DIR/postgres/pid")" 2>/dev/null; then
+        log "already running ($DIR/env); run '$0 stop' first to start afresh"
+        echo "$DIR/env"
+        exit 0
+      fi
+      log "found a stale $DIR from an earlier run; starting afresh"
+      stop_postgres
     fi
     install_packages
     rm -rf "$DIR"
