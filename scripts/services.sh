@@ -97,15 +97,43 @@ ENV
   log "postgresql $PG_VERSION on 127.0.0.1:$port (pid $(cat "$pg/pid"))"
 }
 
+# A second, small PostgreSQL with wal_level = replica, so tests can see the
+# source refuse a server that cannot do logical replication.
+start_postgres_replica_level() {
+  local pg="$DIR/postgres-replica-level"
+  local port
+  port=$(free_port 26432)
+  mkdir -p "$pg"
+  echo "$PG_PASSWORD" > "$pg/pwfile"
+  chown -R postgres:postgres "$pg"
+  runuser -u postgres -- "$PG_BIN/initdb" -D "$pg/data" -U postgres --pwfile="$pg/pwfile" \
+    --auth-local=trust --auth-host=scram-sha-256 >/dev/null
+  cat >> "$pg/data/postgresql.conf" <<CONF
+port = $port
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$pg'
+wal_level = replica
+fsync = off
+shared_buffers = 16MB
+CONF
+  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$pg/data" -l "$pg/log" -w start >/dev/null
+  head -1 "$pg/data/postmaster.pid" > "$pg/pid"
+  runuser -u postgres -- "$PG_BIN/psql" -h "$pg" -p "$port" -U postgres -q -v ON_ERROR_STOP=1 \
+    -c "CREATE ROLE $PG_USER LOGIN SUPERUSER REPLICATION PASSWORD '$PG_PASSWORD'"
+  echo "export SLUICE_TEST_PG_REPLICA_LEVEL_PORT=$port" >> "$DIR/env"
+  log "postgresql $PG_VERSION with wal_level=replica on 127.0.0.1:$port (pid $(cat "$pg/pid"))"
+}
+
 stop_postgres() {
-  local pg="$DIR/postgres"
-  [ -f "$pg/pid" ] || return 0
-  if [ -d "$pg/data" ]; then
-    runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$pg/data" -m immediate -w stop >/dev/null 2>&1 || true
-  fi
-  local pid
-  pid=$(cat "$pg/pid")
-  if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
+  local pg pid
+  for pg in "$DIR/postgres" "$DIR/postgres-replica-level"; do
+    [ -f "$pg/pid" ] || continue
+    if [ -d "$pg/data" ]; then
+      runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$pg/data" -m immediate -w stop >/dev/null 2>&1 || true
+    fi
+    pid=$(cat "$pg/pid")
+    if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
+  done
 }
 
 # An immediate stop, like a crash: a fast stop would wait for logical
@@ -134,6 +162,7 @@ case "${1:-}" in
     chmod 755 "$DIR"
     : > "$DIR/env"
     start_postgres
+    start_postgres_replica_level
     echo "$DIR/env"
     ;;
   stop)

@@ -222,3 +222,47 @@ async fn a_heartbeat_moves_an_idle_slot_forward() {
     assert!(source.stats().heartbeats_sent.load(std::sync::atomic::Ordering::Relaxed) >= 2);
     assert!(source.stats().slot_lag_bytes() < 1024 * 1024);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_logical_wal_is_refused_with_the_fix() {
+    let mut cfg = config("postgres", "walcheck");
+    cfg.port = env("SLUICE_TEST_PG_REPLICA_LEVEL_PORT").parse().unwrap();
+    cfg.ssl_mode = sluice_config::SslMode::Disable;
+    cfg.ca_file = None;
+    let mut source = sluice_postgres::PostgresSource::new(cfg);
+    let err = source.start(None, AckWatermark::default()).await.expect_err("wal_level replica must be refused");
+    assert!(!err.is_transient());
+    let message = err.to_string();
+    assert!(message.contains("wal_level is \"replica\"") && message.contains("wal_level = logical"), "{message}");
+}
+
+/// The server drops a replication client that stays silent past
+/// wal_sender_timeout. With slow sinks the reader stops reading, but its
+/// status updates must keep going.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_updates_keep_the_connection_alive_while_sinks_are_slow() {
+    fresh_database("t_slow").await;
+    sql("t_slow", "CREATE TABLE s (id int PRIMARY KEY)").await;
+    sql("postgres", "DROP ROLE IF EXISTS sluice_short_timeout").await;
+    let password = env("SLUICE_TEST_PG_PASSWORD");
+    sql(
+        "postgres",
+        &format!(
+            "CREATE ROLE sluice_short_timeout LOGIN SUPERUSER REPLICATION PASSWORD '{password}';
+             ALTER ROLE sluice_short_timeout SET wal_sender_timeout = '2s'"
+        ),
+    )
+    .await;
+    let mut cfg = config("t_slow", "slow");
+    cfg.user = "sluice_short_timeout".into();
+    cfg.status_interval_secs = 1;
+    let mut source = started(cfg, None, AckWatermark::default()).await;
+    // Enough rows to fill the reader's queue, so it stops reading.
+    sql("t_slow", "INSERT INTO s SELECT generate_series(1, 20000)").await;
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    let events = collect(&mut source, 20_000).await;
+    assert!(events.last().unwrap().tx_end);
+    let walsenders =
+        sql("postgres", "SELECT count(*) AS n FROM pg_stat_replication WHERE usename = 'sluice_short_timeout'").await;
+    assert_eq!(walsenders.first("n"), Some("1"), "the replication connection survived");
+}
