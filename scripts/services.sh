@@ -30,6 +30,8 @@ free_port() {
 install_packages() {
   local missing=()
   [ -x "$PG_BIN/postgres" ] || missing+=("postgresql-$PG_VERSION")
+  [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
+  command -v mariadb >/dev/null || missing+=(mariadb-client)
   command -v openssl >/dev/null || missing+=(openssl)
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing ${missing[*]}"
@@ -124,6 +126,67 @@ CONF
   log "postgresql $PG_VERSION with wal_level=replica on 127.0.0.1:$port (pid $(cat "$pg/pid"))"
 }
 
+start_mariadb() {
+  local my="$DIR/mariadb"
+  local port
+  port=$(free_port 23306)
+  mkdir -p "$my/data" "$my/binlog"
+  cat > "$my/my.cnf" <<CNF
+[mariadbd]
+datadir = $my/data
+port = $port
+bind-address = 127.0.0.1
+socket = $my/mariadbd.sock
+pid-file = $my/mariadbd.pid
+log-error = $my/error.log
+log-bin = $my/binlog/mariadb-bin
+binlog_format = ROW
+binlog_row_image = FULL
+binlog_checksum = CRC32
+server_id = 4242
+gtid_domain_id = 0
+skip-name-resolve
+innodb_flush_log_at_trx_commit = 2
+sync_binlog = 0
+innodb_buffer_pool_size = 256M
+max_binlog_size = 256M
+CNF
+  chown -R mysql:mysql "$my"
+  mariadb-install-db --defaults-file="$my/my.cnf" --user=mysql --auth-root-authentication-method=socket \
+    --skip-test-db >/dev/null 2>&1
+  runuser -u mysql -- /usr/sbin/mariadbd --defaults-file="$my/my.cnf" >/dev/null 2>&1 &
+  local tries=0
+  until mariadb --socket="$my/mariadbd.sock" -uroot -e "SELECT 1" >/dev/null 2>&1; do
+    tries=$((tries + 1))
+    if [ "$tries" -gt 300 ]; then cat "$my/error.log" >&2; log "mariadb did not start"; exit 1; fi
+    sleep 0.1
+  done
+  cp "$my/mariadbd.pid" "$my/pid"
+  mariadb --socket="$my/mariadbd.sock" -uroot -e "
+    CREATE USER '$PG_USER'@'127.0.0.1' IDENTIFIED BY '$PG_PASSWORD';
+    GRANT ALL PRIVILEGES ON *.* TO '$PG_USER'@'127.0.0.1' WITH GRANT OPTION;
+    CREATE USER 'sluice_noslave'@'127.0.0.1' IDENTIFIED BY '$PG_PASSWORD';
+    GRANT SELECT ON *.* TO 'sluice_noslave'@'127.0.0.1';"
+  cat >> "$DIR/env" <<ENV
+export SLUICE_TEST_MY_HOST=127.0.0.1
+export SLUICE_TEST_MY_PORT=$port
+export SLUICE_TEST_MY_USER=$PG_USER
+export SLUICE_TEST_MY_PASSWORD=$PG_PASSWORD
+export SLUICE_TEST_MY_SOCKET=$my/mariadbd.sock
+ENV
+  log "mariadb $(mariadb --version | awk '{print $5}') on 127.0.0.1:$port (pid $(cat "$my/pid"))"
+}
+
+stop_mariadb() {
+  local my="$DIR/mariadb"
+  [ -f "$my/pid" ] || return 0
+  local pid
+  pid=$(cat "$my/pid")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+}
+
 stop_postgres() {
   local pg pid
   for pg in "$DIR/postgres" "$DIR/postgres-replica-level"; do
@@ -155,6 +218,7 @@ case "${1:-}" in
       fi
       log "found a stale $DIR from an earlier run; starting afresh"
       stop_postgres
+      stop_mariadb
     fi
     install_packages
     rm -rf "$DIR"
@@ -163,10 +227,12 @@ case "${1:-}" in
     : > "$DIR/env"
     start_postgres
     start_postgres_replica_level
+    start_mariadb
     echo "$DIR/env"
     ;;
   stop)
     stop_postgres
+    stop_mariadb
     rm -rf "$DIR"
     ;;
   restart-postgres)

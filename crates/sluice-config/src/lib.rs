@@ -4,6 +4,7 @@
 
 mod error;
 mod expand;
+mod mysql;
 mod pipeline;
 mod postgres;
 mod secret;
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 pub use error::{ConfigError, Invalid};
 pub use expand::{ExpandError, expand};
+pub use mysql::*;
 pub use pipeline::*;
 pub use postgres::*;
 pub use secret::Secret;

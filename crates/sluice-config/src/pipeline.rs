@@ -126,6 +126,7 @@ pub enum PolicyMode {
 pub enum SourceConfig {
     Generator(GeneratorConfig),
     Postgres(crate::postgres::PostgresConfig),
+    Mysql(crate::mysql::MysqlConfig),
 }
 
 impl SourceConfig {
@@ -133,6 +134,7 @@ impl SourceConfig {
         match self {
             SourceConfig::Generator(c) => &c.id,
             SourceConfig::Postgres(c) => &c.id,
+            SourceConfig::Mysql(c) => &c.id,
         }
     }
 
@@ -140,6 +142,7 @@ impl SourceConfig {
         match self {
             SourceConfig::Generator(_) => "generator",
             SourceConfig::Postgres(_) => "postgres",
+            SourceConfig::Mysql(_) => "mysql",
         }
     }
 }

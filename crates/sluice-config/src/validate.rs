@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 
 use crate::error::Invalid;
+use crate::mysql::{MysqlConfig, MysqlSslMode, MysqlStart};
 use crate::pipeline::{BatchConfig, CommitPolicy, Config, PipelineConfig, PolicyMode, SinkConfig, SourceConfig};
 use crate::postgres::{PostgresConfig, SslMode};
 
@@ -84,6 +85,7 @@ fn validate_pipeline(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid>
 fn validate_source(at: &str, source: &SourceConfig) -> Result<(), Invalid> {
     match source {
         SourceConfig::Postgres(c) => validate_postgres(at, c),
+        SourceConfig::Mysql(c) => validate_mysql(at, c),
         SourceConfig::Generator(c) => {
             check_id(&format!("{at}.id"), &c.id)?;
             if c.rows_per_tx == 0 {
@@ -234,6 +236,74 @@ fn validate_postgres(at: &str, c: &PostgresConfig) -> Result<(), Invalid> {
         if let Some(value) = value
             && !(low..=high).contains(&value)
         {
+            return Err(Invalid::new(
+                format!("{at}.{field}"),
+                format!("{value} is outside {low}..={high}"),
+                format!("set {field} between {low} and {high} seconds"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_mysql(at: &str, c: &MysqlConfig) -> Result<(), Invalid> {
+    check_id(&format!("{at}.id"), &c.id)?;
+    for (field, value) in [("host", &c.host), ("user", &c.user)] {
+        if value.trim().is_empty() {
+            return Err(Invalid::new(format!("{at}.{field}"), "is empty", format!("set {field}")));
+        }
+    }
+    if c.port == 0 {
+        return Err(Invalid::new(format!("{at}.port"), "port 0 is not a port", "set the server's port, e.g. 3306"));
+    }
+    if c.ssl_mode == MysqlSslMode::VerifyFull && c.ca_file.is_none() {
+        return Err(Invalid::new(
+            format!("{at}.ca_file"),
+            "ssl_mode verify-full checks the server certificate against a CA, and none is given",
+            "set ca_file to the PEM file of the CA that signed the server certificate",
+        ));
+    }
+    if c.tables.is_empty() {
+        return Err(Invalid::new(
+            format!("{at}.tables"),
+            "the list is empty",
+            "list `database.table` patterns, e.g. shop.*",
+        ));
+    }
+    for (index, pattern) in c.tables.iter().enumerate() {
+        let parts: Vec<&str> = pattern.split('.').collect();
+        if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) {
+            return Err(Invalid::new(
+                format!("{at}.tables[{index}]"),
+                format!("{pattern:?} is not a database.table pattern"),
+                "write database.table, with * for any run of characters, e.g. shop.* or shop.order_*",
+            ));
+        }
+    }
+    if c.server_id == Some(0) {
+        return Err(Invalid::new(
+            format!("{at}.server_id"),
+            "0 is not a valid replica server id",
+            "leave server_id out, or pick an id no server uses",
+        ));
+    }
+    match &c.start {
+        MysqlStart::Position { file, offset } if file.is_empty() || file.contains(':') || *offset < 4 => {
+            return Err(Invalid::new(
+                format!("{at}.start.position"),
+                "needs a binlog file name (without ':') and an offset of at least 4",
+                "take both from SHOW BINARY LOGS, e.g. { file: mariadb-bin.000001, offset: 4 }",
+            ));
+        }
+        MysqlStart::Gtid(state) if state.trim().is_empty() => {
+            return Err(Invalid::new(format!("{at}.start.gtid"), "is empty", "give a MariaDB GTID state like 0-1-100"));
+        }
+        _ => {}
+    }
+    let bounded =
+        [("heartbeat_secs", c.heartbeat_secs, 1, 3600), ("connect_timeout_secs", c.connect_timeout_secs, 1, 3600)];
+    for (field, value, low, high) in bounded {
+        if !(low..=high).contains(&value) {
             return Err(Invalid::new(
                 format!("{at}.{field}"),
                 format!("{value} is outside {low}..={high}"),

@@ -52,6 +52,7 @@ pub fn decode(input: &mut &[u8]) -> Result<Event, CodecError> {
         3 => Op::Read,
         4 => Op::Truncate,
         5 => Op::Message,
+        6 => Op::Schema,
         _ => return Err(CodecError::Invalid("unknown op")),
     };
     let source_id = Arc::from(take_str(input)?);
@@ -99,6 +100,7 @@ fn op_code(op: Op) -> u8 {
         Op::Read => 3,
         Op::Truncate => 4,
         Op::Message => 5,
+        Op::Schema => 6,
     }
 }
 

@@ -23,10 +23,12 @@ pub enum Op {
     /// A message the database wrote into its log for consumers (PostgreSQL
     /// `pg_logical_emit_message`), e.g. for the outbox pattern.
     Message,
+    /// A schema change (DDL) the source saw in its log.
+    Schema,
 }
 
 impl Op {
-    /// The one-letter code used on the wire: `c`, `u`, `d`, `r`, `t`, `m`.
+    /// The one-letter code used on the wire: `c`, `u`, `d`, `r`, `t`, `m`, `s`.
     pub fn code(self) -> &'static str {
         match self {
             Op::Insert => "c",
@@ -35,6 +37,7 @@ impl Op {
             Op::Read => "r",
             Op::Truncate => "t",
             Op::Message => "m",
+            Op::Schema => "s",
         }
     }
 }

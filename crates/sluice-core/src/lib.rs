@@ -17,7 +17,7 @@ pub use checkpoint::{CheckpointKey, CheckpointStore};
 pub use error::{BoxError, SinkError, SourceError, StoreError};
 pub use event::{Event, EventId, Op};
 pub use guarantee::Guarantee;
-pub use position::{Lsn, Position, PositionParseError, or_start};
+pub use position::{BinlogPos, Lsn, Position, PositionParseError, binlog_file_index, or_start};
 pub use sink::{EventChunks, Sink, SliceChunks, collect_chunks};
 pub use source::{AckWatermark, Source, SourceStatus};
 pub use value::{Columns, JsonText, Row, Value};

@@ -5,8 +5,10 @@
 //! compared with `Ord`; the canonical text form (`Display` / `FromStr`) is what
 //! the checkpoint store and the sinks persist, so it must round-trip exactly.
 
+use std::cmp::Ordering;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -32,6 +34,67 @@ impl FromStr for Lsn {
     }
 }
 
+/// A MySQL / MariaDB binlog position: the file, the offset where the
+/// event's transaction starts, and the row's index in the transaction.
+///
+/// Ordered by the file's numeric suffix (so `bin.1000000` follows
+/// `bin.999999`, which text order gets wrong), then offset, then index.
+/// `gtid_before` is the server's GTID state just before the transaction
+/// (MariaDB `domain-server-seq` list), used to resume by GTID; it does not
+/// take part in ordering or equality.
+#[derive(Debug, Clone)]
+pub struct BinlogPos {
+    pub file: Arc<str>,
+    pub offset: u64,
+    pub seq: u32,
+    pub gtid_before: Option<Arc<str>>,
+}
+
+impl BinlogPos {
+    /// The numeric suffix of the file name (`mariadb-bin.000042` → 42).
+    pub fn file_index(&self) -> u64 {
+        binlog_file_index(&self.file)
+    }
+}
+
+/// The numeric suffix of a binlog file name, 0 when there is none.
+pub fn binlog_file_index(file: &str) -> u64 {
+    file.rsplit('.').next().and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+impl PartialEq for BinlogPos {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for BinlogPos {}
+
+impl std::hash::Hash for BinlogPos {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.file.hash(state);
+        self.offset.hash(state);
+        self.seq.hash(state);
+    }
+}
+
+impl PartialOrd for BinlogPos {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for BinlogPos {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.file_index(), &self.file, self.offset, self.seq).cmp(&(
+            other.file_index(),
+            &other.file,
+            other.offset,
+            other.seq,
+        ))
+    }
+}
+
 /// Where an event sits in its source's log.
 ///
 /// Variants are ordered by kind first; comparing positions of two different
@@ -43,6 +106,8 @@ pub enum Position {
     Generator { tx: u64, seq: u32 },
     /// PostgreSQL: the commit LSN of the transaction and the event index in it.
     Postgres { commit_lsn: Lsn, seq: u32 },
+    /// MySQL / MariaDB binlog.
+    Mysql(BinlogPos),
 }
 
 impl Position {
@@ -50,6 +115,7 @@ impl Position {
     pub fn seq(&self) -> u32 {
         match self {
             Position::Generator { seq, .. } | Position::Postgres { seq, .. } => *seq,
+            Position::Mysql(pos) => pos.seq,
         }
     }
 }
@@ -59,6 +125,13 @@ impl fmt::Display for Position {
         match self {
             Position::Generator { tx, seq } => write!(f, "gen:{tx}:{seq}"),
             Position::Postgres { commit_lsn, seq } => write!(f, "pg:{commit_lsn}:{seq}"),
+            Position::Mysql(pos) => {
+                write!(f, "my:{}:{}:{}", pos.file, pos.offset, pos.seq)?;
+                match &pos.gtid_before {
+                    Some(gtid) => write!(f, ":{gtid}"),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
@@ -67,6 +140,9 @@ impl FromStr for Position {
     type Err = PositionParseError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(rest) = s.strip_prefix("my:") {
+            return parse_binlog(s, rest);
+        }
         let mut parts = s.split(':');
         let kind = parts.next().unwrap_or_default();
         let (a, b) = match (parts.next(), parts.next(), parts.next()) {
@@ -89,6 +165,21 @@ impl FromStr for Position {
 /// is none (the source's beginning).
 pub fn or_start(position: Option<&Position>) -> String {
     position.map_or_else(|| "start".to_string(), Position::to_string)
+}
+
+/// `FILE:OFFSET:SEQ[:GTID]`; a GTID state may itself hold colons.
+fn parse_binlog(text: &str, rest: &str) -> Result<Position, PositionParseError> {
+    let mut parts = rest.splitn(4, ':');
+    let (Some(file), Some(offset), Some(seq)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(PositionParseError::new(text, "expected my:FILE:OFFSET:SEQ[:GTID]"));
+    };
+    if file.is_empty() {
+        return Err(PositionParseError::new(text, "empty binlog file name"));
+    }
+    let offset = offset.parse().map_err(|_| PositionParseError::new(text, "binlog offset is not a u64"))?;
+    let seq = seq.parse().map_err(|_| PositionParseError::new(text, "sequence number is not a u32"))?;
+    let gtid_before = parts.next().filter(|g| !g.is_empty()).map(Arc::from);
+    Ok(Position::Mysql(BinlogPos { file: file.into(), offset, seq, gtid_before }))
 }
 
 impl Serialize for Position {
@@ -146,6 +237,28 @@ mod tests {
             assert_eq!(text.parse::<Position>().unwrap(), position, "{text}");
         }
         assert_eq!(Position::Postgres { commit_lsn: Lsn(0x16_B374_D848), seq: 3 }.to_string(), "pg:16/B374D848:3");
+    }
+
+    fn binlog(file: &str, offset: u64, seq: u32, gtid: Option<&str>) -> Position {
+        Position::Mysql(BinlogPos { file: file.into(), offset, seq, gtid_before: gtid.map(Arc::from) })
+    }
+
+    #[test]
+    fn binlog_positions_order_by_file_number_then_offset() {
+        assert!(binlog("bin.999999", 9000, 0, None) < binlog("bin.1000000", 4, 0, None));
+        assert!(binlog("bin.000002", 100, 5, None) < binlog("bin.000002", 200, 0, None));
+        assert!(binlog("bin.000002", 100, 5, None) < binlog("bin.000002", 100, 6, None));
+        assert_eq!(binlog("bin.000002", 100, 5, Some("0-1-7")), binlog("bin.000002", 100, 5, None));
+        for position in [binlog("mariadb-bin.000003", 1234, 2, Some("0-4242-17,1-9-3")), binlog("b.000001", 4, 0, None)]
+        {
+            assert_eq!(position.to_string().parse::<Position>().unwrap().to_string(), position.to_string());
+        }
+        let mysql = binlog("binlog.000001", 4, 0, Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"));
+        let Position::Mysql(parsed) = mysql.to_string().parse::<Position>().unwrap() else { panic!() };
+        assert_eq!(parsed.gtid_before.as_deref(), Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"));
+        for bad in ["my:", "my::4:0", "my:f:x:0", "my:f:4", "my:f:4:-1"] {
+            assert!(bad.parse::<Position>().is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ use anyhow::anyhow;
 use sluice_config::{Config, PipelineConfig, SourceConfig};
 use sluice_core::{CheckpointStore, Source};
 use sluice_generator::GeneratorSource;
+use sluice_mysql::MysqlSource;
 use sluice_postgres::PostgresSource;
 use sluice_runtime::{Pipeline, PipelineSettings, SinkSpec};
 use sluice_store::EmbeddedStore;
@@ -39,6 +40,7 @@ pub fn pipeline(config: &PipelineConfig, store: Arc<dyn CheckpointStore>, data_d
     let source: Box<dyn Source> = match &config.source {
         SourceConfig::Generator(c) => Box::new(GeneratorSource::new(c.clone())),
         SourceConfig::Postgres(c) => Box::new(PostgresSource::new(c.clone())),
+        SourceConfig::Mysql(c) => Box::new(MysqlSource::new(c.clone(), data_dir.join("mysql").join(&c.id))),
     };
     let sinks = config
         .sinks

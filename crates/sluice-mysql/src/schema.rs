@@ -1,0 +1,250 @@
+//! Table schemas from information_schema, and their persisted history.
+//!
+//! A binlog row carries values but not column names, signedness, enum
+//! labels or character sets. Those come from information_schema, which
+//! only knows the schema of *now*. So each schema Sluice reads is stored
+//! with the binlog position it holds from (at start, and after every DDL
+//! statement), in an append-only file; replaying old binlog after an
+//! `ALTER TABLE` then decodes with the schema in force when the rows were
+//! written. The table-map event's column count and types are checked
+//! against the stored schema, so a mismatch stops the source instead of
+//! mislabelling columns.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use mysql_async::prelude::Queryable;
+use serde::{Deserialize, Serialize};
+use sluice_core::{Position, SourceError};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnInfo {
+    pub name: String,
+    /// `int`, `varchar`, `enum`, ... (information_schema DATA_TYPE).
+    pub data_type: String,
+    pub unsigned: bool,
+    /// Labels of an enum or set, in declaration order.
+    pub labels: Vec<String>,
+    /// True for character data; false for binary strings and blobs.
+    pub text: bool,
+    /// A MariaDB JSON column (LONGTEXT checked by json_valid).
+    pub json: bool,
+    pub key: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableSchema {
+    pub columns: Vec<ColumnInfo>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Entry {
+    position: String,
+    table: String,
+    schema: Option<TableSchema>,
+}
+
+/// Schemas by table, each with the position it holds from.
+pub struct SchemaHistory {
+    path: PathBuf,
+    entries: HashMap<String, Vec<(Position, Option<Arc<TableSchema>>)>>,
+}
+
+fn history_error(path: &Path, detail: impl std::fmt::Display) -> SourceError {
+    SourceError::permanent(
+        format!("schema history {}: {detail}", path.display()),
+        "check the disk of --data-dir; if the file is damaged, move it away and reset this source's checkpoints",
+    )
+}
+
+impl SchemaHistory {
+    pub fn open(path: PathBuf) -> Result<Self, SourceError> {
+        let mut history = SchemaHistory { path, entries: HashMap::new() };
+        let text = match std::fs::read_to_string(&history.path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(history_error(&history.path, e)),
+        };
+        for line in text.lines() {
+            // A torn last line from a crash is dropped; it is written again.
+            let Ok(entry) = serde_json::from_str::<Entry>(line) else { continue };
+            let position: Position = entry.position.parse().map_err(|e| history_error(&history.path, e))?;
+            history.insert(entry.table, position, entry.schema);
+        }
+        Ok(history)
+    }
+
+    fn insert(&mut self, table: String, position: Position, schema: Option<TableSchema>) {
+        let list = self.entries.entry(table).or_default();
+        list.push((position, schema.map(Arc::new)));
+        list.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+
+    /// The schema in force at `position`; `None` when the table did not
+    /// exist then (or was never seen).
+    pub fn at(&self, table: &str, position: &Position) -> Option<Arc<TableSchema>> {
+        let list = self.entries.get(table)?;
+        list.iter().rev().find(|(p, _)| p <= position).and_then(|(_, s)| s.clone())
+    }
+
+    pub fn has_entry_at(&self, table: &str, position: &Position) -> bool {
+        self.entries.get(table).is_some_and(|list| list.iter().any(|(p, _)| p == position))
+    }
+
+    pub fn knows(&self, table: &str) -> bool {
+        self.entries.contains_key(table)
+    }
+
+    /// Appends a schema (or its absence: a dropped table) from `position` on.
+    pub fn record(&mut self, table: &str, position: &Position, schema: Option<TableSchema>) -> Result<(), SourceError> {
+        let entry = Entry { position: position.to_string(), table: table.to_string(), schema: schema.clone() };
+        let mut line = serde_json::to_vec(&entry).map_err(|e| history_error(&self.path, e))?;
+        line.push(b'\n');
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| history_error(&self.path, e))?;
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .map_err(|e| history_error(&self.path, e))?;
+        file.write_all(&line).and_then(|()| file.sync_data()).map_err(|e| history_error(&self.path, e))?;
+        self.insert(table.to_string(), position.clone(), schema);
+        Ok(())
+    }
+}
+
+fn query_error(e: mysql_async::Error) -> SourceError {
+    crate::source::mysql_error("information_schema query", e)
+}
+
+/// The current schema of `database.table`, or `None` if it does not exist.
+pub async fn read_schema(
+    conn: &mut mysql_async::Conn,
+    database: &str,
+    table: &str,
+) -> Result<Option<TableSchema>, SourceError> {
+    let rows: Vec<(String, String, String, Option<String>, String)> = conn
+        .exec(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, COLUMN_KEY \
+             FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
+            (database, table),
+        )
+        .await
+        .map_err(query_error)?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    // MariaDB stores JSON as LONGTEXT with a json_valid() check.
+    let checks: Vec<String> = conn
+        .exec(
+            "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?",
+            (database, table),
+        )
+        .await
+        .unwrap_or_default();
+    let columns = rows
+        .into_iter()
+        .map(|(name, data_type, column_type, charset, key)| {
+            let data_type = data_type.to_ascii_lowercase();
+            let json =
+                data_type == "json" || checks.iter().any(|c| c.replace(' ', "") == format!("json_valid(`{name}`)"));
+            ColumnInfo {
+                unsigned: column_type.contains("unsigned"),
+                labels: if matches!(data_type.as_str(), "enum" | "set") { labels(&column_type) } else { Vec::new() },
+                text: charset.is_some(),
+                json,
+                key: key == "PRI",
+                data_type,
+                name,
+            }
+        })
+        .collect();
+    Ok(Some(TableSchema { columns }))
+}
+
+/// The labels of `enum('a','b''c')` or `set(...)`.
+pub fn labels(column_type: &str) -> Vec<String> {
+    let Some(inner) =
+        column_type.find('(').and_then(|start| column_type.rfind(')').map(|end| &column_type[start + 1..end]))
+    else {
+        return Vec::new();
+    };
+    let mut labels = Vec::new();
+    let mut chars = inner.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\'' {
+            continue;
+        }
+        let mut label = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\'' if chars.peek() == Some(&'\'') => {
+                    chars.next();
+                    label.push('\'');
+                }
+                '\'' => break,
+                '\\' => {
+                    if let Some(next) = chars.next() {
+                        label.push(next);
+                    }
+                }
+                c => label.push(c),
+            }
+        }
+        labels.push(label);
+    }
+    labels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::BinlogPos;
+
+    fn at(offset: u64) -> Position {
+        Position::Mysql(BinlogPos { file: "b.000001".into(), offset, seq: 0, gtid_before: None })
+    }
+
+    fn schema(name: &str) -> TableSchema {
+        TableSchema {
+            columns: vec![ColumnInfo {
+                name: name.into(),
+                data_type: "int".into(),
+                unsigned: false,
+                labels: vec![],
+                text: false,
+                json: false,
+                key: true,
+            }],
+        }
+    }
+
+    #[test]
+    fn history_answers_by_position_and_survives_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h/schema.jsonl");
+        let mut history = SchemaHistory::open(path.clone()).unwrap();
+        history.record("db.t", &at(100), Some(schema("a"))).unwrap();
+        history.record("db.t", &at(500), Some(schema("b"))).unwrap();
+        history.record("db.t", &at(900), None).unwrap();
+        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"{\"torn").unwrap();
+        let history = SchemaHistory::open(path).unwrap();
+        assert!(history.at("db.t", &at(50)).is_none());
+        assert_eq!(history.at("db.t", &at(100)).unwrap().columns[0].name, "a");
+        assert_eq!(history.at("db.t", &at(499)).unwrap().columns[0].name, "a");
+        assert_eq!(history.at("db.t", &at(700)).unwrap().columns[0].name, "b");
+        assert!(history.at("db.t", &at(901)).is_none(), "dropped");
+        assert!(history.has_entry_at("db.t", &at(500)));
+    }
+
+    #[test]
+    fn enum_labels_parse_with_quotes() {
+        assert_eq!(labels("enum('a','b''c','d,e')"), vec!["a", "b'c", "d,e"]);
+        assert_eq!(labels("set('x')"), vec!["x"]);
+        assert!(labels("int(11)").is_empty());
+        assert!(labels("enum(").is_empty());
+    }
+}

@@ -1,0 +1,727 @@
+//! The `mysql` source (MySQL and MariaDB).
+//!
+//! ```text
+//! COM_BINLOG_DUMP ─► reader task ─chunks─► poll() ─► coordinator
+//!                      │
+//!                      └─ schema history (information_schema + position)
+//! ```
+//!
+//! A position is (binlog file, offset of the transaction's first event,
+//! row index in the transaction), so a restart from any checkpoint begins
+//! at a transaction boundary and the coordinator drops what each sink
+//! already has. On MariaDB each position also carries the GTID state just
+//! before its transaction (`BINLOG_GTID_POS`), so with `gtid: true` the
+//! source resumes by GTID instead. Before streaming, the source checks that
+//! binary logging is on and row-based with full row images, that the
+//! server is the one the checkpoints came from, and that the checkpoint's
+//! binlog file still exists: anything else stops it with the fix.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mysql_async::binlog::events::{
+    Event as BinlogEvent, EventData, GtidEvent, QueryEvent, RotateEvent, RowsEventData, TableMapEvent,
+    TransactionPayloadEvent,
+};
+use mysql_async::prelude::Queryable;
+use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, OptsBuilder, SslOpts};
+use sluice_config::{MysqlConfig, MysqlSslMode, MysqlStart};
+use sluice_core::{
+    AckWatermark, BinlogPos, Columns, Event, Op, Position, Row, Source, SourceError, SourceStatus, Value,
+};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::info;
+
+pub use crate::errors::mysql_error;
+use crate::gtid::{MariaGtid, MariaState};
+use crate::schema::{SchemaHistory, TableSchema, read_schema};
+use crate::values::convert;
+
+const READY_LIMIT: usize = 1024;
+const CHUNK_QUEUE: usize = 8;
+
+pub struct MysqlSource {
+    config: MysqlConfig,
+    state_dir: PathBuf,
+    reader: Option<ReaderHandle>,
+}
+
+struct ReaderHandle {
+    events: mpsc::Receiver<Result<Vec<Event>, SourceError>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for ReaderHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+enum Start {
+    File { file: String, offset: u64 },
+    Gtid(String),
+}
+
+impl MysqlSource {
+    /// `state_dir` keeps the schema history and the server identity.
+    pub fn new(config: MysqlConfig, state_dir: PathBuf) -> Self {
+        Self { config, state_dir, reader: None }
+    }
+
+    async fn connect(&self) -> Result<Conn, SourceError> {
+        let config = &self.config;
+        let mut opts = OptsBuilder::default()
+            .ip_or_hostname(config.host.clone())
+            .tcp_port(config.port)
+            .user(Some(config.user.clone()))
+            .pass(Some(config.password.expose().to_string()))
+            .prefer_socket(false);
+        opts = match config.ssl_mode {
+            MysqlSslMode::Disable => opts,
+            MysqlSslMode::Require => opts.ssl_opts(SslOpts::default().with_danger_accept_invalid_certs(true)),
+            MysqlSslMode::VerifyFull => {
+                let ca = config.ca_file.clone().unwrap_or_default();
+                opts.ssl_opts(SslOpts::default().with_root_certs(vec![ca.into()]))
+            }
+        };
+        let addr = format!("{}:{}", config.host, config.port);
+        let timeout = Duration::from_secs(config.connect_timeout_secs);
+        match tokio::time::timeout(timeout, Conn::new(opts)).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => Err(mysql_error(&format!("connection to {addr} as {:?}", config.user), e)),
+            Err(_) => {
+                Err(SourceError::transient(format!("connection to {addr} timed out after {}s", timeout.as_secs())))
+            }
+        }
+    }
+
+    /// Checks the server and decides where to start.
+    async fn prepare(&self, conn: &mut Conn, from: &Option<Position>) -> Result<(Start, bool), SourceError> {
+        let q = |e| mysql_error("server check", e);
+        let row: Option<(String, String, String, u32, String)> = conn
+            .query_first("SELECT @@log_bin, @@binlog_format, @@binlog_row_image, @@server_id, @@version")
+            .await
+            .map_err(q)?;
+        let (log_bin, format, image, server_id, version) = row.unwrap_or_default();
+        if log_bin != "1" && !log_bin.eq_ignore_ascii_case("ON") {
+            return Err(SourceError::permanent(
+                "binary logging is off on the server",
+                "set log_bin (and a server_id) in the server config and restart it",
+            ));
+        }
+        if !format.eq_ignore_ascii_case("ROW") {
+            return Err(SourceError::permanent(
+                format!("binlog_format is {format}; row changes need ROW"),
+                "SET GLOBAL binlog_format = 'ROW' (and in the server config), then reconnect clients",
+            ));
+        }
+        if !image.eq_ignore_ascii_case("FULL") {
+            return Err(SourceError::permanent(
+                format!("binlog_row_image is {image}; before images need FULL"),
+                "SET GLOBAL binlog_row_image = 'FULL' (and in the server config)",
+            ));
+        }
+        let mariadb = version.contains("MariaDB");
+        let identity = if mariadb {
+            format!("mariadb server_id={server_id}")
+        } else {
+            let uuid: Option<String> = conn.query_first("SELECT @@server_uuid").await.map_err(q)?;
+            format!("mysql server_uuid={}", uuid.unwrap_or_default())
+        };
+        self.check_identity(&identity, from.is_some())?;
+        let logs: Vec<String> = conn
+            .query_map("SHOW BINARY LOGS", |row: mysql_async::Row| row.get::<String, usize>(0).unwrap_or_default())
+            .await
+            .map_err(q)?;
+        let purged = |file: &str| {
+            SourceError::permanent(
+                format!(
+                    "binlog file {file} is gone from the server (purged); the changes it held since the checkpoint are lost"
+                ),
+                "reset this source's checkpoints with `sluice checkpoints reset` and take a new snapshot; keep binlogs longer (binlog_expire_logs_seconds) so it does not happen again",
+            )
+        };
+        let start = match from {
+            Some(Position::Mysql(pos)) => match (&pos.gtid_before, self.config.gtid && mariadb) {
+                (Some(state), true) => Start::Gtid(state.to_string()),
+                _ if !logs.iter().any(|l| **l == *pos.file) => return Err(purged(&pos.file)),
+                _ => Start::File { file: pos.file.to_string(), offset: pos.offset },
+            },
+            Some(other) => {
+                return Err(SourceError::permanent(
+                    format!("checkpoint {other} was not written by a mysql source"),
+                    "give this source a new id, or reset its checkpoints with `sluice checkpoints reset`",
+                ));
+            }
+            None => match &self.config.start {
+                MysqlStart::Current => {
+                    let status: Option<mysql_async::Row> = conn.query_first("SHOW MASTER STATUS").await.map_err(q)?;
+                    let status = status.ok_or_else(|| {
+                        SourceError::permanent("SHOW MASTER STATUS returned nothing", "enable log_bin on the server")
+                    })?;
+                    let file: String = status.get(0).unwrap_or_default();
+                    let offset: u64 = status.get(1).unwrap_or(4);
+                    Start::File { file, offset }
+                }
+                MysqlStart::Position { file, offset } if logs.iter().any(|l| l == file) => {
+                    Start::File { file: file.clone(), offset: *offset }
+                }
+                MysqlStart::Position { file, .. } => return Err(purged(file)),
+                MysqlStart::Gtid(_) if !mariadb => {
+                    return Err(SourceError::permanent(
+                        "start.gtid takes a MariaDB GTID state, and this server is MySQL",
+                        "start from a file and offset",
+                    ));
+                }
+                MysqlStart::Gtid(state) => Start::Gtid(state.clone()),
+            },
+        };
+        Ok((start, mariadb))
+    }
+
+    fn check_identity(&self, identity: &str, has_checkpoint: bool) -> Result<(), SourceError> {
+        let path = self.state_dir.join("server_identity");
+        let io = |e: std::io::Error| {
+            SourceError::permanent(format!("{}: {e}", path.display()), "check the disk of --data-dir")
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(stored) if stored.trim() == identity => Ok(()),
+            Ok(stored) if has_checkpoint => Err(SourceError::permanent(
+                format!(
+                    "the server is now {identity:?}, but the checkpoints were taken on {:?}: its binlog positions mean nothing here",
+                    stored.trim()
+                ),
+                "point the source back at the original server, or reset this source's checkpoints and take a new snapshot",
+            )),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(e)),
+            _ => {
+                std::fs::create_dir_all(&self.state_dir).map_err(io)?;
+                std::fs::write(&path, identity).map_err(io)
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Source for MysqlSource {
+    fn id(&self) -> &str {
+        &self.config.id
+    }
+
+    async fn start(&mut self, from: Option<Position>, _acked: AckWatermark) -> Result<(), SourceError> {
+        // The server keeps binlogs by age and size, not by what readers
+        // confirmed, so there is nothing to acknowledge.
+        self.reader = None;
+        let mut conn = self.connect().await?;
+        let (start, mariadb) = self.prepare(&mut conn, &from).await?;
+        let q = |e| mysql_error("binlog request", e);
+        let mut maria_state = MariaState::default();
+        let (file, offset) = match &start {
+            Start::File { file, offset } => {
+                if mariadb {
+                    let state: Option<Option<String>> =
+                        conn.exec_first("SELECT BINLOG_GTID_POS(?, ?)", (file.as_str(), *offset)).await.map_err(q)?;
+                    if let Some(Some(state)) = state {
+                        maria_state = MariaState::parse(&state).unwrap_or_default();
+                    }
+                }
+                (file.clone(), *offset)
+            }
+            Start::Gtid(state) => {
+                maria_state = MariaState::parse(state).map_err(|e| {
+                    SourceError::permanent(format!("GTID state: {e}"), "give a MariaDB GTID state like 0-1-100")
+                })?;
+                conn.query_drop(format!("SET @slave_connect_state = '{maria_state}'")).await.map_err(q)?;
+                conn.query_drop("SET @slave_gtid_strict_mode = 0").await.map_err(q)?;
+                conn.query_drop("SET @slave_gtid_ignore_duplicates = 0").await.map_err(q)?;
+                (String::new(), 4)
+            }
+        };
+        if mariadb {
+            // Capability 4: send GTID events as they are (MARIA_SLAVE_CAPABILITY_GTID).
+            conn.query_drop("SET @mariadb_slave_capability = 4").await.map_err(q)?;
+        }
+        conn.query_drop(format!("SET @master_heartbeat_period = {}", self.config.heartbeat_secs * 1_000_000_000))
+            .await
+            .map_err(q)?;
+        let schema_conn = self.connect().await?;
+        let request =
+            BinlogStreamRequest::new(self.config.replica_server_id()).with_filename(file.as_bytes()).with_pos(offset);
+        let stream = conn.get_binlog_stream(request).await.map_err(q)?;
+        info!(file, offset, gtid = %maria_state, server_id = self.config.replica_server_id(), "binlog streaming started");
+        let history = SchemaHistory::open(self.state_dir.join("schema_history.jsonl"))?;
+        let (tx, rx) = mpsc::channel(CHUNK_QUEUE);
+        let reader = Reader {
+            stream,
+            schema_conn,
+            history,
+            source_id: self.config.id.as_str().into(),
+            patterns: self.config.tables.clone(),
+            events: tx,
+            receive_timeout: Duration::from_secs(self.config.heartbeat_secs * 3 + 5),
+            file: (!file.is_empty()).then(|| Arc::from(file.as_str())),
+            maria_state,
+            tx: None,
+            held: None,
+        };
+        let task = tokio::spawn(reader.run());
+        self.reader = Some(ReaderHandle { events: rx, task });
+        Ok(())
+    }
+
+    async fn poll(&mut self, out: &mut Vec<Event>) -> Result<SourceStatus, SourceError> {
+        let reader = self.reader.as_mut().ok_or_else(|| SourceError::transient("mysql source polled before start"))?;
+        match reader.events.recv().await {
+            Some(Ok(events)) => {
+                out.extend(events);
+                Ok(SourceStatus::Open)
+            }
+            Some(Err(err)) => {
+                self.reader = None;
+                Err(err)
+            }
+            None => {
+                self.reader = None;
+                Err(SourceError::transient("the binlog reader stopped"))
+            }
+        }
+    }
+}
+
+/// The transaction being read.
+struct Transaction {
+    offset: u64,
+    gtid: Option<MariaGtid>,
+    gtid_before: Option<Arc<str>>,
+    tx_id: Arc<str>,
+    time_us: i64,
+    seq: u32,
+    /// A MariaDB GTID with the standalone flag: a DDL with no BEGIN/COMMIT.
+    standalone: bool,
+}
+
+struct Reader {
+    stream: BinlogStream,
+    schema_conn: Conn,
+    history: SchemaHistory,
+    source_id: Arc<str>,
+    patterns: Vec<String>,
+    events: mpsc::Sender<Result<Vec<Event>, SourceError>>,
+    receive_timeout: Duration,
+    file: Option<Arc<str>>,
+    maria_state: MariaState,
+    tx: Option<Transaction>,
+    held: Option<Event>,
+}
+
+fn unreadable(what: &str, e: impl std::fmt::Display) -> SourceError {
+    SourceError::permanent(format!("cannot read a binlog {what}: {e}"), "report this with the server version")
+}
+
+impl Reader {
+    async fn run(mut self) {
+        if let Err(err) = self.stream_events().await {
+            let _ = self.events.send(Err(err)).await;
+        }
+    }
+
+    async fn stream_events(&mut self) -> Result<(), SourceError> {
+        use futures_util::StreamExt as _;
+        let mut ready: Vec<Event> = Vec::new();
+        let events = self.events.clone();
+        loop {
+            tokio::select! {
+                biased;
+                permit = events.reserve(), if !ready.is_empty() => {
+                    let Ok(permit) = permit else { return Ok(()) };
+                    permit.send(Ok(std::mem::take(&mut ready)));
+                }
+                next = tokio::time::timeout(self.receive_timeout, self.stream.next()), if ready.len() < READY_LIMIT => {
+                    let event = match next {
+                        Err(_) => return Err(SourceError::transient(format!(
+                            "no binlog event or heartbeat from the server for {}s; reconnecting", self.receive_timeout.as_secs()
+                        ))),
+                        Ok(None) => return Err(SourceError::transient("the server ended the binlog stream")),
+                        Ok(Some(Err(e))) => return Err(mysql_error("binlog stream", e)),
+                        Ok(Some(Ok(event))) => event,
+                    };
+                    self.handle(event, &mut ready).await?;
+                }
+            }
+        }
+    }
+
+    async fn handle(&mut self, event: BinlogEvent, out: &mut Vec<Event>) -> Result<(), SourceError> {
+        let header = event.header();
+        let kind = header.event_type_raw();
+        let offset = u64::from(header.log_pos()).saturating_sub(u64::from(header.event_size()));
+        let time_us = i64::from(header.timestamp()) * 1_000_000;
+        match kind {
+            0x04 => {
+                let rotate: RotateEvent<'_> = event.read_event().map_err(|e| unreadable("rotate event", e))?;
+                let name =
+                    binlog_name(rotate.name_raw()).ok_or_else(|| unreadable("rotate event", "no binlog file name"))?;
+                self.file = Some(name.into());
+            }
+            162 => {
+                let gtid = maria_gtid(event.data(), header.server_id())
+                    .ok_or_else(|| unreadable("GTID event", "too short"))?;
+                let standalone = event.data().get(12).is_some_and(|flags| flags & 1 == 1);
+                self.begin(offset, Some(gtid), gtid.to_string().into(), time_us, standalone);
+            }
+            0x21 => {
+                let gtid: GtidEvent = event.read_event().map_err(|e| unreadable("GTID event", e))?;
+                let tx_id = format!("{}:{}", uuid_text(&gtid.sid()), gtid.gno());
+                self.begin(offset, None, tx_id.into(), time_us, false);
+            }
+            0x22 => self.begin(offset, None, self.offset_id(offset), time_us, false),
+            0x02 => {
+                let query: QueryEvent<'_> = event.read_event().map_err(|e| unreadable("query event", e))?;
+                let sql = query.query().trim().to_string();
+                let database = query.schema().to_string();
+                match sql.to_ascii_uppercase().as_str() {
+                    "BEGIN" => {
+                        if self.tx.is_none() {
+                            self.begin(offset, None, self.offset_id(offset), time_us, false);
+                        }
+                    }
+                    "COMMIT" => self.commit(out),
+                    _ => {
+                        if self.tx.is_none() {
+                            self.begin(offset, None, self.offset_id(offset), time_us, true);
+                        }
+                        self.ddl(&database, &sql, out).await?;
+                        if self.tx.as_ref().is_some_and(|t| t.standalone) {
+                            self.commit(out);
+                        }
+                    }
+                }
+            }
+            0x10 => self.commit(out),
+            0x17..=0x19 | 0x1e..=0x20 => self.rows(&event, out).await?,
+            0x27 => {
+                return Err(SourceError::permanent(
+                    "the binlog holds a partial JSON update, which has no full after image",
+                    "SET GLOBAL binlog_row_value_options = '' on the server",
+                ));
+            }
+            0x28 => {
+                // MySQL compressed transactions: the stream decompresses them
+                // and yields the events inside; one it cannot read is an error.
+                event
+                    .read_event::<TransactionPayloadEvent<'_>>()
+                    .map_err(|e| unreadable("compressed transaction (binlog_transaction_compression)", e))?;
+            }
+            164 => {
+                return Err(SourceError::permanent(
+                    "the binlog is encrypted",
+                    "Sluice cannot read encrypted binlogs; turn encrypt_binlog off",
+                ));
+            }
+            165..=171 => {
+                return Err(SourceError::permanent(
+                    "the binlog holds MariaDB compressed events, which Sluice does not decode",
+                    "SET GLOBAL log_bin_compress = OFF on the server (new binlog events are then readable)",
+                ));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn offset_id(&self, offset: u64) -> Arc<str> {
+        format!("{}:{offset}", self.file.as_deref().unwrap_or("?")).into()
+    }
+
+    fn begin(&mut self, offset: u64, gtid: Option<MariaGtid>, tx_id: Arc<str>, time_us: i64, standalone: bool) {
+        let gtid_before =
+            (!self.maria_state.is_empty() || gtid.is_some()).then(|| Arc::from(self.maria_state.to_string()));
+        self.tx = Some(Transaction { offset, gtid, gtid_before, tx_id, time_us, seq: 0, standalone });
+    }
+
+    fn commit(&mut self, out: &mut Vec<Event>) {
+        if let Some(mut last) = self.held.take() {
+            last.tx_end = true;
+            out.push(last);
+        }
+        if let Some(tx) = self.tx.take()
+            && let Some(gtid) = tx.gtid
+        {
+            self.maria_state.apply(gtid);
+        }
+    }
+
+    fn position(&mut self) -> Result<(Position, Arc<str>, i64), SourceError> {
+        let file = self.file.clone().ok_or_else(|| unreadable("event", "a row before any rotate event"))?;
+        let tx = self.tx.as_mut().ok_or_else(|| unreadable("event", "a row outside a transaction"))?;
+        let position =
+            Position::Mysql(BinlogPos { file, offset: tx.offset, seq: tx.seq, gtid_before: tx.gtid_before.clone() });
+        tx.seq = tx.seq.saturating_add(1);
+        Ok((position, tx.tx_id.clone(), tx.time_us))
+    }
+
+    fn emit(&mut self, event: Event, out: &mut Vec<Event>) {
+        if let Some(previous) = self.held.replace(event) {
+            out.push(previous);
+        }
+    }
+
+    fn matches(&self, table: &str) -> bool {
+        self.patterns.iter().any(|p| glob_match(p, table))
+    }
+
+    /// The schema of `database.table` at the current transaction; read
+    /// live and recorded the first time a table is seen.
+    async fn schema_at(
+        &mut self,
+        database: &str,
+        table: &str,
+        position: &Position,
+    ) -> Result<Option<Arc<TableSchema>>, SourceError> {
+        let name = format!("{database}.{table}");
+        if !self.history.knows(&name) {
+            let schema = read_schema(&mut self.schema_conn, database, table).await?;
+            self.history.record(&name, position, schema)?;
+        }
+        Ok(self.history.at(&name, position))
+    }
+
+    async fn ddl(&mut self, database: &str, sql: &str, out: &mut Vec<Event>) -> Result<(), SourceError> {
+        let Some((db, table)) = ddl_target(database, sql) else { return Ok(()) };
+        let name = format!("{db}.{table}");
+        if !self.matches(&name) {
+            return Ok(());
+        }
+        let (position, tx_id, time_us) = self.position()?;
+        // Recorded once, when first read; a replay keeps the recorded schema.
+        if !self.history.has_entry_at(&name, &position) {
+            let schema = read_schema(&mut self.schema_conn, &db, &table).await?;
+            self.history.record(&name, &position, schema)?;
+        }
+        let columns: Columns = ["database", "ddl"].iter().map(|c| Arc::from(*c)).collect();
+        let event = Event {
+            op: Op::Schema,
+            source_id: self.source_id.clone(),
+            database: db.as_str().into(),
+            table: name.into(),
+            key: None,
+            before: None,
+            after: Some(Row { columns, values: vec![Value::Text(db), Value::Text(sql.to_string())] }),
+            schema_version: 0,
+            position,
+            tx_id,
+            tx_end: false,
+            commit_time_us: time_us,
+        };
+        self.emit(event, out);
+        Ok(())
+    }
+
+    async fn rows(&mut self, event: &BinlogEvent, out: &mut Vec<Event>) -> Result<(), SourceError> {
+        let data = event.read_data().map_err(|e| unreadable("rows event", e))?;
+        let Some(EventData::RowsEvent(rows)) = data else { return Ok(()) };
+        let tme: TableMapEvent<'static> = self
+            .stream
+            .get_tme(rows.table_id())
+            .ok_or_else(|| unreadable("rows event", "no table map for its table id"))?
+            .clone();
+        let (database, table) = (tme.database_name().to_string(), tme.table_name().to_string());
+        let name = format!("{database}.{table}");
+        if !self.matches(&name) {
+            return Ok(());
+        }
+        let op = match &rows {
+            RowsEventData::WriteRowsEventV1(_) | RowsEventData::WriteRowsEvent(_) => Op::Insert,
+            RowsEventData::UpdateRowsEventV1(_)
+            | RowsEventData::UpdateRowsEvent(_)
+            | RowsEventData::PartialUpdateRowsEvent(_) => Op::Update,
+            RowsEventData::DeleteRowsEventV1(_) | RowsEventData::DeleteRowsEvent(_) => Op::Delete,
+        };
+        let probe = self.peek_position()?;
+        let schema = self.schema_at(&database, &table, &probe).await?.ok_or_else(|| {
+            SourceError::permanent(
+                format!("rows for {name} arrived, but its schema history says the table did not exist then"),
+                "move the schema history file away and reset this source's checkpoints",
+            )
+        })?;
+        let count = tme.columns_count() as usize;
+        if count != schema.columns.len() {
+            return Err(SourceError::permanent(
+                format!(
+                    "{name} has {count} columns in the binlog but {} in the recorded schema: the table changed before Sluice recorded it",
+                    schema.columns.len()
+                ),
+                "reset this source's checkpoints and take a new snapshot so the schema is read at a known point",
+            ));
+        }
+        let columns: Columns = schema.columns.iter().map(|c| Arc::from(c.name.as_str())).collect();
+        let key_index: Vec<usize> = schema.columns.iter().enumerate().filter(|(_, c)| c.key).map(|(i, _)| i).collect();
+        let key_columns: Columns = key_index.iter().map(|i| columns[*i].clone()).collect();
+        let types: Vec<(mysql_async::consts::ColumnType, Vec<u8>)> = (0..count)
+            .map(|i| {
+                let ty =
+                    tme.get_column_type(i).ok().flatten().unwrap_or(mysql_async::consts::ColumnType::MYSQL_TYPE_NULL);
+                (ty, tme.get_column_metadata(i).unwrap_or_default().to_vec())
+            })
+            .collect();
+        let convert_row = |row: &mysql_async::binlog::row::BinlogRow| -> Row {
+            let values = (0..count)
+                .map(|i| match row.as_ref(i) {
+                    Some(value) => convert(value, types[i].0, &types[i].1, &schema.columns[i]),
+                    None => Value::Unchanged,
+                })
+                .collect();
+            Row { columns: columns.clone(), values }
+        };
+        let mut decoded = Vec::new();
+        for pair in rows.rows(&tme) {
+            let (before, after) = pair.map_err(|e| unreadable("row", e))?;
+            decoded.push((before.as_ref().map(convert_row), after.as_ref().map(convert_row)));
+        }
+        for (before, after) in decoded {
+            let (position, tx_id, time_us) = self.position()?;
+            let image = after.as_ref().or(before.as_ref());
+            let key = (!key_index.is_empty()).then(|| Row {
+                columns: key_columns.clone(),
+                values: key_index.iter().map(|i| image.map_or(Value::Null, |r| r.values[*i].clone())).collect(),
+            });
+            let event = Event {
+                op,
+                source_id: self.source_id.clone(),
+                database: database.as_str().into(),
+                table: name.as_str().into(),
+                key,
+                before,
+                after,
+                schema_version: schema_fingerprint(&schema),
+                position,
+                tx_id,
+                tx_end: false,
+                commit_time_us: time_us,
+            };
+            self.emit(event, out);
+        }
+        Ok(())
+    }
+
+    /// The position the next event of the transaction will get.
+    fn peek_position(&self) -> Result<Position, SourceError> {
+        let file = self.file.clone().ok_or_else(|| unreadable("event", "a row before any rotate event"))?;
+        let tx = self.tx.as_ref().ok_or_else(|| unreadable("event", "a row outside a transaction"))?;
+        Ok(Position::Mysql(BinlogPos { file, offset: tx.offset, seq: tx.seq, gtid_before: tx.gtid_before.clone() }))
+    }
+}
+
+/// The file name of a rotate event. The rotate the server sends first comes
+/// before the format description, so its body still carries the 4-byte
+/// checksum; binlog names always end in `.<digits>`, which marks the end.
+fn binlog_name(raw: &[u8]) -> Option<String> {
+    let dot = raw.iter().rposition(|b| *b == b'.')?;
+    let digits = raw[dot + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 {
+        return None;
+    }
+    std::str::from_utf8(&raw[..dot + 1 + digits]).ok().map(str::to_string)
+}
+
+/// MariaDB's GTID event body: sequence (8 bytes), domain (4), flags (1).
+fn maria_gtid(data: &[u8], server: u32) -> Option<MariaGtid> {
+    let seq = u64::from_le_bytes(data.get(0..8)?.try_into().ok()?);
+    let domain = u32::from_le_bytes(data.get(8..12)?.try_into().ok()?);
+    Some(MariaGtid { domain, server, seq })
+}
+
+fn uuid_text(sid: &[u8; 16]) -> String {
+    let hex: String = sid.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+}
+
+/// A stable fingerprint of a table's columns, as the event's schema version.
+fn schema_fingerprint(schema: &TableSchema) -> u32 {
+    let mut hash: u32 = 0x811C_9DC5;
+    for column in &schema.columns {
+        for byte in
+            column.name.bytes().chain([0]).chain(column.data_type.bytes()).chain([u8::from(column.unsigned), 0xFF])
+        {
+            hash ^= u32::from(byte);
+            hash = hash.wrapping_mul(0x0100_0193);
+        }
+    }
+    hash
+}
+
+/// The table a DDL statement changes: `ALTER|CREATE|DROP|TRUNCATE|RENAME TABLE [IF [NOT] EXISTS] [db.]name`.
+pub fn ddl_target(default_db: &str, sql: &str) -> Option<(String, String)> {
+    let words: Vec<&str> = sql.split_whitespace().collect();
+    let verb = words.first()?.to_ascii_uppercase();
+    if !matches!(verb.as_str(), "ALTER" | "CREATE" | "DROP" | "TRUNCATE" | "RENAME") {
+        return None;
+    }
+    let table_at = words.iter().position(|w| w.eq_ignore_ascii_case("TABLE"))?;
+    let mut rest =
+        words.iter().skip(table_at + 1).filter(|w| !matches!(w.to_ascii_uppercase().as_str(), "IF" | "NOT" | "EXISTS"));
+    let name = rest.next()?.trim_end_matches([';', '(', ',']);
+    let name = name.split('(').next()?;
+    let parts: Vec<String> = name.split('.').map(|p| p.trim_matches('`').to_string()).collect();
+    match parts.as_slice() {
+        [table] if !table.is_empty() => Some((default_db.to_string(), table.clone())),
+        [db, table] if !table.is_empty() => Some((db.clone(), table.clone())),
+        _ => None,
+    }
+}
+
+/// `*` matches any run of characters.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && p[pi] != '*' && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ddl_targets() {
+        assert_eq!(ddl_target("shop", "ALTER TABLE orders ADD COLUMN x int"), Some(("shop".into(), "orders".into())));
+        assert_eq!(ddl_target("shop", "create table if not exists `b`.`t`(id int)"), Some(("b".into(), "t".into())));
+        assert_eq!(
+            ddl_target("shop", "DROP TABLE IF EXISTS `t` /* generated by server */"),
+            Some(("shop".into(), "t".into()))
+        );
+        assert_eq!(ddl_target("shop", "CREATE DATABASE x"), None);
+        assert_eq!(ddl_target("shop", "INSERT INTO t VALUES (1)"), None);
+    }
+
+    #[test]
+    fn gtid_bodies_and_uuids() {
+        let mut body = 17u64.to_le_bytes().to_vec();
+        body.extend(3u32.to_le_bytes());
+        body.push(1);
+        assert_eq!(maria_gtid(&body, 42), Some(MariaGtid { domain: 3, server: 42, seq: 17 }));
+        assert_eq!(maria_gtid(&body[..5], 42), None);
+        assert_eq!(uuid_text(&[0xab; 16]), "abababab-abab-abab-abab-abababababab");
+        assert_eq!(binlog_name(b"mariadb-bin.000001rF\xff\x01").as_deref(), Some("mariadb-bin.000001"));
+        assert_eq!(binlog_name(b"bin.000012").as_deref(), Some("bin.000012"));
+        assert_eq!(binlog_name(b"garbage"), None);
+    }
+}

@@ -1,0 +1,200 @@
+//! Binlog values to Sluice values, with what information_schema adds:
+//! signedness, enum and set labels, text or binary, JSON.
+
+use mysql_async::Value as My;
+use mysql_async::binlog::value::BinlogValue;
+use mysql_async::consts::ColumnType;
+use sluice_core::{JsonText, Value};
+
+use crate::schema::ColumnInfo;
+
+/// Converts one column value.
+pub fn convert(value: &BinlogValue<'_>, column_type: ColumnType, meta: &[u8], info: &ColumnInfo) -> Value {
+    match value {
+        BinlogValue::Value(v) => convert_value(v, column_type, meta, info),
+        BinlogValue::Jsonb(jsonb) => match serde_json::Value::try_from(jsonb.clone()) {
+            Ok(json) => JsonText::parse(json.to_string()).map(Value::Json).unwrap_or(Value::Text(json.to_string())),
+            Err(e) => Value::Text(format!("unreadable JSON: {e}")),
+        },
+        BinlogValue::JsonDiff(_) => {
+            Value::Text("partial JSON update (binlog_row_value_options=PARTIAL_JSON is not supported)".into())
+        }
+    }
+}
+
+fn convert_value(value: &My, column_type: ColumnType, meta: &[u8], info: &ColumnInfo) -> Value {
+    use ColumnType::*;
+    match value {
+        My::NULL => Value::Null,
+        My::Int(i) => match info.data_type.as_str() {
+            "enum" => label(&info.labels, *i),
+            _ if info.unsigned => Value::UInt(unsigned(*i, column_type)),
+            _ => Value::Int(*i),
+        },
+        My::UInt(u) => Value::UInt(*u),
+        My::Float(f) => Value::Float(f.to_string().parse().unwrap_or(f64::from(*f))),
+        My::Double(d) => Value::Float(*d),
+        My::Date(y, mo, d, h, mi, s, us) => match column_type {
+            MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => Value::Date(format!("{y:04}-{mo:02}-{d:02}")),
+            _ => Value::Timestamp(format!(
+                "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}{}",
+                fraction(*us, meta.first().copied().unwrap_or(0))
+            )),
+        },
+        My::Time(negative, days, h, mi, s, us) => {
+            let hours = u64::from(*days) * 24 + u64::from(*h);
+            let sign = if *negative { "-" } else { "" };
+            let fsp = meta.first().copied().unwrap_or(0);
+            Value::Time(format!("{sign}{hours:02}:{mi:02}:{s:02}{}", fraction(*us, fsp)))
+        }
+        My::Bytes(bytes) => bytes_value(bytes, column_type, meta, info),
+    }
+}
+
+fn bytes_value(bytes: &[u8], column_type: ColumnType, meta: &[u8], info: &ColumnInfo) -> Value {
+    use ColumnType::*;
+    let text = || std::str::from_utf8(bytes).ok().map(str::to_string);
+    match (column_type, info.data_type.as_str()) {
+        (MYSQL_TYPE_NEWDECIMAL | MYSQL_TYPE_DECIMAL, _) => {
+            text().map_or_else(|| Value::Bytes(bytes.to_vec()), Value::Decimal)
+        }
+        (MYSQL_TYPE_YEAR, _) => {
+            text().and_then(|t| t.parse().ok()).map_or_else(|| Value::Bytes(bytes.to_vec()), Value::Int)
+        }
+        (MYSQL_TYPE_TIMESTAMP2, _) => {
+            text().map_or_else(|| Value::Bytes(bytes.to_vec()), |t| Value::TimestampTz(epoch_text(&t, meta)))
+        }
+        (MYSQL_TYPE_BIT, _) => Value::UInt(bytes.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b))),
+        (_, "set") => {
+            let mask = bytes.iter().rev().fold(0u64, |acc, b| (acc << 8) | u64::from(*b));
+            let names: Vec<&str> = info
+                .labels
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i < 64 && mask & (1 << i) != 0)
+                .map(|(_, l)| l.as_str())
+                .collect();
+            Value::Text(names.join(","))
+        }
+        _ if info.json => match text() {
+            Some(t) => JsonText::parse(t.clone()).map(Value::Json).unwrap_or(Value::Text(t)),
+            None => Value::Bytes(bytes.to_vec()),
+        },
+        _ if info.text => text().map_or_else(|| Value::Bytes(bytes.to_vec()), Value::Text),
+        _ => Value::Bytes(bytes.to_vec()),
+    }
+}
+
+/// The label of an enum index (1-based; 0 is the empty error value).
+fn label(labels: &[String], index: i64) -> Value {
+    match usize::try_from(index).ok().and_then(|i| i.checked_sub(1)).and_then(|i| labels.get(i)) {
+        Some(label) => Value::Text(label.clone()),
+        None => Value::Text(String::new()),
+    }
+}
+
+/// Reinterprets a value the binlog decoder read as signed, by the width of
+/// the integer type.
+fn unsigned(value: i64, column_type: ColumnType) -> u64 {
+    use ColumnType::*;
+    match column_type {
+        MYSQL_TYPE_TINY => u64::from(value as u8),
+        MYSQL_TYPE_SHORT => u64::from(value as u16),
+        MYSQL_TYPE_INT24 => (value as u64) & 0xFF_FFFF,
+        MYSQL_TYPE_LONG => u64::from(value as u32),
+        _ => value as u64,
+    }
+}
+
+/// `.123456` cut to the column's fractional digits, or nothing.
+fn fraction(micros: u32, fsp: u8) -> String {
+    let fsp = usize::from(fsp.min(6));
+    if fsp == 0 {
+        return String::new();
+    }
+    let digits = format!("{micros:06}");
+    format!(".{}", &digits[..fsp])
+}
+
+/// A TIMESTAMP as the binlog holds it (`seconds[.micros]` since the epoch)
+/// to ISO-8601 UTC.
+fn epoch_text(text: &str, meta: &[u8]) -> String {
+    let (secs, micros) = match text.split_once('.') {
+        // The fraction is micro-seconds, written with six digits; pad in case.
+        Some((s, us)) => {
+            (s.parse::<i64>().unwrap_or(0), format!("{us:0<6}").get(..6).and_then(|d| d.parse().ok()).unwrap_or(0))
+        }
+        None => (text.parse::<i64>().unwrap_or(0), 0),
+    };
+    let full = sluice_core::time::format_utc_micros(secs.saturating_mul(1_000_000));
+    // format_utc_micros ends in ".000000Z"; put the column's own fraction there.
+    let base = full.strip_suffix(".000000Z").unwrap_or(&full);
+    format!("{base}{}Z", fraction(micros, meta.first().copied().unwrap_or(0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(data_type: &str) -> ColumnInfo {
+        ColumnInfo {
+            name: "c".into(),
+            data_type: data_type.into(),
+            unsigned: false,
+            labels: vec!["small".into(), "large".into(), "x".into()],
+            text: true,
+            json: false,
+            key: false,
+        }
+    }
+
+    fn json(value: Value) -> String {
+        serde_json::to_string(&value).unwrap()
+    }
+
+    #[test]
+    fn integers_enums_sets_and_times() {
+        let mut u = info("tinyint");
+        u.unsigned = true;
+        assert_eq!(json(convert_value(&My::Int(-1), ColumnType::MYSQL_TYPE_TINY, &[], &u)), "255");
+        u.data_type = "bigint".into();
+        assert_eq!(json(convert_value(&My::Int(-1), ColumnType::MYSQL_TYPE_LONGLONG, &[], &u)), "18446744073709551615");
+        assert_eq!(json(convert_value(&My::Int(2), ColumnType::MYSQL_TYPE_STRING, &[], &info("enum"))), "\"large\"");
+        assert_eq!(
+            json(convert_value(&My::Bytes(vec![0b101]), ColumnType::MYSQL_TYPE_STRING, &[], &info("set"))),
+            "\"small,x\""
+        );
+        assert_eq!(json(convert_value(&My::Float(0.1), ColumnType::MYSQL_TYPE_FLOAT, &[], &info("float"))), "0.1");
+        let datetime = My::Date(2026, 2, 28, 13, 14, 15, 500_000);
+        assert_eq!(
+            json(convert_value(&datetime, ColumnType::MYSQL_TYPE_DATETIME2, &[3], &info("datetime"))),
+            "\"2026-02-28T13:14:15.500\""
+        );
+        assert_eq!(
+            json(convert_value(&datetime, ColumnType::MYSQL_TYPE_NEWDATE, &[], &info("date"))),
+            "\"2026-02-28\""
+        );
+        let time = My::Time(true, 1, 2, 3, 4, 0);
+        assert_eq!(json(convert_value(&time, ColumnType::MYSQL_TYPE_TIME2, &[0], &info("time"))), "\"-26:03:04\"");
+        let ts = My::Bytes(b"1772284455.25".to_vec());
+        assert_eq!(
+            json(convert_value(&ts, ColumnType::MYSQL_TYPE_TIMESTAMP2, &[2], &info("timestamp"))),
+            "\"2026-02-28T13:14:15.25Z\""
+        );
+        let dec = My::Bytes(b"-12345678901234567890.0100".to_vec());
+        assert_eq!(
+            json(convert_value(&dec, ColumnType::MYSQL_TYPE_NEWDECIMAL, &[], &info("decimal"))),
+            "\"-12345678901234567890.0100\""
+        );
+        assert_eq!(json(convert_value(&My::Bytes(vec![1, 0]), ColumnType::MYSQL_TYPE_BIT, &[], &info("bit"))), "256");
+        let mut blob = info("blob");
+        blob.text = false;
+        assert_eq!(json(convert_value(&My::Bytes(vec![0, 255]), ColumnType::MYSQL_TYPE_BLOB, &[], &blob)), "\"AP8=\"");
+        let mut doc = info("longtext");
+        doc.json = true;
+        assert_eq!(
+            json(convert_value(&My::Bytes(b"{\"a\":1}".to_vec()), ColumnType::MYSQL_TYPE_BLOB, &[], &doc)),
+            "{\"a\":1}"
+        );
+    }
+}
