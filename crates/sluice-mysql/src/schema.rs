@@ -27,8 +27,9 @@ pub struct ColumnInfo {
     pub unsigned: bool,
     /// Labels of an enum or set, in declaration order.
     pub labels: Vec<String>,
-    /// True for character data; false for binary strings and blobs.
-    pub text: bool,
+    /// The character set of character data; `None` for binary strings,
+    /// blobs and non-string types.
+    pub charset: Option<String>,
     /// A MariaDB JSON column (LONGTEXT checked by json_valid).
     pub json: bool,
     pub key: bool,
@@ -46,10 +47,14 @@ struct Entry {
     schema: Option<TableSchema>,
 }
 
-/// Schemas by table, each with the position it holds from.
+/// One table's schemas, each with the position it holds from; `None`
+/// marks a dropped table.
+type Timeline = Vec<(Position, Option<Arc<TableSchema>>)>;
+
+/// Schemas by table.
 pub struct SchemaHistory {
     path: PathBuf,
-    entries: HashMap<String, Vec<(Position, Option<Arc<TableSchema>>)>>,
+    entries: HashMap<String, Timeline>,
 }
 
 fn history_error(path: &Path, detail: impl std::fmt::Display) -> SourceError {
@@ -154,7 +159,7 @@ pub async fn read_schema(
             ColumnInfo {
                 unsigned: column_type.contains("unsigned"),
                 labels: if matches!(data_type.as_str(), "enum" | "set") { labels(&column_type) } else { Vec::new() },
-                text: charset.is_some(),
+                charset: charset.map(|c| c.to_ascii_lowercase()),
                 json,
                 key: key == "PRI",
                 data_type,
@@ -215,7 +220,7 @@ mod tests {
                 data_type: "int".into(),
                 unsigned: false,
                 labels: vec![],
-                text: false,
+                charset: None,
                 json: false,
                 key: true,
             }],

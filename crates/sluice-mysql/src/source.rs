@@ -219,6 +219,8 @@ impl Source for MysqlSource {
         let (start, mariadb) = self.prepare(&mut conn, &from).await?;
         let q = |e| mysql_error("binlog request", e);
         let mut maria_state = MariaState::default();
+        let checksum: Option<String> = conn.query_first("SELECT @@binlog_checksum").await.map_err(q)?;
+        let checksum = checksum.is_some_and(|c| !c.eq_ignore_ascii_case("NONE"));
         let (file, offset) = match &start {
             Start::File { file, offset } => {
                 if mariadb {
@@ -266,6 +268,8 @@ impl Source for MysqlSource {
             maria_state,
             tx: None,
             held: None,
+            checksum,
+            format_seen: false,
         };
         let task = tokio::spawn(reader.run());
         self.reader = Some(ReaderHandle { events: rx, task });
@@ -315,6 +319,10 @@ struct Reader {
     maria_state: MariaState,
     tx: Option<Transaction>,
     held: Option<Event>,
+    /// The server adds CRC32 checksums to events.
+    checksum: bool,
+    /// A format description event arrived, so the reader knows the checksum.
+    format_seen: bool,
 }
 
 fn unreadable(what: &str, e: impl std::fmt::Display) -> SourceError {
@@ -362,8 +370,18 @@ impl Reader {
         match kind {
             0x04 => {
                 let rotate: RotateEvent<'_> = event.read_event().map_err(|e| unreadable("rotate event", e))?;
-                let name =
-                    binlog_name(rotate.name_raw()).ok_or_else(|| unreadable("rotate event", "no binlog file name"))?;
+                let raw = rotate.name_raw();
+                // The rotate the server sends first comes before the format
+                // description, so the reader cannot know to strip its
+                // 4-byte checksum; it is still there.
+                let raw = match (self.format_seen, self.checksum, raw.len().checked_sub(4)) {
+                    (false, true, Some(len)) => &raw[..len],
+                    _ => raw,
+                };
+                let name = std::str::from_utf8(raw)
+                    .ok()
+                    .filter(|n| !n.is_empty() && !n.contains(':'))
+                    .ok_or_else(|| unreadable("rotate event", "no readable binlog file name"))?;
                 self.file = Some(name.into());
             }
             162 => {
@@ -400,6 +418,7 @@ impl Reader {
                     }
                 }
             }
+            0x0f => self.format_seen = true,
             0x10 => self.commit(out),
             0x17..=0x19 | 0x1e..=0x20 => self.rows(&event, out).await?,
             0x27 => {
@@ -615,18 +634,6 @@ impl Reader {
     }
 }
 
-/// The file name of a rotate event. The rotate the server sends first comes
-/// before the format description, so its body still carries the 4-byte
-/// checksum; binlog names always end in `.<digits>`, which marks the end.
-fn binlog_name(raw: &[u8]) -> Option<String> {
-    let dot = raw.iter().rposition(|b| *b == b'.')?;
-    let digits = raw[dot + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits == 0 {
-        return None;
-    }
-    std::str::from_utf8(&raw[..dot + 1 + digits]).ok().map(str::to_string)
-}
-
 /// MariaDB's GTID event body: sequence (8 bytes), domain (4), flags (1).
 fn maria_gtid(data: &[u8], server: u32) -> Option<MariaGtid> {
     let seq = u64::from_le_bytes(data.get(0..8)?.try_into().ok()?);
@@ -720,8 +727,5 @@ mod tests {
         assert_eq!(maria_gtid(&body, 42), Some(MariaGtid { domain: 3, server: 42, seq: 17 }));
         assert_eq!(maria_gtid(&body[..5], 42), None);
         assert_eq!(uuid_text(&[0xab; 16]), "abababab-abab-abab-abab-abababababab");
-        assert_eq!(binlog_name(b"mariadb-bin.000001rF\xff\x01").as_deref(), Some("mariadb-bin.000001"));
-        assert_eq!(binlog_name(b"bin.000012").as_deref(), Some("bin.000012"));
-        assert_eq!(binlog_name(b"garbage"), None);
     }
 }

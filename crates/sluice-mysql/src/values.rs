@@ -29,6 +29,8 @@ fn convert_value(value: &My, column_type: ColumnType, meta: &[u8], info: &Column
         My::Int(i) => match info.data_type.as_str() {
             "enum" => label(&info.labels, *i),
             _ if info.unsigned => Value::UInt(unsigned(*i, column_type)),
+            // Sign-extend 24-bit values, whichever way the decoder read them.
+            _ if column_type == MYSQL_TYPE_INT24 => Value::Int(((*i as i32) << 8 >> 8).into()),
             _ => Value::Int(*i),
         },
         My::UInt(u) => Value::UInt(*u),
@@ -80,8 +82,38 @@ fn bytes_value(bytes: &[u8], column_type: ColumnType, meta: &[u8], info: &Column
             Some(t) => JsonText::parse(t.clone()).map(Value::Json).unwrap_or(Value::Text(t)),
             None => Value::Bytes(bytes.to_vec()),
         },
-        _ if info.text => text().map_or_else(|| Value::Bytes(bytes.to_vec()), Value::Text),
-        _ => Value::Bytes(bytes.to_vec()),
+        _ => match info.charset.as_deref() {
+            Some(charset) => decode_text(bytes, charset),
+            None => Value::Bytes(bytes.to_vec()),
+        },
+    }
+}
+
+/// Character data in its column's character set, as UTF-8 text. A set
+/// Sluice cannot decode is passed on as bytes (base64), never guessed at.
+fn decode_text(bytes: &[u8], charset: &str) -> Value {
+    match charset {
+        "utf8" | "utf8mb3" | "utf8mb4" | "ascii" => match std::str::from_utf8(bytes) {
+            Ok(text) => Value::Text(text.to_string()),
+            Err(_) => Value::Bytes(bytes.to_vec()),
+        },
+        // MySQL's latin1 is Windows-1252.
+        "latin1" => Value::Text(bytes.iter().map(|b| cp1252(*b)).collect()),
+        _ => match std::str::from_utf8(bytes) {
+            Ok(text) if text.is_ascii() => Value::Text(text.to_string()),
+            _ => Value::Bytes(bytes.to_vec()),
+        },
+    }
+}
+
+fn cp1252(byte: u8) -> char {
+    const HIGH: [char; 32] = [
+        '€', '\u{81}', '‚', 'ƒ', '„', '…', '†', '‡', 'ˆ', '‰', 'Š', '‹', 'Œ', '\u{8d}', 'Ž', '\u{8f}', '\u{90}', '‘',
+        '’', '“', '”', '•', '–', '—', '˜', '™', 'š', '›', 'œ', '\u{9d}', 'ž', 'Ÿ',
+    ];
+    match byte {
+        0x80..=0x9F => HIGH[usize::from(byte - 0x80)],
+        _ => char::from(byte),
     }
 }
 
@@ -142,7 +174,7 @@ mod tests {
             data_type: data_type.into(),
             unsigned: false,
             labels: vec!["small".into(), "large".into(), "x".into()],
-            text: true,
+            charset: Some("utf8mb4".into()),
             json: false,
             key: false,
         }
@@ -187,8 +219,24 @@ mod tests {
             "\"-12345678901234567890.0100\""
         );
         assert_eq!(json(convert_value(&My::Bytes(vec![1, 0]), ColumnType::MYSQL_TYPE_BIT, &[], &info("bit"))), "256");
+        assert_eq!(
+            json(convert_value(&My::Int(8_388_608), ColumnType::MYSQL_TYPE_INT24, &[], &info("mediumint"))),
+            "-8388608"
+        );
+        let mut latin = info("varchar");
+        latin.charset = Some("latin1".into());
+        assert_eq!(
+            json(convert_value(&My::Bytes(vec![b'h', 0xE9, 0x80]), ColumnType::MYSQL_TYPE_VARCHAR, &[], &latin)),
+            "\"hé€\""
+        );
+        let mut big5 = info("varchar");
+        big5.charset = Some("big5".into());
+        assert_eq!(
+            json(convert_value(&My::Bytes(vec![0xA4, 0x40]), ColumnType::MYSQL_TYPE_VARCHAR, &[], &big5)),
+            "\"pEA=\""
+        );
         let mut blob = info("blob");
-        blob.text = false;
+        blob.charset = None;
         assert_eq!(json(convert_value(&My::Bytes(vec![0, 255]), ColumnType::MYSQL_TYPE_BLOB, &[], &blob)), "\"AP8=\"");
         let mut doc = info("longtext");
         doc.json = true;

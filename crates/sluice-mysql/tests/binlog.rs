@@ -1,0 +1,214 @@
+//! The mysql source against a real MariaDB.
+
+use std::path::Path;
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use serde_json::json;
+use sluice_config::{MysqlConfig, MysqlSslMode, MysqlStart, Secret};
+use sluice_core::{AckWatermark, Event, Op, Position, Source};
+use sluice_mysql::MysqlSource;
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run `scripts/services.sh start` and source the env file it prints (scripts/test.sh does both)")
+    })
+}
+
+async fn sql(statements: &str) {
+    let url = format!(
+        "mysql://{}:{}@{}:{}/",
+        env("SLUICE_TEST_MY_USER"),
+        env("SLUICE_TEST_MY_PASSWORD"),
+        env("SLUICE_TEST_MY_HOST"),
+        env("SLUICE_TEST_MY_PORT")
+    );
+    let mut conn = mysql_async::Conn::from_url(url).await.expect("test connection");
+    conn.query_drop(statements).await.unwrap_or_else(|e| panic!("{statements}: {e}"));
+    conn.disconnect().await.unwrap();
+}
+
+fn config(database: &str) -> MysqlConfig {
+    MysqlConfig {
+        id: database.into(),
+        host: env("SLUICE_TEST_MY_HOST"),
+        port: env("SLUICE_TEST_MY_PORT").parse().unwrap(),
+        user: env("SLUICE_TEST_MY_USER"),
+        password: Secret::new(env("SLUICE_TEST_MY_PASSWORD")),
+        ssl_mode: MysqlSslMode::Disable,
+        ca_file: None,
+        tables: vec![format!("{database}.*")],
+        server_id: None,
+        gtid: false,
+        start: MysqlStart::Current,
+        heartbeat_secs: 1,
+        connect_timeout_secs: 10,
+    }
+}
+
+async fn fresh(database: &str, ddl: &str) {
+    sql(&format!("DROP DATABASE IF EXISTS {database}; CREATE DATABASE {database}; USE {database}; {ddl}")).await;
+}
+
+async fn started(config: MysqlConfig, state: &Path, from: Option<Position>) -> MysqlSource {
+    let mut source = MysqlSource::new(config, state.to_path_buf());
+    source.start(from, AckWatermark::default()).await.expect("source starts");
+    source
+}
+
+async fn collect(source: &mut MysqlSource, count: usize) -> Vec<Event> {
+    let mut events = Vec::new();
+    while events.len() < count {
+        tokio::time::timeout(Duration::from_secs(30), source.poll(&mut events))
+            .await
+            .unwrap_or_else(|_| panic!("timed out with {} of {count} events", events.len()))
+            .expect("poll");
+    }
+    assert_eq!(events.len(), count, "more events than expected");
+    events
+}
+
+fn after(event: &Event) -> serde_json::Value {
+    serde_json::to_value(event).unwrap()["after"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_type_maps_to_faithful_json() {
+    fresh(
+        "m_types",
+        "CREATE TABLE t (
+            id bigint unsigned PRIMARY KEY, ti tinyint, uti tinyint unsigned, si smallint unsigned, mi mediumint, umi mediumint unsigned,
+            i int, ui int unsigned, d decimal(30,10), f float, db double, b bit(10), e enum('small','large'), s set('x','y','z'),
+            c char(3), vc varchar(20), tx text, bl blob, vb varbinary(8), js json,
+            dt date, tm time(3), dtm datetime(6), ts timestamp(2) NULL, yr year, n int NULL)",
+    )
+    .await;
+    let state = tempfile::tempdir().unwrap();
+    let mut source = started(config("m_types"), state.path(), None).await;
+    sql(r#"INSERT INTO m_types.t VALUES (
+        18446744073709551615, -128, 255, 65535, -8388608, 16777215,
+        -2147483648, 4294967295, -12345678901234567890.0123456789, 0.1, 2.5e300, b'1000000001', 'large', 'x,z',
+        'ab', 'héllo', 'long text', x'00ff', x'0102', '{"k": [1, null]}',
+        '2026-02-28', '-838:59:59.500', '2026-02-28 13:14:15.123456', '2026-02-28 13:14:15.25', 2026, NULL)"#)
+    .await;
+    let events = collect(&mut source, 1).await;
+    let expected = json!({
+        "id": 18446744073709551615u64, "ti": -128, "uti": 255, "si": 65535, "mi": -8388608, "umi": 16777215,
+        "i": -2147483648, "ui": 4294967295u64, "d": "-12345678901234567890.0123456789", "f": 0.1, "db": 2.5e300,
+        "b": 513, "e": "large", "s": "x,z", "c": "ab", "vc": "héllo", "tx": "long text", "bl": "AP8=", "vb": "AQI=",
+        "js": {"k": [1, null]}, "dt": "2026-02-28", "tm": "-838:59:59.500", "dtm": "2026-02-28T13:14:15.123456",
+        "ts": "2026-02-28T13:14:15.25Z", "yr": 2026, "n": null
+    });
+    assert_eq!(after(&events[0]), expected);
+    assert_eq!(&*events[0].table, "m_types.t");
+    assert_eq!(events[0].key.as_ref().unwrap().values.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_table_transaction_is_one_transaction_and_rotation_is_followed() {
+    fresh("m_tx", "CREATE TABLE a (id int PRIMARY KEY); CREATE TABLE b (id int PRIMARY KEY, v varchar(5));").await;
+    let state = tempfile::tempdir().unwrap();
+    let mut source = started(config("m_tx"), state.path(), None).await;
+    sql("START TRANSACTION; INSERT INTO m_tx.a VALUES (1),(2),(3); INSERT INTO m_tx.b VALUES (1,'x'); UPDATE m_tx.a SET id = 4 WHERE id = 3; DELETE FROM m_tx.b; COMMIT;").await;
+    sql("FLUSH BINARY LOGS").await;
+    sql("INSERT INTO m_tx.a VALUES (9)").await;
+    let events = collect(&mut source, 7).await;
+    let ops: Vec<Op> = events.iter().map(|e| e.op).collect();
+    assert_eq!(ops, [Op::Insert, Op::Insert, Op::Insert, Op::Insert, Op::Update, Op::Delete, Op::Insert]);
+    assert!(events.windows(2).all(|w| w[0].position < w[1].position));
+    let tx_ends: Vec<bool> = events.iter().map(|e| e.tx_end).collect();
+    assert_eq!(tx_ends, [false, false, false, false, false, true, true]);
+    let (Position::Mysql(first), Position::Mysql(last)) = (&events[0].position, &events[6].position) else { panic!() };
+    assert!(events[..6].iter().all(|e| matches!(&e.position, Position::Mysql(p) if p.offset == first.offset)));
+    assert!(last.file_index() > first.file_index(), "the insert after FLUSH BINARY LOGS is in the next file");
+    assert_eq!(serde_json::to_value(&events[4]).unwrap()["before"], json!({"id": 3}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_from_before_an_alter_decodes_with_the_schema_of_its_time() {
+    fresh("m_ddl", "CREATE TABLE t (id int PRIMARY KEY, a varchar(5))").await;
+    let state = tempfile::tempdir().unwrap();
+    let mut source = started(config("m_ddl"), state.path(), None).await;
+    sql("INSERT INTO m_ddl.t VALUES (1, 'one')").await;
+    sql("ALTER TABLE m_ddl.t ADD COLUMN b int").await;
+    sql("INSERT INTO m_ddl.t VALUES (2, 'two', 22)").await;
+    sql("ALTER TABLE m_ddl.t DROP COLUMN a").await;
+    sql("INSERT INTO m_ddl.t VALUES (3, 33)").await;
+    let live = collect(&mut source, 5).await;
+    let ops: Vec<Op> = live.iter().map(|e| e.op).collect();
+    assert_eq!(ops, [Op::Insert, Op::Schema, Op::Insert, Op::Schema, Op::Insert]);
+    assert_eq!(after(&live[0]), json!({"id": 1, "a": "one"}));
+    assert_eq!(after(&live[2]), json!({"id": 2, "a": "two", "b": 22}));
+    assert_eq!(after(&live[4]), json!({"id": 3, "b": 33}));
+    assert_eq!(after(&live[1])["ddl"], "ALTER TABLE m_ddl.t ADD COLUMN b int");
+    drop(source);
+    // information_schema now only knows (id, b); the history knows better.
+    let mut replay = started(config("m_ddl"), state.path(), Some(live[0].position.clone())).await;
+    let again = collect(&mut replay, 5).await;
+    for (original, replayed) in live.iter().zip(&again) {
+        assert_eq!(serde_json::to_value(original).unwrap(), serde_json::to_value(replayed).unwrap());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_by_gtid_rereads_the_checkpoint_transaction() {
+    fresh("m_gtid", "CREATE TABLE t (id int PRIMARY KEY)").await;
+    let state = tempfile::tempdir().unwrap();
+    let mut cfg = config("m_gtid");
+    cfg.gtid = true;
+    let mut source = started(cfg.clone(), state.path(), None).await;
+    sql("INSERT INTO m_gtid.t VALUES (1),(2)").await;
+    sql("INSERT INTO m_gtid.t VALUES (3)").await;
+    let events = collect(&mut source, 3).await;
+    let Position::Mysql(pos) = &events[1].position else { panic!() };
+    assert!(pos.gtid_before.is_some(), "MariaDB positions carry the GTID state before their transaction");
+    drop(source);
+    let mut again = started(cfg, state.path(), Some(events[1].position.clone())).await;
+    let replay = collect(&mut again, 3).await;
+    assert_eq!(
+        replay.iter().map(|e| e.position.clone()).collect::<Vec<_>>(),
+        events.iter().map(|e| e.position.clone()).collect::<Vec<_>>()
+    );
+    assert_eq!(replay[0].id(), events[0].id(), "a replay carries the same event ids");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purged_checkpoint_or_another_server_stops_with_the_fix() {
+    fresh("m_purge", "CREATE TABLE t (id int PRIMARY KEY)").await;
+    let state = tempfile::tempdir().unwrap();
+    let mut source = started(config("m_purge"), state.path(), None).await;
+    sql("INSERT INTO m_purge.t VALUES (1)").await;
+    let events = collect(&mut source, 1).await;
+    drop(source);
+    let Position::Mysql(pos) = events[0].position.clone() else { panic!() };
+    // Another server: same file names, different identity.
+    std::fs::write(state.path().join("server_identity"), "mariadb server_id=1").unwrap();
+    let mut other = MysqlSource::new(config("m_purge"), state.path().to_path_buf());
+    let err = other.start(Some(events[0].position.clone()), AckWatermark::default()).await.expect_err("must refuse");
+    assert!(!err.is_transient());
+    assert!(err.to_string().contains("checkpoints were taken on \"mariadb server_id=1\""), "{err}");
+    std::fs::remove_file(state.path().join("server_identity")).unwrap();
+    // The checkpoint's binlog file purged while Sluice was stopped.
+    let mut purged = pos.clone();
+    purged.file = "mariadb-bin.000000".into();
+    let mut gone = MysqlSource::new(config("m_purge"), state.path().to_path_buf());
+    let err = gone.start(Some(Position::Mysql(purged)), AckWatermark::default()).await.expect_err("must refuse");
+    assert!(!err.is_transient());
+    let message = err.to_string();
+    assert!(
+        message.contains("mariadb-bin.000000 is gone from the server (purged)")
+            && message.contains("checkpoints reset"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_replication_rights_is_told_what_to_grant() {
+    let state = tempfile::tempdir().unwrap();
+    let mut cfg = config("m_rights");
+    cfg.user = "sluice_noslave".into();
+    let mut source = MysqlSource::new(cfg, state.path().to_path_buf());
+    let err = source.start(None, AckWatermark::default()).await.expect_err("must refuse");
+    assert!(!err.is_transient(), "{err}");
+    assert!(err.to_string().contains("REPLICATION"), "{err}");
+}
