@@ -22,9 +22,9 @@ pub enum MysqlSslMode {
     VerifyFull,
 }
 
-/// Where to start when there is no checkpoint yet.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, rename_all = "snake_case")]
+/// Where to start when there is no checkpoint yet. In YAML: `current`,
+/// `{ file: mariadb-bin.000001, offset: 4 }`, or `{ gtid: "0-1-100" }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MysqlStart {
     /// The server's current position: only changes from now on.
     Current,
@@ -75,6 +75,36 @@ impl MysqlConfig {
             }
             1_000_000 + hash % 1_000_000_000
         })
+    }
+}
+
+impl<'de> Deserialize<'de> for MysqlStart {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let value = serde_yaml::Value::deserialize(deserializer)?;
+        let expected = "start: expected `current`, `{ file: NAME, offset: N }` or `{ gtid: STATE }`";
+        match &value {
+            serde_yaml::Value::String(word) if word == "current" => Ok(MysqlStart::Current),
+            serde_yaml::Value::Mapping(map) => {
+                let get = |key: &str| map.get(serde_yaml::Value::String(key.into()));
+                if let Some(unknown) =
+                    map.keys().find_map(|k| k.as_str().filter(|k| !["file", "offset", "gtid"].contains(k)))
+                {
+                    return Err(D::Error::custom(format!("start: unknown field `{unknown}`; {}", &expected[7..])));
+                }
+                match (get("file"), get("offset"), get("gtid")) {
+                    (Some(file), Some(offset), None) => Ok(MysqlStart::Position {
+                        file: file.as_str().ok_or_else(|| D::Error::custom("file must be a string"))?.to_string(),
+                        offset: offset.as_u64().ok_or_else(|| D::Error::custom("offset must be a whole number"))?,
+                    }),
+                    (None, None, Some(gtid)) => Ok(MysqlStart::Gtid(
+                        gtid.as_str().ok_or_else(|| D::Error::custom("gtid must be a string"))?.to_string(),
+                    )),
+                    _ => Err(D::Error::custom(expected)),
+                }
+            }
+            _ => Err(D::Error::custom(expected)),
+        }
     }
 }
 

@@ -188,3 +188,39 @@ fn postgres_source_rules_name_the_field() {
         assert!(message.contains(field), "expected {field} in {message}");
     }
 }
+
+const MYSQL: &str = r#"
+pipelines:
+  - name: shop
+    source:
+      type: mysql
+      config: { id: my1, host: 127.0.0.1, user: sluice, tables: [shop.*] }
+    sinks:
+      - type: stdout
+        config: { id: out }
+"#;
+
+#[test]
+fn mysql_start_takes_three_forms_and_names_mistakes() {
+    let start = |text: &str| {
+        let config = check(&MYSQL.replace("tables: [shop.*]", &format!("tables: [shop.*], start: {text}")))?;
+        let SourceConfig::Mysql(my) = &config.pipelines[0].source else { panic!("mysql expected") };
+        Ok::<_, ConfigError>(my.start.clone())
+    };
+    assert_eq!(start("current").unwrap(), MysqlStart::Current);
+    assert_eq!(
+        start("{ file: mariadb-bin.000002, offset: 120 }").unwrap(),
+        MysqlStart::Position { file: "mariadb-bin.000002".into(), offset: 120 }
+    );
+    assert_eq!(start("{ gtid: \"0-1-100\" }").unwrap(), MysqlStart::Gtid("0-1-100".into()));
+    let message = start("{ file: x }").unwrap_err().to_string();
+    assert!(message.contains("start") && message.contains("{ gtid: STATE }"), "{message}");
+    let message = start("{ file: b.000001, ofset: 4 }").unwrap_err().to_string();
+    assert!(message.contains("unknown field `ofset`"), "{message}");
+    let message = start("{ file: b.000001, offset: 2 }").unwrap_err().to_string();
+    assert!(message.contains("pipelines[0].source.config.start") && message.contains("at least 4"), "{message}");
+    let config = check(MYSQL).unwrap();
+    let SourceConfig::Mysql(my) = &config.pipelines[0].source else { panic!("mysql expected") };
+    assert_eq!(my.port, DEFAULT_MYSQL_PORT);
+    assert!(my.replica_server_id() >= 1_000_000);
+}

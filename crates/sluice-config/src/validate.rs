@@ -290,7 +290,7 @@ fn validate_mysql(at: &str, c: &MysqlConfig) -> Result<(), Invalid> {
     match &c.start {
         MysqlStart::Position { file, offset } if file.is_empty() || file.contains(':') || *offset < 4 => {
             return Err(Invalid::new(
-                format!("{at}.start.position"),
+                format!("{at}.start"),
                 "needs a binlog file name (without ':') and an offset of at least 4",
                 "take both from SHOW BINARY LOGS, e.g. { file: mariadb-bin.000001, offset: 4 }",
             ));

@@ -253,7 +253,8 @@ impl Source for MysqlSource {
         let request =
             BinlogStreamRequest::new(self.config.replica_server_id()).with_filename(file.as_bytes()).with_pos(offset);
         let stream = conn.get_binlog_stream(request).await.map_err(q)?;
-        info!(file, offset, gtid = %maria_state, server_id = self.config.replica_server_id(), "binlog streaming started");
+        let by = if matches!(start, Start::Gtid(_)) { "gtid" } else { "file" };
+        info!(by, file, offset, gtid = %maria_state, server_id = self.config.replica_server_id(), "binlog streaming started");
         let history = SchemaHistory::open(self.state_dir.join("schema_history.jsonl"))?;
         let (tx, rx) = mpsc::channel(CHUNK_QUEUE);
         let reader = Reader {
