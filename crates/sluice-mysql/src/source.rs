@@ -596,6 +596,7 @@ impl Reader {
                 .collect();
             Row { columns: columns.clone(), values }
         };
+        let fingerprint = schema_fingerprint(&schema);
         let mut decoded = Vec::new();
         for pair in rows.rows(&tme) {
             let (before, after) = pair.map_err(|e| unreadable("row", e))?;
@@ -616,7 +617,7 @@ impl Reader {
                 key,
                 before,
                 after,
-                schema_version: schema_fingerprint(&schema),
+                schema_version: fingerprint,
                 position,
                 tx_id,
                 tx_end: false,
