@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use mysql_async::binlog::BinlogChecksumAlg;
 use mysql_async::binlog::events::{
     Event as BinlogEvent, EventData, GtidEvent, QueryEvent, RotateEvent, RowsEventData, TableMapEvent,
     TransactionPayloadEvent,
@@ -366,6 +367,21 @@ impl Reader {
     async fn handle(&mut self, event: BinlogEvent, out: &mut Vec<Event>) -> Result<(), SourceError> {
         let header = event.header();
         let kind = header.event_type_raw();
+        // The stream parser keeps each event's CRC32 but does not check it.
+        if let Some(stored) = event.checksum() {
+            let computed = event.calc_checksum(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32);
+            if computed != u32::from_le_bytes(stored) {
+                return Err(SourceError::permanent(
+                    format!(
+                        "binlog event checksum mismatch in {} at offset {} (stored {:08x}, computed {computed:08x})",
+                        self.file.as_deref().unwrap_or("?"),
+                        header.log_pos(),
+                        u32::from_le_bytes(stored)
+                    ),
+                    "the binlog or the network corrupted data; check the server's binlog with mariadb-binlog --verify-binlog-checksum",
+                ));
+            }
+        }
         let offset = u64::from(header.log_pos()).saturating_sub(u64::from(header.event_size()));
         let time_us = i64::from(header.timestamp()) * 1_000_000;
         match kind {
