@@ -16,6 +16,10 @@ use sluice_sinks::FileSink;
 use sluice_sinks::testing::{MemoryLog, MemoryOptions, MemorySink};
 use sluice_store::EmbeddedStore;
 
+/// The allocator the `sluice` binary ships with, so the figures match it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const CASE_VAR: &str = "SLUICE_BENCH_CASE";
 const ROWS_PER_TX: u32 = 10;
 const TX_COUNT: u64 = 200_000;
