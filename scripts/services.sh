@@ -15,6 +15,9 @@ PG_VERSION=15
 PG_BIN="/usr/lib/postgresql/$PG_VERSION/bin"
 PG_USER=sluice
 PG_PASSWORD=sluice-test-password
+KAFKA_VERSION=4.1.1
+# Kafka's jars come from Maven Central into a cache that outlives $DIR.
+KAFKA_LIBS="${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/kafka-$KAFKA_VERSION/libs"
 
 log() { echo "services: $*" >&2; }
 
@@ -33,6 +36,8 @@ install_packages() {
   [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
   command -v mariadb >/dev/null || missing+=(mariadb-client)
   command -v openssl >/dev/null || missing+=(openssl)
+  command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+  command -v mvn >/dev/null || missing+=(maven)
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -177,6 +182,73 @@ ENV
   log "mariadb $(mariadb --version | awk '{print $5}') on 127.0.0.1:$port (pid $(cat "$my/pid"))"
 }
 
+start_kafka() {
+  local kafka="$DIR/kafka"
+  if [ ! -f "$KAFKA_LIBS/kafka_2.13-$KAFKA_VERSION.jar" ]; then
+    log "fetching Apache Kafka $KAFKA_VERSION from Maven Central"
+    mvn -q -f "$(dirname "$0")/kafka/pom.xml" dependency:copy-dependencies \
+      -DoutputDirectory="$KAFKA_LIBS" -DincludeScope=runtime >&2
+  fi
+  local port controller_port
+  port=$(free_port 29092)
+  controller_port=$(free_port $((port + 1)))
+  mkdir -p "$kafka/data"
+  cat > "$kafka/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$controller_port
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$kafka/data
+num.partitions=3
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+min.insync.replicas=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=true
+PROPS
+  cat > "$kafka/log4j2.properties" <<LOG
+rootLogger.level=info
+rootLogger.appenderRef.file.ref=file
+appender.file.type=File
+appender.file.name=file
+appender.file.fileName=$kafka/server.log
+appender.file.layout.type=PatternLayout
+appender.file.layout.pattern=%d %p %c{1} %m%n
+LOG
+  local java=(java -Xms256m -Xmx512m -Dlog4j2.configurationFile="$kafka/log4j2.properties" -cp "$KAFKA_LIBS/*")
+  local cluster_id
+  cluster_id=$("${java[@]}" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)
+  "${java[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$kafka/server.properties" >/dev/null 2>&1
+  nohup "${java[@]}" kafka.Kafka "$kafka/server.properties" > "$kafka/stdout.log" 2>&1 &
+  echo $! > "$kafka/pid"
+  local tries=0
+  until grep -q "Kafka Server started" "$kafka/server.log" 2>/dev/null; do
+    tries=$((tries + 1))
+    if [ "$tries" -gt 600 ] || ! kill -0 "$(cat "$kafka/pid")" 2>/dev/null; then
+      cat "$kafka/stdout.log" >&2; tail -20 "$kafka/server.log" >&2 || true
+      log "kafka did not start"; exit 1
+    fi
+    sleep 0.1
+  done
+  cat >> "$DIR/env" <<ENV
+export SLUICE_TEST_KAFKA_BROKERS=127.0.0.1:$port
+ENV
+  log "kafka $KAFKA_VERSION (KRaft) on 127.0.0.1:$port (pid $(cat "$kafka/pid"))"
+}
+
+stop_kafka() {
+  local kafka="$DIR/kafka"
+  [ -f "$kafka/pid" ] || return 0
+  local pid
+  pid=$(cat "$kafka/pid")
+  if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
+}
+
 stop_mariadb() {
   local my="$DIR/mariadb"
   [ -f "$my/pid" ] || return 0
@@ -219,6 +291,7 @@ case "${1:-}" in
       log "found a stale $DIR from an earlier run; starting afresh"
       stop_postgres
       stop_mariadb
+      stop_kafka
     fi
     install_packages
     rm -rf "$DIR"
@@ -228,11 +301,13 @@ case "${1:-}" in
     start_postgres
     start_postgres_replica_level
     start_mariadb
+    start_kafka
     echo "$DIR/env"
     ;;
   stop)
     stop_postgres
     stop_mariadb
+    stop_kafka
     rm -rf "$DIR"
     ;;
   restart-postgres)

@@ -4,7 +4,9 @@
 //! interpolation. An unset variable without a default is an error, never an
 //! empty string: a silently empty password or path is worse than a refusal.
 //! `$${` writes a literal `${`. Whole-line comments are left alone so a
-//! commented-out example does not demand its variables.
+//! commented-out example does not demand its variables. The sink template
+//! placeholders `${db}`, `${table}`, `${op}` and `${key.<column>}` are not
+//! variables and pass through untouched.
 
 /// A `${VAR}` with no value and no default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +52,13 @@ fn expand_line(
             problem: "`${` without a closing `}`; write `$${` for a literal `${`".into(),
         })?;
         let body = &body_and_rest[..end];
+        if matches!(body, "db" | "table" | "op") || body.starts_with("key.") {
+            out.push_str("${");
+            out.push_str(body);
+            out.push('}');
+            rest = &body_and_rest[end + 1..];
+            continue;
+        }
         let (name, default) = match body.split_once(":-") {
             Some((name, default)) => (name, Some(default)),
             None => (body, None),
@@ -108,6 +117,7 @@ mod tests {
         assert_eq!(expand("  # uses ${UNSET}\n", env).unwrap(), "  # uses ${UNSET}\n");
         assert!(expand("a: ${HOST\n", env).is_err());
         assert!(expand("a: ${not-a-name}\n", env).is_err());
+        assert_eq!(expand("t: ${db}.${table}.${op}.${key.id}\n", env).unwrap(), "t: ${db}.${table}.${op}.${key.id}\n");
         assert!(expand("a: ${}\n", env).is_err());
     }
 }

@@ -4,6 +4,7 @@
 
 mod error;
 mod expand;
+mod kafka;
 mod mysql;
 mod pipeline;
 mod postgres;
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 pub use error::{ConfigError, Invalid};
 pub use expand::{ExpandError, expand};
+pub use kafka::*;
 pub use mysql::*;
 pub use pipeline::*;
 pub use postgres::*;

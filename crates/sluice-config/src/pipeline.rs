@@ -182,6 +182,7 @@ fn default_generator_database() -> String {
 pub enum SinkConfig {
     File(FileSinkConfig),
     Stdout(StdoutSinkConfig),
+    Kafka(crate::kafka::KafkaSinkConfig),
 }
 
 impl SinkConfig {
@@ -189,6 +190,7 @@ impl SinkConfig {
         match self {
             SinkConfig::File(c) => &c.id,
             SinkConfig::Stdout(c) => &c.id,
+            SinkConfig::Kafka(c) => &c.id,
         }
     }
 
@@ -196,6 +198,7 @@ impl SinkConfig {
         match self {
             SinkConfig::File(c) => c.required,
             SinkConfig::Stdout(c) => c.required,
+            SinkConfig::Kafka(c) => c.required,
         }
     }
 
@@ -203,6 +206,7 @@ impl SinkConfig {
         match self {
             SinkConfig::File(_) => "file",
             SinkConfig::Stdout(_) => "stdout",
+            SinkConfig::Kafka(_) => "kafka",
         }
     }
 
@@ -212,11 +216,15 @@ impl SinkConfig {
         match self {
             SinkConfig::File(_) => Guarantee::ExactlyOnce { condition: None },
             SinkConfig::Stdout(_) => Guarantee::AtLeastOnce { dedup: "event id" },
+            SinkConfig::Kafka(c) if c.exactly_once => {
+                Guarantee::ExactlyOnce { condition: Some("read_committed consumers") }
+            }
+            SinkConfig::Kafka(_) => Guarantee::AtLeastOnce { dedup: "event id header" },
         }
     }
 }
 
-fn default_required() -> bool {
+pub(crate) fn default_required() -> bool {
     DEFAULT_REQUIRED
 }
 

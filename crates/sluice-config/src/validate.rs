@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 
 use crate::error::Invalid;
+use crate::kafka::{KAFKA_MANAGED_SETTINGS, KafkaSinkConfig, check_template, valid_topic};
 use crate::mysql::{MysqlConfig, MysqlSslMode, MysqlStart};
 use crate::pipeline::{BatchConfig, CommitPolicy, Config, PipelineConfig, PolicyMode, SinkConfig, SourceConfig};
 use crate::postgres::{PostgresConfig, SslMode};
@@ -122,6 +123,7 @@ fn validate_sink(at: &str, sink: &SinkConfig) -> Result<(), Invalid> {
         SinkConfig::File(c) if c.path.as_os_str().is_empty() => {
             Err(Invalid::new(format!("{at}.path"), "the path is empty", "set path to the JSON Lines file to write"))
         }
+        SinkConfig::Kafka(c) => validate_kafka(at, c),
         SinkConfig::File(_) | SinkConfig::Stdout(_) => Ok(()),
     }
 }
@@ -310,6 +312,39 @@ fn validate_mysql(at: &str, c: &MysqlConfig) -> Result<(), Invalid> {
                 format!("set {field} between {low} and {high} seconds"),
             ));
         }
+    }
+    Ok(())
+}
+
+fn validate_kafka(at: &str, c: &KafkaSinkConfig) -> Result<(), Invalid> {
+    if c.brokers.trim().is_empty() {
+        return Err(Invalid::new(format!("{at}.brokers"), "is empty", "list the brokers as host:port[,host:port]"));
+    }
+    check_template(&c.topic)
+        .map_err(|problem| Invalid::new(format!("{at}.topic"), problem, "fix the topic template"))?;
+    if let Some(key) = &c.key {
+        check_template(key).map_err(|problem| Invalid::new(format!("{at}.key"), problem, "fix the key template"))?;
+    }
+    if !valid_topic(&c.checkpoint_topic) {
+        return Err(Invalid::new(
+            format!("{at}.checkpoint_topic"),
+            format!("{:?} is not a valid Kafka topic name", c.checkpoint_topic),
+            "use 1 to 249 characters from a-z, A-Z, 0-9, '.', '_' and '-'",
+        ));
+    }
+    if let Some(managed) = c.client_conf.keys().find(|k| KAFKA_MANAGED_SETTINGS.contains(&k.as_str())) {
+        return Err(Invalid::new(
+            format!("{at}.client_conf.{managed}"),
+            "is set by Sluice and may not be overridden",
+            "use brokers, exactly_once, transactional_id or compression instead",
+        ));
+    }
+    if !(1..=3600).contains(&c.timeout_secs) {
+        return Err(Invalid::new(
+            format!("{at}.timeout_secs"),
+            "is outside 1..=3600",
+            "set a timeout in seconds, e.g. 30",
+        ));
     }
     Ok(())
 }

@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod codec;
 pub mod error;
 pub mod event;
+pub mod failpoint;
 pub mod guarantee;
 pub mod position;
 pub mod sink;

@@ -2,6 +2,8 @@
 //! behind a cargo feature of their own.
 
 pub mod file;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod stdout;
 pub mod testing;
 
@@ -17,17 +19,36 @@ pub use stdout::StdoutSink;
 pub fn preflight(config: &SinkConfig) -> Result<(), (&'static str, String)> {
     match config {
         SinkConfig::File(c) => file::preflight(&c.path).map_err(|problem| ("path", problem)),
-        SinkConfig::Stdout(_) => Ok(()),
+        SinkConfig::Stdout(_) | SinkConfig::Kafka(_) => Ok(()),
     }
 }
 
+/// What a sink may need to know about its pipeline.
+#[derive(Debug, Clone)]
+pub struct SinkContext {
+    pub pipeline: String,
+    pub source_id: String,
+}
+
+/// A sink type this build was compiled without.
+#[derive(Debug, thiserror::Error)]
+#[error("sink type {0:?} is not part of this build; hint: rebuild sluice with the `{0}` cargo feature")]
+pub struct NotBuilt(pub &'static str);
+
 /// Builds the sink a config describes. Connecting and recovery happen in
 /// `Sink::open`, which the coordinator calls.
-pub fn build(config: &SinkConfig) -> Box<dyn Sink> {
-    match config {
+pub fn build(config: &SinkConfig, context: &SinkContext) -> Result<Box<dyn Sink>, NotBuilt> {
+    Ok(match config {
         SinkConfig::File(c) => Box::new(FileSink::new(&c.id, &c.path)),
         SinkConfig::Stdout(c) => Box::new(StdoutSink::new(&c.id)),
-    }
+        #[cfg(feature = "kafka")]
+        SinkConfig::Kafka(c) => Box::new(kafka::KafkaSink::new(c.clone(), &context.pipeline, &context.source_id)),
+        #[cfg(not(feature = "kafka"))]
+        SinkConfig::Kafka(_) => {
+            let _ = context;
+            return Err(NotBuilt("kafka"));
+        }
+    })
 }
 
 #[cfg(test)]

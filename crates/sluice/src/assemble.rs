@@ -11,6 +11,7 @@ use sluice_generator::GeneratorSource;
 use sluice_mysql::MysqlSource;
 use sluice_postgres::PostgresSource;
 use sluice_runtime::{Pipeline, PipelineSettings, SinkSpec};
+use sluice_sinks::SinkContext;
 use sluice_store::EmbeddedStore;
 
 use crate::Failure;
@@ -36,18 +37,23 @@ pub fn open_store(data_dir: &Path) -> Result<Arc<dyn CheckpointStore>, Failure> 
 }
 
 /// Spill files of pipeline `name` live in `<data dir>/spill/<name>`.
-pub fn pipeline(config: &PipelineConfig, store: Arc<dyn CheckpointStore>, data_dir: &Path) -> Pipeline {
+pub fn pipeline(
+    config: &PipelineConfig,
+    store: Arc<dyn CheckpointStore>,
+    data_dir: &Path,
+) -> Result<Pipeline, Failure> {
     let source: Box<dyn Source> = match &config.source {
         SourceConfig::Generator(c) => Box::new(GeneratorSource::new(c.clone())),
         SourceConfig::Postgres(c) => Box::new(PostgresSource::new(c.clone())),
         SourceConfig::Mysql(c) => Box::new(MysqlSource::new(c.clone(), data_dir.join("mysql").join(&c.id))),
     };
-    let sinks = config
-        .sinks
-        .iter()
-        .map(|sink| SinkSpec { sink: sluice_sinks::build(sink), required: sink.required() })
-        .collect();
-    Pipeline {
+    let context = SinkContext { pipeline: config.name.clone(), source_id: config.source.id().to_string() };
+    let mut sinks = Vec::new();
+    for sink in &config.sinks {
+        let built = sluice_sinks::build(sink, &context).map_err(Failure::bad_input)?;
+        sinks.push(SinkSpec { sink: built, required: sink.required() });
+    }
+    Ok(Pipeline {
         settings: PipelineSettings {
             name: config.name.clone(),
             batch: config.batch.clone(),
@@ -58,5 +64,5 @@ pub fn pipeline(config: &PipelineConfig, store: Arc<dyn CheckpointStore>, data_d
         source,
         sinks,
         store,
-    }
+    })
 }

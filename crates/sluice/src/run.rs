@@ -15,13 +15,16 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         .thread_name("sluice")
         .build()
         .map_err(|e| Failure::pipeline(anyhow!("cannot start the async runtime: {e}")))?;
+    let mut pipelines = Vec::new();
+    for pipeline in &config.pipelines {
+        pipelines.push((pipeline.name.clone(), assemble::pipeline(pipeline, store.clone(), &args.data_dir)?));
+    }
     runtime.block_on(async move {
         let shutdown = Shutdown::new();
         let signals = tokio::spawn(watch_signals(shutdown.clone()));
         let mut runs = Vec::new();
-        for pipeline in &config.pipelines {
-            let name = pipeline.name.clone();
-            let run = assemble::pipeline(pipeline, store.clone(), &args.data_dir).run(shutdown.clone());
+        for (name, pipeline) in pipelines {
+            let run = pipeline.run(shutdown.clone());
             let shutdown = shutdown.clone();
             runs.push((
                 name,

@@ -1,0 +1,314 @@
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rdkafka::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+use sluice_config::{KafkaSinkConfig, valid_topic};
+use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError, failpoint};
+
+use super::checkpoint::{ensure_topic, read_position};
+use super::encode::{Template, default_key};
+
+pub struct KafkaSink {
+    config: KafkaSinkConfig,
+    pipeline: String,
+    checkpoint_key: String,
+    transactional_id: String,
+    topic: Template,
+    key: Option<Template>,
+    timeout: Duration,
+    producer: Option<FutureProducer>,
+    held: Option<Position>,
+}
+
+impl KafkaSink {
+    pub fn new(config: KafkaSinkConfig, pipeline: &str, source_id: &str) -> Self {
+        let transactional_id =
+            config.transactional_id.clone().unwrap_or_else(|| format!("sluice-{pipeline}-{}", config.id));
+        Self {
+            checkpoint_key: format!("{source_id}::sink::{}", config.id),
+            topic: Template::parse(&config.topic),
+            key: config.key.as_deref().map(Template::parse),
+            timeout: Duration::from_secs(config.timeout_secs),
+            pipeline: pipeline.to_string(),
+            transactional_id,
+            producer: None,
+            held: None,
+            config,
+        }
+    }
+
+    fn base_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        for (key, value) in &self.config.client_conf {
+            config.set(key, value);
+        }
+        config.set("bootstrap.servers", &self.config.brokers);
+        config
+    }
+
+    fn producer_config(&self) -> ClientConfig {
+        let mut config = self.base_config();
+        config
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("compression.type", self.config.compression.as_str())
+            .set("message.timeout.ms", (self.timeout.as_millis() as u64).to_string());
+        if !self.config.client_conf.contains_key("linger.ms") {
+            config.set("linger.ms", "5");
+        }
+        if self.config.exactly_once {
+            config
+                .set("transactional.id", &self.transactional_id)
+                .set("transaction.timeout.ms", (self.timeout.as_millis() as u64 * 2).to_string());
+        }
+        config
+    }
+
+    /// Turns a Kafka error into a sink error of the right class.
+    fn classify(&self, context: &str, error: KafkaError) -> SinkError {
+        let code = error.rdkafka_error_code();
+        let fenced = matches!(
+            code,
+            Some(
+                RDKafkaErrorCode::Fenced
+                    | RDKafkaErrorCode::ProducerFenced
+                    | RDKafkaErrorCode::TransactionCoordinatorFenced
+            )
+        );
+        if fenced {
+            return SinkError::permanent_from(
+                format!(
+                    "another Sluice instance is running pipeline {:?}: kafka fenced transactional.id {:?}",
+                    self.pipeline, self.transactional_id
+                ),
+                "stop the other instance; two instances of one pipeline would each write the same changes",
+                error,
+            );
+        }
+        if code == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
+            return SinkError::permanent_from(
+                format!(
+                    "kafka: {context}: an event is larger than the broker accepts, and no dead letter queue is configured"
+                ),
+                "raise message.max.bytes on the broker (or the topic's max.message.bytes) and message.max.bytes in client_conf",
+                error,
+            );
+        }
+        let fatal = match &error {
+            KafkaError::Transaction(e) => e.is_fatal(),
+            _ => false,
+        };
+        if fatal {
+            SinkError::permanent_from(
+                format!("kafka: {context}: {error}"),
+                "the producer hit a fatal error; check the broker logs",
+                error,
+            )
+        } else {
+            SinkError::transient_from(format!("kafka: {context}: {error}"), error)
+        }
+    }
+
+    fn producer(&self) -> Result<FutureProducer, SinkError> {
+        self.producer.clone().ok_or_else(|| SinkError::transient("kafka: the producer is not open"))
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        context: &str,
+        call: impl FnOnce(FutureProducer) -> Result<T, KafkaError> + Send + 'static,
+    ) -> Result<T, SinkError> {
+        let producer = self.producer()?;
+        match tokio::task::spawn_blocking(move || call(producer)).await {
+            Ok(result) => result.map_err(|e| self.classify(context, e)),
+            Err(e) => Err(SinkError::transient_from(format!("kafka: {context}: task failed"), e)),
+        }
+    }
+
+    /// Produces every event; returns the delivery futures still pending.
+    async fn produce(&self, events: &mut dyn EventChunks) -> Result<VecDeque<DeliveryFuture>, SinkError> {
+        let producer = self.producer()?;
+        let mut pending = VecDeque::new();
+        let (mut topic, mut key, mut key_text) = (String::new(), Vec::new(), String::new());
+        while let Some(chunk) = events.next_chunk().await? {
+            for event in chunk {
+                self.topic.render(event, &mut topic);
+                if !valid_topic(&topic) {
+                    return Err(SinkError::permanent(
+                        format!(
+                            "kafka: event {} ({} at {}): topic template {:?} renders {topic:?}, which is not a valid topic name; no dead letter queue is configured",
+                            event.id(),
+                            event.table,
+                            event.position,
+                            self.config.topic
+                        ),
+                        "change the sink's topic template so every event renders a name of a-z, A-Z, 0-9, '.', '_' and '-'",
+                    ));
+                }
+                let has_key = match (&self.key, &event.key) {
+                    (Some(template), _) => {
+                        template.render(event, &mut key_text);
+                        key.clear();
+                        key.extend_from_slice(key_text.as_bytes());
+                        true
+                    }
+                    (None, Some(row)) => {
+                        default_key(row, &mut key);
+                        true
+                    }
+                    (None, None) => false,
+                };
+                let payload = serde_json::to_vec(event).map_err(|e| {
+                    SinkError::permanent_from("kafka: cannot encode an event", "report this as a bug", e)
+                })?;
+                let mut record = FutureRecord::to(&topic).payload(&payload).headers(headers(event));
+                if has_key {
+                    record = record.key(&key);
+                }
+                let mut record = Some(record);
+                while let Some(next) = record.take() {
+                    match producer.send_result(next) {
+                        Ok(delivery) => pending.push_back(delivery),
+                        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                            // The local queue is full: wait for the oldest delivery.
+                            match pending.pop_front() {
+                                Some(oldest) => self.settle(oldest).await?,
+                                None => tokio::time::sleep(Duration::from_millis(10)).await,
+                            }
+                            record = Some(back);
+                        }
+                        Err((error, _)) => return Err(self.classify("producing", error)),
+                    }
+                }
+            }
+        }
+        Ok(pending)
+    }
+
+    async fn settle(&self, delivery: DeliveryFuture) -> Result<(), SinkError> {
+        match delivery.await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err((error, _))) => Err(self.classify("delivery", error)),
+            Err(_) => Err(SinkError::transient("kafka: a delivery was cancelled (producer closed)")),
+        }
+    }
+
+    async fn write_transaction(&mut self, events: &mut dyn EventChunks, last: &Position) -> Result<(), SinkError> {
+        self.blocking("begin transaction", |p| p.begin_transaction()).await?;
+        let mut pending = self.produce(events).await?;
+        let value = last.to_string();
+        let record = FutureRecord::to(&self.config.checkpoint_topic).key(&self.checkpoint_key).payload(&value);
+        let delivery =
+            self.producer()?.send_result(record).map_err(|(e, _)| self.classify("producing the checkpoint", e))?;
+        pending.push_back(delivery);
+        for delivery in pending {
+            self.settle(delivery).await?;
+        }
+        failpoint::hit("kafka.before_commit");
+        let timeout = self.timeout;
+        self.blocking("commit transaction", move |p| p.commit_transaction(timeout)).await?;
+        failpoint::hit("kafka.after_commit");
+        Ok(())
+    }
+}
+
+fn headers(event: &Event) -> OwnedHeaders {
+    let id = event.id().to_string();
+    let position = event.position.to_string();
+    OwnedHeaders::new_with_capacity(6)
+        .insert(Header { key: "sluice.event_id", value: Some(id.as_bytes()) })
+        .insert(Header { key: "sluice.source", value: Some(event.source_id.as_bytes()) })
+        .insert(Header { key: "sluice.db", value: Some(event.database.as_bytes()) })
+        .insert(Header { key: "sluice.table", value: Some(event.table.as_bytes()) })
+        .insert(Header { key: "sluice.op", value: Some(event.op.code().as_bytes()) })
+        .insert(Header { key: "sluice.position", value: Some(position.as_bytes()) })
+}
+
+#[async_trait]
+impl Sink for KafkaSink {
+    fn id(&self) -> &str {
+        &self.config.id
+    }
+
+    fn guarantee(&self) -> Guarantee {
+        if self.config.exactly_once {
+            Guarantee::ExactlyOnce { condition: Some("read_committed consumers") }
+        } else {
+            Guarantee::AtLeastOnce { dedup: "event id header" }
+        }
+    }
+
+    async fn open(&mut self) -> Result<Option<Position>, SinkError> {
+        // A new producer each time: after a failure the old one may be in
+        // an error state, and init_transactions aborts what it left open.
+        self.producer = None;
+        let producer: FutureProducer = self.producer_config().create().map_err(|e| {
+            SinkError::permanent_from(
+                format!("kafka sink {:?}: bad producer settings: {e}", self.config.id),
+                "check client_conf",
+                e,
+            )
+        })?;
+        self.producer = Some(producer);
+        let timeout = self.timeout;
+        let brokers = self.config.brokers.clone();
+        self.blocking("connecting", move |p| p.client().fetch_metadata(None, timeout).map(|_| ())).await.map_err(
+            |e| match e {
+                SinkError::Transient { .. } => SinkError::transient(format!(
+                    "kafka: cannot reach brokers {brokers} within {}s; retrying (check brokers and the network)",
+                    timeout.as_secs()
+                )),
+                permanent => permanent,
+            },
+        )?;
+        if !self.config.exactly_once {
+            return Ok(None);
+        }
+        self.blocking("init transactions", move |p| p.init_transactions(timeout)).await?;
+        let base = self.base_config();
+        ensure_topic(&base, &self.config.checkpoint_topic, timeout).await?;
+        let (topic, key) = (self.config.checkpoint_topic.clone(), self.checkpoint_key.clone());
+        let held = tokio::task::spawn_blocking(move || read_position(&base, &topic, &key, timeout))
+            .await
+            .map_err(|e| SinkError::transient_from("kafka: checkpoint read task failed", e))??;
+        self.held = held.clone();
+        Ok(held)
+    }
+
+    async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
+        let last = events.last_position().clone();
+        if self.config.exactly_once {
+            if let Err(error) = self.write_transaction(events, &last).await {
+                if error.is_transient() {
+                    // Abort so the retry, after `open`, starts clean.
+                    let timeout = self.timeout;
+                    let _ = self.blocking("abort transaction", move |p| p.abort_transaction(timeout)).await;
+                }
+                return Err(error);
+            }
+        } else {
+            let pending = self.produce(events).await?;
+            for delivery in pending {
+                self.settle(delivery).await?;
+            }
+        }
+        self.held = Some(last);
+        Ok(self.held.clone())
+    }
+
+    async fn flush(&mut self) -> Result<Option<Position>, SinkError> {
+        let timeout = self.timeout;
+        self.blocking("flush", move |p| p.flush(timeout)).await?;
+        Ok(self.held.clone())
+    }
+
+    async fn close(&mut self) -> Result<(), SinkError> {
+        self.producer = None;
+        Ok(())
+    }
+}
