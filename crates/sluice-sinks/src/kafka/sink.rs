@@ -69,9 +69,12 @@ impl KafkaSink {
         config
     }
 
-    /// Turns a Kafka error into a sink error of the right class.
+    /// Turns a Kafka error into a sink error of the right class. A fatal
+    /// producer error (fencing among them) often surfaces only as purged
+    /// deliveries, so the producer's own fatal state is checked first.
     fn classify(&self, context: &str, error: KafkaError) -> SinkError {
-        let code = error.rdkafka_error_code();
+        let fatal_state = self.producer.as_ref().and_then(|p| p.client().fatal_error());
+        let code = fatal_state.as_ref().map(|(code, _)| *code).or(error.rdkafka_error_code());
         let fenced = matches!(
             code,
             Some(
@@ -99,10 +102,11 @@ impl KafkaSink {
                 error,
             );
         }
-        let fatal = match &error {
-            KafkaError::Transaction(e) => e.is_fatal(),
-            _ => false,
-        };
+        let fatal = fatal_state.is_some()
+            || match &error {
+                KafkaError::Transaction(e) => e.is_fatal(),
+                _ => false,
+            };
         if fatal {
             SinkError::permanent_from(
                 format!("kafka: {context}: {error}"),

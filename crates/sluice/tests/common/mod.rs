@@ -39,6 +39,20 @@ impl Running {
         }
     }
 
+    /// Waits for the process to exit on its own; panics after `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let child = self.0.as_mut().expect("running");
+        let start = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.0 = None;
+                return status;
+            }
+            assert!(start.elapsed() < limit, "sluice did not exit within {limit:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGTERM, then wait for the exit.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         let mut child = self.0.take().expect("running");

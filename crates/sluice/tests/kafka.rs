@@ -1,0 +1,244 @@
+//! The Kafka sink against a real broker: exactly-once across crashes,
+//! per-key order, fencing, transaction size, and bad input.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use common::*;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+fn brokers() -> String {
+    std::env::var("SLUICE_TEST_KAFKA_BROKERS").unwrap_or_else(|_| {
+        panic!("SLUICE_TEST_KAFKA_BROKERS is not set: run `scripts/services.sh start` and source its env file")
+    })
+}
+
+struct Record {
+    partition: i32,
+    key: Option<String>,
+    position: String,
+}
+
+/// Every record of the topics, read from the beginning.
+fn consume(topics: &[String], isolation: &str) -> Vec<Record> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("group.id", "sluice-test-reader")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", isolation)
+        .create()
+        .unwrap();
+    let mut assignment = TopicPartitionList::new();
+    for topic in topics {
+        let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
+        for t in metadata.topics() {
+            for p in t.partitions() {
+                assignment.add_partition_offset(topic, p.id(), Offset::Beginning).unwrap();
+            }
+        }
+    }
+    consumer.assign(&assignment).unwrap();
+    let mut records = Vec::new();
+    let mut idle = 0;
+    while idle < 20 {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(message)) => {
+                idle = 0;
+                let position = message
+                    .headers()
+                    .and_then(|h| h.iter().find(|h| h.key == "sluice.position").and_then(|h| h.value))
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_default();
+                records.push(Record {
+                    partition: message.partition(),
+                    key: message.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+                    position,
+                });
+            }
+            Some(Err(e)) => panic!("consume: {e}"),
+            None => idle += 1,
+        }
+    }
+    records
+}
+
+/// Ids, and so topics and checkpoint keys, of their own for every run, so a
+/// rerun never finds what an earlier run left in the broker.
+fn unique(name: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{name}{}x{nanos}", std::process::id())
+}
+
+fn generator_to_kafka(id: &str, tx_count: u64, rows_per_tx: u32, rate: Option<u64>, extra: &str) -> String {
+    let rate = rate.map(|r| format!(", events_per_sec: {r}")).unwrap_or_default();
+    format!(
+        "pipelines:\n  - name: {id}\n    source: {{ type: generator, config: {{ id: {id}, tx_count: {tx_count}, rows_per_tx: {rows_per_tx}{rate} }} }}\n    sinks:\n      - type: kafka\n        config: {{ id: k, brokers: \"{}\", topic: \"{id}.${{table}}\", timeout_secs: 10{extra} }}\n",
+        brokers()
+    )
+}
+
+fn expected_positions(tx_count: u64, rows_per_tx: u32) -> BTreeSet<String> {
+    (1..=tx_count).flat_map(|tx| (0..rows_per_tx).map(move |seq| format!("gen:{tx}:{seq}"))).collect()
+}
+
+fn log_of(dir: &std::path::Path) -> String {
+    std::fs::read_to_string(dir.join("sluice.log")).unwrap_or_default()
+}
+
+#[test]
+fn exactly_once_survives_crashes_before_and_after_commit() {
+    let id = &unique("eos");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &generator_to_kafka(id, 3000, 10, Some(20_000), ", exactly_once: true"));
+    let config = config.to_str().unwrap();
+    // Crash after producing a transaction but before committing it, then
+    // after committing one but before the local checkpoint.
+    for failpoint in ["kafka.before_commit=4", "kafka.after_commit=4"] {
+        let output = sluice()
+            .env("SLUICE_FAILPOINT", failpoint)
+            .args(["run", "-c", config])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{failpoint} must abort the process");
+        assert!(
+            String::from_utf8_lossy(&output.stderr).contains("failpoint"),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    // And plain kill -9 between and inside batches.
+    for _ in 0..3 {
+        let mut child = spawn(&["run", "-c", config], dir.path());
+        std::thread::sleep(Duration::from_millis(700));
+        child.kill9();
+    }
+    let output = run(&["run", "-c", config], dir.path());
+    assert!(output.status.success(), "{}", log_of(dir.path()));
+    let topic = vec![format!("{id}.orders")];
+    let committed = consume(&topic, "read_committed");
+    let positions: Vec<&String> = committed.iter().map(|r| &r.position).collect();
+    let unique: BTreeSet<String> = positions.iter().map(|p| (*p).clone()).collect();
+    assert_eq!(positions.len(), unique.len(), "a read_committed consumer saw duplicates");
+    assert_eq!(unique, expected_positions(3000, 10), "events missing");
+    let everything = consume(&topic, "read_uncommitted");
+    assert!(
+        everything.len() > committed.len(),
+        "the aborted transaction must be in the log, and invisible to read_committed"
+    );
+}
+
+#[test]
+fn every_change_of_a_row_stays_in_order_in_one_partition() {
+    let id = &unique("order");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &generator_to_kafka(id, 500, 10, None, ""));
+    let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
+    assert!(output.status.success(), "{}", log_of(dir.path()));
+    let records = consume(&[format!("{id}.orders")], "read_committed");
+    assert_eq!(records.len(), 5000);
+    let mut by_key: BTreeMap<String, Vec<(i32, String)>> = BTreeMap::new();
+    for record in records {
+        by_key
+            .entry(record.key.clone().expect("keyed by the primary key"))
+            .or_default()
+            .push((record.partition, record.position));
+    }
+    let order = |p: &str| -> (u64, u32) {
+        let mut parts = p.split(':').skip(1).map(|n| n.parse::<u64>().unwrap());
+        (parts.next().unwrap(), parts.next().unwrap() as u32)
+    };
+    assert!(by_key.values().any(|changes| changes.len() > 1), "the generator updates rows");
+    for (key, changes) in by_key {
+        let partitions: BTreeSet<i32> = changes.iter().map(|(p, _)| *p).collect();
+        assert_eq!(partitions.len(), 1, "key {key} spread over partitions");
+        assert!(changes.windows(2).all(|w| order(&w[0].1) < order(&w[1].1)), "key {key} out of order");
+    }
+}
+
+#[test]
+fn a_second_instance_fences_the_first_which_stops_with_a_clear_error() {
+    let id = &unique("fence");
+    let first_dir = tempfile::tempdir().unwrap();
+    let second_dir = tempfile::tempdir().unwrap();
+    let text = generator_to_kafka(id, 1_000_000, 10, Some(2000), ", exactly_once: true");
+    let first_config = write_config(first_dir.path(), &text);
+    let second_config = write_config(second_dir.path(), &text);
+    let mut first = spawn(&["run", "-c", first_config.to_str().unwrap()], first_dir.path());
+    wait_until(Duration::from_secs(60), "the first instance to commit", || {
+        log_of(first_dir.path()).contains("source started")
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let mut second = spawn(&["run", "-c", second_config.to_str().unwrap()], second_dir.path());
+    let status = first.wait_exit(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(1), "{}", log_of(first_dir.path()));
+    let log = log_of(first_dir.path());
+    assert!(log.contains(&format!("another Sluice instance is running pipeline \"{id}\"")), "{log}");
+    second.kill9();
+}
+
+#[test]
+fn a_50000_row_source_transaction_is_one_kafka_transaction() {
+    let id = &unique("bigtx");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &generator_to_kafka(id, 1, 50_000, None, ", exactly_once: true, checkpoint_topic: bigtx_checkpoints"),
+    );
+    let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
+    assert!(output.status.success(), "{}", log_of(dir.path()));
+    assert_eq!(consume(&[format!("{id}.orders")], "read_committed").len(), 50_000);
+    // Each Kafka transaction writes exactly one checkpoint record.
+    let checkpoints = consume(&["bigtx_checkpoints".to_string()], "read_committed");
+    let key = format!("{id}::sink::k");
+    let ours: Vec<&Record> = checkpoints.iter().filter(|r| r.key.as_deref() == Some(key.as_str())).collect();
+    assert_eq!(ours.len(), 1, "one transaction for the whole source transaction");
+}
+
+#[test]
+fn bad_input_is_reported_never_dropped() {
+    // An event larger than the topic accepts, with no dead letter queue.
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", brokers()).create().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let tiny = unique("tiny");
+    let tiny_topic = format!("{tiny}.orders");
+    let small = NewTopic::new(&tiny_topic, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "100");
+    runtime.block_on(admin.create_topics([&small], &AdminOptions::new())).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &generator_to_kafka(&tiny, 5, 2, None, ""));
+    let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("larger than the broker accepts"), "{}", stderr(&output));
+
+    // A topic template that renders an invalid name.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = unique("badtopic");
+    let text = generator_to_kafka(&bad, 5, 2, None, "")
+        .replace(&format!("topic: \"{bad}.${{table}}\""), "topic: \"bad topic ${table}\"");
+    let config = write_config(dir.path(), &text);
+    let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("renders \"bad topic orders\", which is not a valid topic name"),
+        "{}",
+        stderr(&output)
+    );
+
+    // Unreachable brokers: a clear error, then retries.
+    let dir = tempfile::tempdir().unwrap();
+    let text = generator_to_kafka(&unique("nobroker"), 5, 2, None, "").replace(&brokers(), "127.0.0.1:1");
+    let config = write_config(dir.path(), &text.replace("timeout_secs: 10", "timeout_secs: 1"));
+    let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    wait_until(Duration::from_secs(60), "two failed attempts", || {
+        log_of(dir.path()).matches("cannot reach brokers 127.0.0.1:1").count() >= 2
+    });
+    drop(child);
+}
