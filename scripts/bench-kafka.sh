@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Kafka sink throughput, at-least-once against exactly-once, with default
+# batch settings: generator → Kafka (1M events) and PostgreSQL → Kafka
+# (1M rows in 100 transactions), each with its peak RSS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo build --release --locked -p sluice >&2
+SLUICE="$PWD/target/release/sluice"
+
+started_services=no
+if [ ! -f "${SLUICE_SERVICES_DIR:-/tmp/sluice-services}/env" ]; then
+  started_services=yes
+fi
+env_file=$(scripts/services.sh start)
+# shellcheck source=/dev/null
+. "$env_file"
+work=$(mktemp -d)
+cleanup() {
+  rm -rf "$work"
+  if [ "$started_services" = yes ]; then scripts/services.sh stop; fi
+}
+trap cleanup EXIT
+run_id=$$
+now() { date +%s.%N; }
+calc() { awk "BEGIN { print $1 }"; }
+
+# Runs sluice until `done_check` succeeds (or it exits); prints "seconds peak_kib".
+measure() {
+  local config=$1 done_check=$2 start pid peak=0
+  start=$(now)
+  RUST_LOG=info,sluice_runtime::checkpointer=debug "$SLUICE" run -c "$config" --data-dir "$work/data-$RANDOM" \
+    2> "$work/sluice.log" &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    peak=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo "$peak")
+    if $done_check; then kill -TERM "$pid"; break; fi
+    sleep 0.05
+  done
+  wait "$pid" || { cat "$work/sluice.log" >&2; exit 1; }
+  echo "$(calc "$(now) - $start") $peak"
+}
+never() { false; }
+
+printf '%-40s %12s %10s %12s\n' "run" "events/s" "seconds" "peak RSS MB"
+for mode in false true; do
+  cat > "$work/gen.yaml" <<YAML
+pipelines:
+  - name: gen-$mode-$run_id
+    source: { type: generator, config: { id: gen-$mode-$run_id, tx_count: 100000, rows_per_tx: 10 } }
+    sinks:
+      - type: kafka
+        config: { id: k, brokers: "$SLUICE_TEST_KAFKA_BROKERS", topic: "bench-gen-$mode-$run_id", exactly_once: $mode }
+YAML
+  read -r secs peak < <(measure "$work/gen.yaml" never)
+  label=$([ "$mode" = true ] && echo "exactly-once" || echo "at-least-once")
+  printf '%-40s %12.0f %10.2f %12.1f\n' "generator -> kafka, $label" "$(calc "1000000 / $secs")" "$secs" "$(calc "$peak / 1024")"
+  eval "gen_$mode=$secs"
+done
+
+export PGPASSWORD="$SLUICE_TEST_PG_PASSWORD"
+psql_db() { psql -X -q -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -v ON_ERROR_STOP=1 "$@"; }
+psql_db -d postgres -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = 'bench_kafka'" >/dev/null
+psql_db -d postgres -c "DROP DATABASE IF EXISTS bench_kafka WITH (FORCE)" -c "CREATE DATABASE bench_kafka"
+psql_db -d bench_kafka <<SQL
+CREATE TABLE orders (id bigint PRIMARY KEY, customer text, amount numeric(12,2), status text, created_at timestamptz);
+CREATE TABLE bench_done (id int PRIMARY KEY);
+CREATE PUBLICATION sluice_bench_kafka FOR TABLE orders, bench_done;
+SELECT 'slot' FROM pg_create_logical_replication_slot('bench_false', 'pgoutput');
+SELECT 'slot' FROM pg_create_logical_replication_slot('bench_true', 'pgoutput');
+SQL
+for tx in $(seq 0 99); do
+  first=$((tx * 10000 + 1))
+  echo "INSERT INTO orders SELECT g, 'customer-' || (g % 1000), (g % 100000) / 100.0, 'paid', now() FROM generate_series($first, $((first + 9999))) g;"
+done | psql_db -d bench_kafka
+# A last one-row transaction: its checkpoint (sequence 0) marks the end.
+psql_db -d bench_kafka -c "INSERT INTO bench_done VALUES (1)"
+pg_done() { grep -q 'checkpoint stored.*position=pg:[0-9A-F]*/[0-9A-F]*:0$' "$work/sluice.log"; }
+for mode in false true; do
+  cat > "$work/pg.yaml" <<YAML
+pipelines:
+  - name: pg-$mode-$run_id
+    source:
+      type: postgres
+      config: { id: pg-$mode-$run_id, host: 127.0.0.1, port: $SLUICE_TEST_PG_PORT, database: bench_kafka, user: $SLUICE_TEST_PG_USER, password: "\${PGPASSWORD}", ssl_mode: disable, slot: bench_$mode, publication: sluice_bench_kafka, create_slot: false, create_publication: false }
+    sinks:
+      - type: kafka
+        config: { id: k, brokers: "$SLUICE_TEST_KAFKA_BROKERS", topic: "bench-pg-$mode-$run_id", exactly_once: $mode }
+YAML
+  read -r secs peak < <(measure "$work/pg.yaml" pg_done)
+  label=$([ "$mode" = true ] && echo "exactly-once" || echo "at-least-once")
+  printf '%-40s %12.0f %10.2f %12.1f\n' "postgres -> kafka, $label" "$(calc "1000000 / $secs")" "$secs" "$(calc "$peak / 1024")"
+  eval "pg_$mode=$secs"
+done
+printf 'exactly-once overhead: generator %.1f%%, postgres %.1f%%\n' \
+  "$(calc "($gen_true / $gen_false - 1) * 100")" "$(calc "($pg_true / $pg_false - 1) * 100")"
