@@ -207,21 +207,15 @@ impl KafkaSink {
         let mut pending = self.produce(events).await?;
         let value = last.to_string();
         let record = FutureRecord::to(&self.config.checkpoint_topic).key(&self.checkpoint_key).payload(&value);
-        let delivery = self.producer()?.send_result(record).map_err(|(e, _)| self.classify("producing the checkpoint", e))?;
+        let delivery =
+            self.producer()?.send_result(record).map_err(|(e, _)| self.classify("producing the checkpoint", e))?;
         pending.push_back(delivery);
-        failpoint::hit("kafka.before_commit");
-        // Committing flushes every message of the transaction first, so
-        // the deliveries are only read when the commit fails, to name why.
-        let timeout = self.timeout;
-        if let Err(commit_error) = self.blocking("commit transaction", move |p| p.commit_transaction(timeout)).await {
-            for delivery in pending {
-                // Resolved by now: the commit waited for every delivery.
-                if let Ok(Ok(Err((error, _)))) = tokio::time::timeout(Duration::from_millis(100), delivery).await {
-                    return Err(self.classify("delivery", error));
-                }
-            }
-            return Err(commit_error);
+        for delivery in pending {
+            self.settle(delivery).await?;
         }
+        failpoint::hit("kafka.before_commit");
+        let timeout = self.timeout;
+        self.blocking("commit transaction", move |p| p.commit_transaction(timeout)).await?;
         failpoint::hit("kafka.after_commit");
         Ok(())
     }
