@@ -35,6 +35,7 @@ install_packages() {
   [ -x "$PG_BIN/postgres" ] || missing+=("postgresql-$PG_VERSION")
   [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
   command -v mariadb >/dev/null || missing+=(mariadb-client)
+  command -v redis-server >/dev/null || missing+=(redis-server)
   command -v openssl >/dev/null || missing+=(openssl)
   command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null || missing+=(maven)
@@ -241,6 +242,32 @@ ENV
   log "kafka $KAFKA_VERSION (KRaft) on 127.0.0.1:$port (pid $(cat "$kafka/pid"))"
 }
 
+start_redis() {
+  local redis="$DIR/redis"
+  local port
+  port=$(free_port 26379)
+  mkdir -p "$redis"
+  redis-server --port "$port" --bind 127.0.0.1 --dir "$redis" --save "" --appendonly no \
+    --daemonize yes --pidfile "$redis/redis.pid" --logfile "$redis/redis.log" >/dev/null
+  local tries=0
+  until redis-cli -p "$port" ping >/dev/null 2>&1; do
+    tries=$((tries + 1))
+    if [ "$tries" -gt 100 ]; then cat "$redis/redis.log" >&2; log "redis did not start"; exit 1; fi
+    sleep 0.1
+  done
+  cp "$redis/redis.pid" "$redis/pid"
+  echo "export SLUICE_TEST_REDIS_URL=redis://127.0.0.1:$port/0" >> "$DIR/env"
+  log "redis $(redis-server --version | awk '{print $3}' | cut -d= -f2) on 127.0.0.1:$port (pid $(cat "$redis/pid"))"
+}
+
+stop_redis() {
+  local redis="$DIR/redis"
+  [ -f "$redis/pid" ] || return 0
+  local pid
+  pid=$(cat "$redis/pid")
+  if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
+}
+
 stop_kafka() {
   local kafka="$DIR/kafka"
   [ -f "$kafka/pid" ] || return 0
@@ -292,6 +319,7 @@ case "${1:-}" in
       stop_postgres
       stop_mariadb
       stop_kafka
+      stop_redis
     fi
     install_packages
     rm -rf "$DIR"
@@ -302,12 +330,14 @@ case "${1:-}" in
     start_postgres_replica_level
     start_mariadb
     start_kafka
+    start_redis
     echo "$DIR/env"
     ;;
   stop)
     stop_postgres
     stop_mariadb
     stop_kafka
+    stop_redis
     rm -rf "$DIR"
     ;;
   restart-postgres)

@@ -8,6 +8,7 @@ mod kafka;
 mod mysql;
 mod pipeline;
 mod postgres;
+mod redis;
 mod secret;
 mod validate;
 
@@ -19,6 +20,7 @@ pub use kafka::*;
 pub use mysql::*;
 pub use pipeline::*;
 pub use postgres::*;
+pub use redis::*;
 pub use secret::Secret;
 pub use validate::{MAX_ID_LEN, validate};
 

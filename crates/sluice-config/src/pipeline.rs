@@ -183,6 +183,7 @@ pub enum SinkConfig {
     File(FileSinkConfig),
     Stdout(StdoutSinkConfig),
     Kafka(crate::kafka::KafkaSinkConfig),
+    Redis(crate::redis::RedisSinkConfig),
 }
 
 impl SinkConfig {
@@ -191,6 +192,7 @@ impl SinkConfig {
             SinkConfig::File(c) => &c.id,
             SinkConfig::Stdout(c) => &c.id,
             SinkConfig::Kafka(c) => &c.id,
+            SinkConfig::Redis(c) => &c.id,
         }
     }
 
@@ -199,6 +201,7 @@ impl SinkConfig {
             SinkConfig::File(c) => c.required,
             SinkConfig::Stdout(c) => c.required,
             SinkConfig::Kafka(c) => c.required,
+            SinkConfig::Redis(c) => c.required,
         }
     }
 
@@ -207,6 +210,7 @@ impl SinkConfig {
             SinkConfig::File(_) => "file",
             SinkConfig::Stdout(_) => "stdout",
             SinkConfig::Kafka(_) => "kafka",
+            SinkConfig::Redis(_) => "redis",
         }
     }
 
@@ -220,6 +224,7 @@ impl SinkConfig {
                 Guarantee::ExactlyOnce { condition: Some("read_committed consumers") }
             }
             SinkConfig::Kafka(_) => Guarantee::AtLeastOnce { dedup: "event id header" },
+            SinkConfig::Redis(_) => Guarantee::ExactlyOnce { condition: Some("standalone Redis") },
         }
     }
 }

@@ -7,6 +7,7 @@ use crate::kafka::{KAFKA_MANAGED_SETTINGS, KafkaSinkConfig, check_template, vali
 use crate::mysql::{MysqlConfig, MysqlSslMode, MysqlStart};
 use crate::pipeline::{BatchConfig, CommitPolicy, Config, PipelineConfig, PolicyMode, SinkConfig, SourceConfig};
 use crate::postgres::{PostgresConfig, SslMode};
+use crate::redis::RedisSinkConfig;
 
 /// The longest id or name. Ids end up in checkpoint keys, file names and
 /// Kafka transactional ids, so they stay short and plain.
@@ -124,6 +125,7 @@ fn validate_sink(at: &str, sink: &SinkConfig) -> Result<(), Invalid> {
             Err(Invalid::new(format!("{at}.path"), "the path is empty", "set path to the JSON Lines file to write"))
         }
         SinkConfig::Kafka(c) => validate_kafka(at, c),
+        SinkConfig::Redis(c) => validate_redis(at, c),
         SinkConfig::File(_) | SinkConfig::Stdout(_) => Ok(()),
     }
 }
@@ -344,6 +346,33 @@ fn validate_kafka(at: &str, c: &KafkaSinkConfig) -> Result<(), Invalid> {
             format!("{at}.timeout_secs"),
             "is outside 1..=3600",
             "set a timeout in seconds, e.g. 30",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_redis(at: &str, c: &RedisSinkConfig) -> Result<(), Invalid> {
+    if !(c.url.starts_with("redis://") || c.url.starts_with("rediss://")) {
+        return Err(Invalid::new(
+            format!("{at}.url"),
+            format!("{:?} is not a redis:// URL", c.url),
+            "write redis://host:port[/db]",
+        ));
+    }
+    check_template(&c.stream)
+        .map_err(|problem| Invalid::new(format!("{at}.stream"), problem, "fix the stream template"))?;
+    if c.maxlen == Some(0) {
+        return Err(Invalid::new(
+            format!("{at}.maxlen"),
+            "0 would trim every entry",
+            "leave maxlen out, or keep at least 1 entry",
+        ));
+    }
+    if !(1..=3600).contains(&c.timeout_secs) {
+        return Err(Invalid::new(
+            format!("{at}.timeout_secs"),
+            "is outside 1..=3600",
+            "set a timeout in seconds, e.g. 10",
         ));
     }
     Ok(())

@@ -111,6 +111,16 @@ pub enum Position {
 }
 
 impl Position {
+    /// A fixed-width text whose byte order is the position's order, for
+    /// servers that can only compare strings (a Redis script, say).
+    pub fn sort_key(&self) -> String {
+        match self {
+            Position::Generator { tx, seq } => format!("g{tx:020}{seq:010}"),
+            Position::Postgres { commit_lsn, seq } => format!("p{:016X}{seq:010}", commit_lsn.0),
+            Position::Mysql(pos) => format!("m{:020}{:020}{:010}", pos.file_index(), pos.offset, pos.seq),
+        }
+    }
+
     /// The event's index within its transaction.
     pub fn seq(&self) -> u32 {
         match self {
@@ -258,6 +268,24 @@ mod tests {
         assert_eq!(parsed.gtid_before.as_deref(), Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"));
         for bad in ["my:", "my::4:0", "my:f:x:0", "my:f:4", "my:f:4:-1"] {
             assert!(bad.parse::<Position>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn sort_keys_order_like_positions() {
+        let positions = [
+            generator(1, 9),
+            generator(2, 0),
+            generator(10, 0),
+            Position::Postgres { commit_lsn: Lsn(0xFF), seq: 3 },
+            Position::Postgres { commit_lsn: Lsn(0x100), seq: 0 },
+            binlog("bin.000009", 500, 1, None),
+            binlog("bin.000010", 4, 0, None),
+        ];
+        for pair in positions.windows(2) {
+            if std::mem::discriminant(&pair[0]) == std::mem::discriminant(&pair[1]) {
+                assert!(pair[0] < pair[1] && pair[0].sort_key() < pair[1].sort_key(), "{} {}", pair[0], pair[1]);
+            }
         }
     }
 

@@ -4,7 +4,10 @@
 pub mod file;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+#[cfg(feature = "redis")]
+pub mod redis;
 pub mod stdout;
+mod template;
 pub mod testing;
 
 use sluice_config::SinkConfig;
@@ -19,7 +22,7 @@ pub use stdout::StdoutSink;
 pub fn preflight(config: &SinkConfig) -> Result<(), (&'static str, String)> {
     match config {
         SinkConfig::File(c) => file::preflight(&c.path).map_err(|problem| ("path", problem)),
-        SinkConfig::Stdout(_) | SinkConfig::Kafka(_) => Ok(()),
+        SinkConfig::Stdout(_) | SinkConfig::Kafka(_) | SinkConfig::Redis(_) => Ok(()),
     }
 }
 
@@ -44,10 +47,11 @@ pub fn build(config: &SinkConfig, context: &SinkContext) -> Result<Box<dyn Sink>
         #[cfg(feature = "kafka")]
         SinkConfig::Kafka(c) => Box::new(kafka::KafkaSink::new(c.clone(), &context.pipeline, &context.source_id)),
         #[cfg(not(feature = "kafka"))]
-        SinkConfig::Kafka(_) => {
-            let _ = context;
-            return Err(NotBuilt("kafka"));
-        }
+        SinkConfig::Kafka(_) => return Err(NotBuilt("kafka")),
+        #[cfg(feature = "redis")]
+        SinkConfig::Redis(c) => Box::new(redis::RedisSink::new(c.clone(), &context.source_id)),
+        #[cfg(not(feature = "redis"))]
+        SinkConfig::Redis(_) => return Err(NotBuilt("redis")),
     })
 }
 

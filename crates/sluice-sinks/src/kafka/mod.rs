@@ -16,7 +16,6 @@
 //! stops with an error rather than fight.
 
 mod checkpoint;
-mod encode;
 mod sink;
 
 pub use sink::KafkaSink;

@@ -11,7 +11,7 @@ use sluice_config::{KafkaSinkConfig, valid_topic};
 use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError, failpoint};
 
 use super::checkpoint::{ensure_topic, read_position};
-use super::encode::{Template, default_key};
+use crate::template::{Template, default_key};
 
 pub struct KafkaSink {
     config: KafkaSinkConfig,

@@ -1,4 +1,5 @@
-//! Topic and key templates, and message headers.
+//! Topic, stream and key templates: `${db}`, `${table}`, `${op}`,
+//! `${key.<column>}`.
 
 use sluice_core::{Event, Row, Value};
 

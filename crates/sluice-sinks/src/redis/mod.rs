@@ -1,0 +1,18 @@
+//! The Redis Streams sink: exactly-once on a standalone Redis.
+//!
+//! Each chunk of a batch goes to Redis as one server-side script that, in
+//! one atomic step, appends (XADD) the events whose position is above the
+//! sink's checkpoint key and moves that key to the chunk's last position.
+//! On start the sink reads the key back, so after a crash at any point the
+//! coordinator hands it only events Redis does not hold. Positions are
+//! compared in the script by a fixed-width sort key whose byte order is the
+//! position order.
+//!
+//! Every entry has the fields `id` (event id), `key` (the primary key as
+//! JSON), `op` and `payload` (the JSON envelope). Durable means acknowledged
+//! by Redis; what survives a Redis crash is up to its persistence settings
+//! (`appendonly yes` with `appendfsync always` for no loss).
+
+mod sink;
+
+pub use sink::RedisSink;

@@ -1,0 +1,202 @@
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::MultiplexedConnection;
+use sluice_config::RedisSinkConfig;
+use sluice_core::{EventChunks, Guarantee, Position, Sink, SinkError};
+
+use crate::template::{Template, default_key};
+
+/// KEYS[1] = checkpoint key, KEYS[2..] = streams. ARGV[1] = new checkpoint
+/// (`sortkey|position`), ARGV[2] = MAXLEN or "", ARGV[3] = event count,
+/// then per event: sort key, stream index (into KEYS), id, key, op, payload.
+const APPEND: &str = r#"
+local stored = redis.call('GET', KEYS[1])
+local stored_sort = ''
+if stored then stored_sort = string.match(stored, '^([^|]*)') or '' end
+local maxlen = ARGV[2]
+local n = tonumber(ARGV[3])
+local appended = 0
+local i = 4
+for e = 1, n do
+  local sort = ARGV[i]
+  if sort > stored_sort then
+    local stream = KEYS[tonumber(ARGV[i + 1])]
+    if maxlen ~= '' then
+      redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'id', ARGV[i + 2], 'key', ARGV[i + 3], 'op', ARGV[i + 4], 'payload', ARGV[i + 5])
+    else
+      redis.call('XADD', stream, '*', 'id', ARGV[i + 2], 'key', ARGV[i + 3], 'op', ARGV[i + 4], 'payload', ARGV[i + 5])
+    end
+    appended = appended + 1
+  end
+  i = i + 6
+end
+local new_sort = string.match(ARGV[1], '^([^|]*)')
+if new_sort > stored_sort then redis.call('SET', KEYS[1], ARGV[1]) end
+return appended
+"#;
+
+pub struct RedisSink {
+    config: RedisSinkConfig,
+    checkpoint_key: String,
+    stream: Template,
+    timeout: Duration,
+    script: redis::Script,
+    conn: Option<MultiplexedConnection>,
+    held: Option<Position>,
+}
+
+impl RedisSink {
+    pub fn new(config: RedisSinkConfig, source_id: &str) -> Self {
+        Self {
+            checkpoint_key: config
+                .checkpoint_key
+                .clone()
+                .unwrap_or_else(|| format!("sluice:checkpoint:{source_id}::sink::{}", config.id)),
+            stream: Template::parse(&config.stream),
+            timeout: Duration::from_secs(config.timeout_secs),
+            script: redis::Script::new(APPEND),
+            conn: None,
+            held: None,
+            config,
+        }
+    }
+
+    fn error(&self, context: &str, e: redis::RedisError) -> SinkError {
+        use redis::ErrorKind::*;
+        match e.kind() {
+            IoError | TryAgain | ClusterDown | BusyLoadingError | MasterDown => {
+                SinkError::transient_from(format!("redis sink {:?}: {context}: {e}", self.config.id), e)
+            }
+            Moved | Ask | CrossSlot => SinkError::permanent_from(
+                format!("redis sink {:?}: {context}: {e}", self.config.id),
+                "this sink needs a standalone Redis; Redis Cluster is not supported",
+                e,
+            ),
+            AuthenticationFailed => SinkError::permanent_from(
+                format!("redis sink {:?}: {context}: {e}", self.config.id),
+                "check the url's user and the password",
+                e,
+            ),
+            _ => SinkError::transient_from(format!("redis sink {:?}: {context}: {e}", self.config.id), e),
+        }
+    }
+
+    async fn call<T>(
+        &self,
+        context: &str,
+        future: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, SinkError> {
+        match tokio::time::timeout(self.timeout, future).await {
+            Ok(result) => result.map_err(|e| self.error(context, e)),
+            Err(_) => Err(SinkError::transient(format!(
+                "redis sink {:?}: {context} took longer than {}s",
+                self.config.id,
+                self.timeout.as_secs()
+            ))),
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for RedisSink {
+    fn id(&self) -> &str {
+        &self.config.id
+    }
+
+    fn guarantee(&self) -> Guarantee {
+        Guarantee::ExactlyOnce { condition: Some("standalone Redis") }
+    }
+
+    async fn open(&mut self) -> Result<Option<Position>, SinkError> {
+        self.conn = None;
+        let mut info = redis::IntoConnectionInfo::into_connection_info(self.config.url.as_str()).map_err(|e| {
+            SinkError::permanent_from(
+                format!("redis sink {:?}: bad url: {e}", self.config.id),
+                "write redis://host:port[/db]",
+                e,
+            )
+        })?;
+        if !self.config.password.expose().is_empty() {
+            info.redis.password = Some(self.config.password.expose().to_string());
+        }
+        let client = redis::Client::open(info).map_err(|e| self.error("client", e))?;
+        let mut conn = self.call("connecting", client.get_multiplexed_async_connection()).await?;
+        let stored: Option<String> = self
+            .call("reading the checkpoint", redis::cmd("GET").arg(&self.checkpoint_key).query_async(&mut conn))
+            .await?;
+        self.conn = Some(conn);
+        self.held = match stored {
+            None => None,
+            Some(value) => {
+                let text = value.split_once('|').map_or(value.as_str(), |(_, p)| p);
+                Some(text.parse().map_err(|e| {
+                    SinkError::permanent(
+                        format!(
+                            "redis sink {:?}: checkpoint key {} holds {value:?}: {e}",
+                            self.config.id, self.checkpoint_key
+                        ),
+                        "delete the key (the sink then starts from the store's checkpoint)",
+                    )
+                })?)
+            }
+        };
+        Ok(self.held.clone())
+    }
+
+    async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
+        let mut conn = self.conn.clone().ok_or_else(|| SinkError::transient("redis sink is not open"))?;
+        let maxlen = self.config.maxlen.map(|m| m.to_string()).unwrap_or_default();
+        let (mut stream, mut key) = (String::new(), Vec::new());
+        while let Some(chunk) = events.next_chunk().await? {
+            let Some(last) = chunk.last() else { continue };
+            let mut streams: Vec<String> = Vec::new();
+            let mut invocation = self.script.prepare_invoke();
+            invocation.key(&self.checkpoint_key);
+            let mut args: Vec<Vec<u8>> = Vec::with_capacity(3 + chunk.len() * 6);
+            args.push(format!("{}|{}", last.position.sort_key(), last.position).into_bytes());
+            args.push(maxlen.clone().into_bytes());
+            args.push(chunk.len().to_string().into_bytes());
+            for event in chunk {
+                self.stream.render(event, &mut stream);
+                let index = match streams.iter().position(|s| *s == stream) {
+                    Some(index) => index,
+                    None => {
+                        streams.push(stream.clone());
+                        streams.len() - 1
+                    }
+                };
+                match &event.key {
+                    Some(row) => default_key(row, &mut key),
+                    None => key.clear(),
+                }
+                args.push(event.position.sort_key().into_bytes());
+                args.push((index + 2).to_string().into_bytes());
+                args.push(event.id().to_string().into_bytes());
+                args.push(key.clone());
+                args.push(event.op.code().as_bytes().to_vec());
+                args.push(serde_json::to_vec(event).map_err(|e| {
+                    SinkError::permanent_from("redis sink: cannot encode an event", "report this as a bug", e)
+                })?);
+            }
+            for name in &streams {
+                invocation.key(name);
+            }
+            for arg in &args {
+                invocation.arg(arg.as_slice());
+            }
+            let _appended: i64 = self.call("appending", invocation.invoke_async(&mut conn)).await?;
+            self.held = Some(last.position.clone());
+        }
+        Ok(self.held.clone())
+    }
+
+    async fn flush(&mut self) -> Result<Option<Position>, SinkError> {
+        Ok(self.held.clone())
+    }
+
+    async fn close(&mut self) -> Result<(), SinkError> {
+        self.conn = None;
+        Ok(())
+    }
+}
