@@ -36,6 +36,7 @@ install_packages() {
   [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
   command -v mariadb >/dev/null || missing+=(mariadb-client)
   command -v redis-server >/dev/null || missing+=(redis-server)
+  command -v nats-server >/dev/null || missing+=(nats-server)
   command -v openssl >/dev/null || missing+=(openssl)
   command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null || missing+=(maven)
@@ -268,6 +269,31 @@ stop_redis() {
   if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
 }
 
+start_nats() {
+  local nats="$DIR/nats"
+  local port
+  port=$(free_port 24222)
+  mkdir -p "$nats/store"
+  nohup nats-server -a 127.0.0.1 -p "$port" -js -sd "$nats/store" -l "$nats/nats.log" >/dev/null 2>&1 &
+  echo $! > "$nats/pid"
+  local tries=0
+  until grep -q "Server is ready" "$nats/nats.log" 2>/dev/null; do
+    tries=$((tries + 1))
+    if [ "$tries" -gt 100 ]; then cat "$nats/nats.log" >&2; log "nats did not start"; exit 1; fi
+    sleep 0.1
+  done
+  echo "export SLUICE_TEST_NATS_URL=nats://127.0.0.1:$port" >> "$DIR/env"
+  log "nats-server (JetStream) on 127.0.0.1:$port (pid $(cat "$nats/pid"))"
+}
+
+stop_nats() {
+  local nats="$DIR/nats"
+  [ -f "$nats/pid" ] || return 0
+  local pid
+  pid=$(cat "$nats/pid")
+  if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
+}
+
 stop_kafka() {
   local kafka="$DIR/kafka"
   [ -f "$kafka/pid" ] || return 0
@@ -320,6 +346,7 @@ case "${1:-}" in
       stop_mariadb
       stop_kafka
       stop_redis
+      stop_nats
     fi
     install_packages
     rm -rf "$DIR"
@@ -331,6 +358,7 @@ case "${1:-}" in
     start_mariadb
     start_kafka
     start_redis
+    start_nats
     echo "$DIR/env"
     ;;
   stop)
@@ -338,6 +366,7 @@ case "${1:-}" in
     stop_mariadb
     stop_kafka
     stop_redis
+    stop_nats
     rm -rf "$DIR"
     ;;
   restart-postgres)

@@ -184,6 +184,7 @@ pub enum SinkConfig {
     Stdout(StdoutSinkConfig),
     Kafka(crate::kafka::KafkaSinkConfig),
     Redis(crate::redis::RedisSinkConfig),
+    Nats(crate::nats::NatsSinkConfig),
 }
 
 impl SinkConfig {
@@ -193,6 +194,7 @@ impl SinkConfig {
             SinkConfig::Stdout(c) => &c.id,
             SinkConfig::Kafka(c) => &c.id,
             SinkConfig::Redis(c) => &c.id,
+            SinkConfig::Nats(c) => &c.id,
         }
     }
 
@@ -202,6 +204,7 @@ impl SinkConfig {
             SinkConfig::Stdout(c) => c.required,
             SinkConfig::Kafka(c) => c.required,
             SinkConfig::Redis(c) => c.required,
+            SinkConfig::Nats(c) => c.required,
         }
     }
 
@@ -211,6 +214,7 @@ impl SinkConfig {
             SinkConfig::Stdout(_) => "stdout",
             SinkConfig::Kafka(_) => "kafka",
             SinkConfig::Redis(_) => "redis",
+            SinkConfig::Nats(_) => "nats",
         }
     }
 
@@ -225,6 +229,10 @@ impl SinkConfig {
             }
             SinkConfig::Kafka(_) => Guarantee::AtLeastOnce { dedup: "event id header" },
             SinkConfig::Redis(_) => Guarantee::ExactlyOnce { condition: Some("standalone Redis") },
+            SinkConfig::Nats(c) if c.exclusive => {
+                Guarantee::ExactlyOnce { condition: Some("stream written only by this sink") }
+            }
+            SinkConfig::Nats(_) => Guarantee::AtLeastOnce { dedup: "server dedup within duplicate_window" },
         }
     }
 }

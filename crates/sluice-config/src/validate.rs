@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use crate::error::Invalid;
 use crate::kafka::{KAFKA_MANAGED_SETTINGS, KafkaSinkConfig, check_template, valid_topic};
 use crate::mysql::{MysqlConfig, MysqlSslMode, MysqlStart};
+use crate::nats::NatsSinkConfig;
 use crate::pipeline::{BatchConfig, CommitPolicy, Config, PipelineConfig, PolicyMode, SinkConfig, SourceConfig};
 use crate::postgres::{PostgresConfig, SslMode};
 use crate::redis::RedisSinkConfig;
@@ -126,6 +127,7 @@ fn validate_sink(at: &str, sink: &SinkConfig) -> Result<(), Invalid> {
         }
         SinkConfig::Kafka(c) => validate_kafka(at, c),
         SinkConfig::Redis(c) => validate_redis(at, c),
+        SinkConfig::Nats(c) => validate_nats(at, c),
         SinkConfig::File(_) | SinkConfig::Stdout(_) => Ok(()),
     }
 }
@@ -373,6 +375,49 @@ fn validate_redis(at: &str, c: &RedisSinkConfig) -> Result<(), Invalid> {
             format!("{at}.timeout_secs"),
             "is outside 1..=3600",
             "set a timeout in seconds, e.g. 10",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_nats(at: &str, c: &NatsSinkConfig) -> Result<(), Invalid> {
+    if !c.url.split(',').all(|u| u.trim().starts_with("nats://") || u.trim().starts_with("tls://")) {
+        return Err(Invalid::new(
+            format!("{at}.url"),
+            format!("{:?} is not a nats:// URL list", c.url),
+            "write nats://host:port[,nats://host:port]",
+        ));
+    }
+    check_template(&c.subject)
+        .map_err(|problem| Invalid::new(format!("{at}.subject"), problem, "fix the subject template"))?;
+    let plain = |s: &str| !s.is_empty() && s.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-');
+    if !plain(&c.stream) {
+        return Err(Invalid::new(
+            format!("{at}.stream"),
+            format!("{:?} is not a valid stream name", c.stream),
+            "use A-Z, a-z, 0-9, '_' and '-'",
+        ));
+    }
+    let auth = [c.user.is_some(), !c.token.expose().is_empty(), c.credentials_file.is_some()];
+    if auth.iter().filter(|a| **a).count() > 1 {
+        return Err(Invalid::new(
+            format!("{at}.user"),
+            "more than one way to authenticate is set",
+            "use one of user/password, token, or credentials_file",
+        ));
+    }
+    if !(1..=86_400).contains(&c.duplicate_window_secs) {
+        return Err(Invalid::new(
+            format!("{at}.duplicate_window_secs"),
+            "is outside 1..=86400",
+            "set a window in seconds, e.g. 120",
+        ));
+    }
+    if !(1..=3600).contains(&c.timeout_secs) {
+        return Err(Invalid::new(
+            format!("{at}.timeout_secs"),
+            "is outside 1..=3600",
+            "set a timeout in seconds, e.g. 30",
         ));
     }
     Ok(())

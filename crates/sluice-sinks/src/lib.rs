@@ -4,6 +4,8 @@
 pub mod file;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+#[cfg(feature = "nats")]
+pub mod nats;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod stdout;
@@ -22,7 +24,7 @@ pub use stdout::StdoutSink;
 pub fn preflight(config: &SinkConfig) -> Result<(), (&'static str, String)> {
     match config {
         SinkConfig::File(c) => file::preflight(&c.path).map_err(|problem| ("path", problem)),
-        SinkConfig::Stdout(_) | SinkConfig::Kafka(_) | SinkConfig::Redis(_) => Ok(()),
+        SinkConfig::Stdout(_) | SinkConfig::Kafka(_) | SinkConfig::Redis(_) | SinkConfig::Nats(_) => Ok(()),
     }
 }
 
@@ -52,6 +54,10 @@ pub fn build(config: &SinkConfig, context: &SinkContext) -> Result<Box<dyn Sink>
         SinkConfig::Redis(c) => Box::new(redis::RedisSink::new(c.clone(), &context.source_id)),
         #[cfg(not(feature = "redis"))]
         SinkConfig::Redis(_) => return Err(NotBuilt("redis")),
+        #[cfg(feature = "nats")]
+        SinkConfig::Nats(c) => Box::new(nats::NatsSink::new(c.clone())),
+        #[cfg(not(feature = "nats"))]
+        SinkConfig::Nats(_) => return Err(NotBuilt("nats")),
     })
 }
 

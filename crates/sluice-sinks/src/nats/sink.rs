@@ -1,0 +1,190 @@
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, Context};
+use async_trait::async_trait;
+use bytes::Bytes;
+use sluice_config::NatsSinkConfig;
+use sluice_core::{EventChunks, Guarantee, Position, Sink, SinkError};
+
+use crate::template::Template;
+
+const POSITION_HEADER: &str = "Sluice-Position";
+
+pub struct NatsSink {
+    config: NatsSinkConfig,
+    subject: Template,
+    timeout: Duration,
+    jetstream: Option<Context>,
+    /// The stream's last sequence, as far as this sink knows.
+    last_sequence: u64,
+    held: Option<Position>,
+}
+
+impl NatsSink {
+    pub fn new(config: NatsSinkConfig) -> Self {
+        Self {
+            subject: Template::parse(&config.subject),
+            timeout: Duration::from_secs(config.timeout_secs),
+            jetstream: None,
+            last_sequence: 0,
+            held: None,
+            config,
+        }
+    }
+
+    fn transient(&self, context: &str, e: impl std::fmt::Display) -> SinkError {
+        SinkError::transient(format!("nats sink {:?}: {context}: {e}", self.config.id))
+    }
+
+    async fn connect(&self) -> Result<async_nats::Client, SinkError> {
+        let c = &self.config;
+        let mut options = async_nats::ConnectOptions::new().connection_timeout(self.timeout);
+        if let Some(user) = &c.user {
+            options = options.user_and_password(user.clone(), c.password.expose().to_string());
+        } else if !c.token.expose().is_empty() {
+            options = options.token(c.token.expose().to_string());
+        } else if let Some(path) = &c.credentials_file {
+            options = options.credentials_file(path).await.map_err(|e| {
+                SinkError::permanent(
+                    format!("nats sink {:?}: cannot read credentials_file {}: {e}", c.id, path.display()),
+                    "check the path of the .creds file",
+                )
+            })?;
+        }
+        if let Some(ca) = &c.ca_file {
+            options = options.add_root_certificates(ca.clone()).require_tls(true);
+        }
+        let urls: Vec<&str> = c.url.split(',').map(str::trim).collect();
+        match tokio::time::timeout(self.timeout, options.connect(urls)).await {
+            Ok(Ok(client)) => Ok(client),
+            Ok(Err(e)) => Err(self.transient(&format!("cannot connect to {}; retrying", c.url), e)),
+            Err(_) => {
+                Err(self
+                    .transient("connecting", format!("no answer from {} within {}s", c.url, self.timeout.as_secs())))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for NatsSink {
+    fn id(&self) -> &str {
+        &self.config.id
+    }
+
+    fn guarantee(&self) -> Guarantee {
+        if self.config.exclusive {
+            Guarantee::ExactlyOnce { condition: Some("stream written only by this sink") }
+        } else {
+            Guarantee::AtLeastOnce { dedup: "server dedup within duplicate_window" }
+        }
+    }
+
+    async fn open(&mut self) -> Result<Option<Position>, SinkError> {
+        self.jetstream = None;
+        let client = self.connect().await?;
+        let jetstream = jetstream::new(client);
+        let c = &self.config;
+        let mut stream = match jetstream.get_stream(&c.stream).await {
+            Ok(stream) => stream,
+            Err(_) if c.create_stream => {
+                let config = jetstream::stream::Config {
+                    name: c.stream.clone(),
+                    subjects: c.subjects(),
+                    duplicate_window: Duration::from_secs(c.duplicate_window_secs),
+                    ..Default::default()
+                };
+                jetstream.get_or_create_stream(config).await.map_err(|e| self.transient("creating the stream", e))?
+            }
+            Err(e) => {
+                return Err(SinkError::permanent(
+                    format!("nats sink {:?}: stream {:?} is not there: {e}", c.id, c.stream),
+                    "create the stream, or set create_stream: true",
+                ));
+            }
+        };
+        let state = stream.info().await.map_err(|e| self.transient("reading the stream", e))?.state.clone();
+        self.last_sequence = state.last_sequence;
+        self.held = None;
+        if c.exclusive && state.messages > 0 {
+            let last = stream
+                .get_raw_message(state.last_sequence)
+                .await
+                .map_err(|e| self.transient("reading the stream's last message", e))?;
+            let text = last.headers.get(POSITION_HEADER).map(|v| v.as_str().to_string()).ok_or_else(|| {
+                SinkError::permanent(
+                    format!(
+                        "nats sink {:?}: the last message of stream {:?} (sequence {}) was not written by Sluice",
+                        c.id, c.stream, last.sequence
+                    ),
+                    "give this sink a stream of its own, or set exclusive: false (at-least-once)",
+                )
+            })?;
+            self.held = Some(text.parse().map_err(|e| {
+                SinkError::permanent(
+                    format!("nats sink {:?}: last message holds position {text:?}: {e}", c.id),
+                    "give this sink a stream of its own",
+                )
+            })?);
+        }
+        self.jetstream = Some(jetstream);
+        Ok(self.held.clone())
+    }
+
+    async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
+        let jetstream = self.jetstream.clone().ok_or_else(|| SinkError::transient("nats sink is not open"))?;
+        let mut subject = String::new();
+        while let Some(chunk) = events.next_chunk().await? {
+            let mut acks = Vec::with_capacity(chunk.len());
+            let mut expected = self.last_sequence;
+            for event in chunk {
+                self.subject.render(event, &mut subject);
+                let mut headers = HeaderMap::new();
+                headers.insert("Nats-Msg-Id", event.id().to_string().as_str());
+                headers.insert(POSITION_HEADER, event.position.to_string().as_str());
+                if self.config.exclusive {
+                    headers.insert("Nats-Expected-Last-Sequence", expected.to_string().as_str());
+                }
+                let payload = serde_json::to_vec(event).map_err(|e| {
+                    SinkError::permanent_from("nats sink: cannot encode an event", "report this as a bug", e)
+                })?;
+                let ack = jetstream
+                    .publish_with_headers(subject.clone(), headers, Bytes::from(payload))
+                    .await
+                    .map_err(|e| self.transient("publishing", e))?;
+                acks.push(ack);
+                expected += 1;
+            }
+            for ack in acks {
+                match tokio::time::timeout(self.timeout, ack).await {
+                    Ok(Ok(ack)) => self.last_sequence = self.last_sequence.max(ack.sequence),
+                    Ok(Err(e)) if e.to_string().contains("wrong last sequence") => {
+                        return Err(SinkError::permanent(
+                            format!(
+                                "nats sink {:?}: another writer published to stream {:?}, which exactly-once needs to itself: {e}",
+                                self.config.id, self.config.stream
+                            ),
+                            "give this sink a stream of its own, or set exclusive: false (at-least-once)",
+                        ));
+                    }
+                    Ok(Err(e)) => return Err(self.transient("publish acknowledgement", e)),
+                    Err(_) => return Err(self.transient("publish acknowledgement", "timed out")),
+                }
+            }
+            if let Some(last) = chunk.last() {
+                self.held = Some(last.position.clone());
+            }
+        }
+        Ok(self.held.clone())
+    }
+
+    async fn flush(&mut self) -> Result<Option<Position>, SinkError> {
+        Ok(self.held.clone())
+    }
+
+    async fn close(&mut self) -> Result<(), SinkError> {
+        self.jetstream = None;
+        Ok(())
+    }
+}

@@ -1,0 +1,85 @@
+//! The NATS JetStream sink against a real nats-server.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use common::*;
+
+fn nats_url() -> String {
+    std::env::var("SLUICE_TEST_NATS_URL").unwrap_or_else(|_| {
+        panic!("SLUICE_TEST_NATS_URL is not set: run `scripts/services.sh start` and source its env file")
+    })
+}
+
+fn unique(name: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{name}{}x{nanos}", std::process::id())
+}
+
+/// The `Sluice-Position` of every message of a stream, in order.
+fn stream_positions(stream: &str) -> Vec<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let client = async_nats::connect(nats_url()).await.unwrap();
+        let context = jetstream::new(client);
+        let Ok(mut handle) = context.get_stream(stream).await else { return Vec::new() };
+        let last = handle.info().await.unwrap().state.last_sequence;
+        let mut positions = Vec::new();
+        for sequence in 1..=last {
+            if let Ok(message) = handle.get_raw_message(sequence).await {
+                positions.push(message.headers.get("Sluice-Position").unwrap().as_str().to_string());
+            }
+        }
+        positions
+    })
+}
+
+fn pipeline(id: &str, tx_count: u64) -> String {
+    format!(
+        "pipelines:\n  - name: {id}\n    source: {{ type: generator, config: {{ id: {id}, tx_count: {tx_count}, rows_per_tx: 10, events_per_sec: 10000 }} }}\n    sinks:\n      - type: nats\n        config: {{ id: n, url: \"{}\", subject: \"{id}.${{table}}\", stream: {id} }}\n    batch: {{ max_events: 200 }}\n",
+        nats_url()
+    )
+}
+
+#[test]
+fn kill_9_never_duplicates_or_loses_a_message_in_an_exclusive_stream() {
+    let id = unique("nats");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &pipeline(&id, 800));
+    let config = config.to_str().unwrap();
+    let validate = run(&["validate", "-c", config], dir.path());
+    assert!(String::from_utf8_lossy(&validate.stdout).contains("exactly-once (stream written only by this sink)"));
+    for round in 1..=3 {
+        let mut child = spawn(&["run", "-c", config], dir.path());
+        wait_until(Duration::from_secs(60), "messages", || stream_positions(&id).len() >= round * 1500);
+        child.kill9();
+    }
+    let output = run(&["run", "-c", config], dir.path());
+    assert!(output.status.success(), "{}", std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default());
+    let positions = stream_positions(&id);
+    let unique_positions: BTreeSet<&String> = positions.iter().collect();
+    assert_eq!(positions.len(), unique_positions.len(), "duplicates in the stream");
+    assert_eq!(positions.len(), 8000, "messages missing");
+}
+
+#[test]
+fn another_writer_on_an_exclusive_stream_stops_the_pipeline() {
+    let id = unique("natsw");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &pipeline(&id, 5));
+    assert!(run(&["run", "-c", config.to_str().unwrap()], dir.path()).status.success());
+    // A foreign message lands in the stream.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let context = jetstream::new(async_nats::connect(nats_url()).await.unwrap());
+        context.publish(format!("{id}.orders"), "intruder".into()).await.unwrap().await.unwrap();
+    });
+    let more = pipeline(&id, 10);
+    let config = write_config(dir.path(), &more);
+    let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("was not written by Sluice"), "{}", stderr(&output));
+}
