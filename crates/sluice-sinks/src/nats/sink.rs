@@ -137,8 +137,8 @@ impl Sink for NatsSink {
         let mut subject = String::new();
         while let Some(chunk) = events.next_chunk().await? {
             let mut acks = Vec::with_capacity(chunk.len());
-            let mut expected = self.last_sequence;
-            for event in chunk {
+            // Published back to back, so each expects the one before it.
+            for (expected, event) in (self.last_sequence..).zip(chunk.iter()) {
                 self.subject.render(event, &mut subject);
                 let mut headers = HeaderMap::new();
                 headers.insert("Nats-Msg-Id", event.id().to_string().as_str());
@@ -154,7 +154,6 @@ impl Sink for NatsSink {
                     .await
                     .map_err(|e| self.transient("publishing", e))?;
                 acks.push(ack);
-                expected += 1;
             }
             for ack in acks {
                 match tokio::time::timeout(self.timeout, ack).await {
