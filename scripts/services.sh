@@ -258,6 +258,7 @@ start_redis() {
   done
   cp "$redis/redis.pid" "$redis/pid"
   echo "export SLUICE_TEST_REDIS_URL=redis://127.0.0.1:$port/0" >> "$DIR/env"
+  echo "export SLUICE_TEST_REDIS_PID_FILE=$redis/pid" >> "$DIR/env"
   log "redis $(redis-server --version | awk '{print $3}' | cut -d= -f2) on 127.0.0.1:$port (pid $(cat "$redis/pid"))"
 }
 

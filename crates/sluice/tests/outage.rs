@@ -1,0 +1,120 @@
+//! A sink's server stops answering for 20 seconds mid-stream (SIGSTOP on
+//! the private Redis). A test binary of its own: the pause would stall any
+//! test running beside it.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+
+/// Both tests pause the one Redis, so they take turns.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn env(name: &str) -> String {
+    std::env::var(name)
+        .unwrap_or_else(|_| panic!("{name} is not set: run `scripts/services.sh start` and source its env file"))
+}
+
+fn signal_redis(signal: &str) {
+    let pid = std::fs::read_to_string(env("SLUICE_TEST_REDIS_PID_FILE")).unwrap();
+    let status = std::process::Command::new("kill").args([signal, pid.trim()]).status().unwrap();
+    assert!(status.success());
+}
+
+/// Resumes Redis even if the test fails while it is paused.
+struct Paused;
+
+impl Paused {
+    fn start() -> Self {
+        signal_redis("-STOP");
+        Paused
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        signal_redis("-CONT");
+    }
+}
+
+fn positions_in(stream: &str) -> Vec<String> {
+    let client = redis::Client::open(env("SLUICE_TEST_REDIS_URL")).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let entries: Vec<(String, Vec<(String, String)>)> =
+        redis::cmd("XRANGE").arg(stream).arg("-").arg("+").query(&mut conn).unwrap();
+    entries
+        .into_iter()
+        .map(|(_, fields)| {
+            let payload = &fields.iter().find(|(k, _)| k == "payload").unwrap().1;
+            serde_json::from_str::<serde_json::Value>(payload).unwrap()["position"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+fn unique(name: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{name}{}x{nanos}", std::process::id())
+}
+
+fn config(id: &str, redis_required: bool) -> String {
+    format!(
+        "pipelines:\n  - name: {id}\n    source: {{ type: generator, config: {{ id: {id}, tx_count: 2000, rows_per_tx: 10, events_per_sec: 2000 }} }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: out.jsonl }}\n      - type: redis\n        config: {{ id: r, url: \"{}\", stream: \"{id}.${{table}}\", required: {redis_required}, timeout_secs: 2 }}\n    sink_batch_deadline_secs: 2\n",
+        env("SLUICE_TEST_REDIS_URL")
+    )
+}
+
+fn assert_exactly_all(positions: &[String], total: usize) {
+    let unique: BTreeSet<&String> = positions.iter().collect();
+    assert_eq!(positions.len(), unique.len(), "duplicates");
+    assert_eq!(positions.len(), total, "missing entries");
+}
+
+#[test]
+fn a_required_sink_that_stops_answering_holds_the_pipeline_then_catches_up() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let id = unique("outreq");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &config(&id, true));
+    let stream = format!("{id}.orders");
+    let mut child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    wait_until(Duration::from_secs(60), "entries", || positions_in(&stream).len() >= 2000);
+    {
+        let _paused = Paused::start();
+        std::thread::sleep(Duration::from_secs(20));
+    }
+    let status = child.wait_exit(Duration::from_secs(120));
+    let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("sink call failed; retrying"), "the pipeline waited and retried:\n{log}");
+    assert_exactly_all(&positions_in(&stream), 20_000);
+    assert_eq!(line_count(&dir.path().join("out.jsonl")), 20_000);
+}
+
+#[test]
+fn an_optional_sink_that_stops_answering_lets_the_others_flow_and_catches_up_later() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let id = unique("outopt");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &config(&id, false));
+    let stream = format!("{id}.orders");
+    let mut child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    wait_until(Duration::from_secs(60), "entries", || positions_in(&stream).len() >= 2000);
+    {
+        let _paused = Paused::start();
+        // The file sink finishes the whole stream while Redis is paused.
+        let status = child.wait_exit(Duration::from_secs(60));
+        let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+        assert!(status.success(), "{log}");
+        assert!(log.contains("optional sink detached"), "{log}");
+        assert_eq!(line_count(&dir.path().join("out.jsonl")), 20_000);
+    }
+    let partial = positions_in(&stream).len();
+    assert!(partial < 20_000, "Redis held {partial} when the run ended");
+    // The next start catches Redis up from its own checkpoint.
+    let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
+    assert!(output.status.success());
+    assert_exactly_all(&positions_in(&stream), 20_000);
+    assert_eq!(line_count(&dir.path().join("out.jsonl")), 20_000, "the file sink got no replay");
+}
