@@ -224,3 +224,12 @@ fn mysql_start_takes_three_forms_and_names_mistakes() {
     assert_eq!(my.port, DEFAULT_MYSQL_PORT);
     assert!(my.replica_server_id() >= 1_000_000);
 }
+
+#[test]
+fn table_patterns_glob() {
+    assert!(glob_match("public.*", "public.orders"));
+    assert!(glob_match("*.order_*", "sales.order_items"));
+    assert!(!glob_match("public.*", "sales.orders"));
+    assert!(glob_match("public.orders", "public.orders"));
+    assert!(!glob_match("public.order", "public.orders"));
+}

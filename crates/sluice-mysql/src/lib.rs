@@ -7,4 +7,4 @@ pub mod schema;
 mod source;
 pub mod values;
 
-pub use source::{MysqlSource, ddl_target, glob_match};
+pub use source::{MysqlSource, ddl_target};

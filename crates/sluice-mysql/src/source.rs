@@ -28,7 +28,7 @@ use mysql_async::binlog::events::{
 };
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, OptsBuilder, SslOpts};
-use sluice_config::{MysqlConfig, MysqlSslMode, MysqlStart};
+use sluice_config::{MysqlConfig, MysqlSslMode, MysqlStart, glob_match};
 use sluice_core::{
     AckWatermark, BinlogPos, Columns, Event, Op, Position, Row, Source, SourceError, SourceStatus, Value,
 };
@@ -696,29 +696,6 @@ pub fn ddl_target(default_db: &str, sql: &str) -> Option<(String, String)> {
         [db, table] if !table.is_empty() => Some((db.clone(), table.clone())),
         _ => None,
     }
-}
-
-/// `*` matches any run of characters.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
-    while ti < t.len() {
-        if pi < p.len() && p[pi] != '*' && p[pi] == t[ti] {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ti;
-            pi += 1;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            mark += 1;
-            ti = mark;
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|c| *c == '*')
 }
 
 #[cfg(test)]

@@ -6,9 +6,9 @@
 
 use sluice_core::SourceError;
 
-use crate::decode::glob_match;
 use crate::types::{Kind, PgType, builtin};
 use crate::wire::{Connection, PgError};
+use sluice_config::glob_match;
 
 /// A PgError as a SourceError, transient or not by its class.
 pub fn source_error(context: &str, err: PgError) -> SourceError {

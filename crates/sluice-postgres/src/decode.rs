@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use sluice_config::glob_match;
 use sluice_core::{Columns, Event, Lsn, Op, Position, Row, Value};
 
 use crate::pgoutput::{Datum, Message, OldTuple, PG_EPOCH_OFFSET_US, Relation, Tuple};
@@ -349,29 +350,6 @@ fn fingerprint(relation: &Relation) -> u32 {
     hash
 }
 
-/// `*` matches any run of characters; everything else matches itself.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
-    while ti < t.len() {
-        if pi < p.len() && p[pi] != '*' && p[pi] == t[ti] {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ti;
-            pi += 1;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            mark += 1;
-            ti = mark;
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|c| *c == '*')
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -464,14 +442,5 @@ mod tests {
         changed.columns[1].type_oid = 1043;
         assert_eq!(a, fingerprint(&relation()));
         assert_ne!(a, fingerprint(&changed));
-    }
-
-    #[test]
-    fn globs() {
-        assert!(glob_match("public.*", "public.orders"));
-        assert!(glob_match("*.order_*", "sales.order_items"));
-        assert!(!glob_match("public.*", "sales.orders"));
-        assert!(glob_match("public.orders", "public.orders"));
-        assert!(!glob_match("public.order", "public.orders"));
     }
 }
