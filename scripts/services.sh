@@ -284,6 +284,7 @@ start_nats() {
     sleep 0.1
   done
   echo "export SLUICE_TEST_NATS_URL=nats://127.0.0.1:$port" >> "$DIR/env"
+  echo "export SLUICE_TEST_NATS_PID_FILE=$nats/pid" >> "$DIR/env"
   log "nats-server (JetStream) on 127.0.0.1:$port (pid $(cat "$nats/pid"))"
 }
 

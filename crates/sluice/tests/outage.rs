@@ -1,6 +1,6 @@
 //! A sink's server stops answering for 20 seconds mid-stream (SIGSTOP on
-//! the private Redis). A test binary of its own: the pause would stall any
-//! test running beside it.
+//! the private Redis or nats-server). A test binary of its own: the pause
+//! would stall any test running beside it.
 
 mod common;
 
@@ -17,25 +17,25 @@ fn env(name: &str) -> String {
         .unwrap_or_else(|_| panic!("{name} is not set: run `scripts/services.sh start` and source its env file"))
 }
 
-fn signal_redis(signal: &str) {
-    let pid = std::fs::read_to_string(env("SLUICE_TEST_REDIS_PID_FILE")).unwrap();
+fn signal(pid_file: &str, signal: &str) {
+    let pid = std::fs::read_to_string(env(pid_file)).unwrap();
     let status = std::process::Command::new("kill").args([signal, pid.trim()]).status().unwrap();
     assert!(status.success());
 }
 
-/// Resumes Redis even if the test fails while it is paused.
-struct Paused;
+/// Resumes the server even if the test fails while it is paused.
+struct Paused(&'static str);
 
 impl Paused {
-    fn start() -> Self {
-        signal_redis("-STOP");
-        Paused
+    fn start(pid_file: &'static str) -> Self {
+        signal(pid_file, "-STOP");
+        Paused(pid_file)
     }
 }
 
 impl Drop for Paused {
     fn drop(&mut self) {
-        signal_redis("-CONT");
+        signal(self.0, "-CONT");
     }
 }
 
@@ -81,7 +81,7 @@ fn a_required_sink_that_stops_answering_holds_the_pipeline_then_catches_up() {
     let mut child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
     wait_until(Duration::from_secs(60), "entries", || positions_in(&stream).len() >= 2000);
     {
-        let _paused = Paused::start();
+        let _paused = Paused::start("SLUICE_TEST_REDIS_PID_FILE");
         std::thread::sleep(Duration::from_secs(20));
     }
     let status = child.wait_exit(Duration::from_secs(120));
@@ -102,7 +102,7 @@ fn an_optional_sink_that_stops_answering_lets_the_others_flow_and_catches_up_lat
     let mut child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
     wait_until(Duration::from_secs(60), "entries", || positions_in(&stream).len() >= 2000);
     {
-        let _paused = Paused::start();
+        let _paused = Paused::start("SLUICE_TEST_REDIS_PID_FILE");
         // The file sink finishes the whole stream while Redis is paused.
         let status = child.wait_exit(Duration::from_secs(60));
         let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
@@ -117,4 +117,43 @@ fn an_optional_sink_that_stops_answering_lets_the_others_flow_and_catches_up_lat
     assert!(output.status.success());
     assert_exactly_all(&positions_in(&stream), 20_000);
     assert_eq!(line_count(&dir.path().join("out.jsonl")), 20_000, "the file sink got no replay");
+}
+
+fn nats_positions(stream: &str) -> Vec<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let context = async_nats::jetstream::new(async_nats::connect(env("SLUICE_TEST_NATS_URL")).await.unwrap());
+        let Ok(mut handle) = context.get_stream(stream).await else { return Vec::new() };
+        let last = handle.info().await.unwrap().state.last_sequence;
+        let mut positions = Vec::new();
+        for sequence in 1..=last {
+            if let Ok(message) = handle.get_raw_message(sequence).await {
+                positions.push(message.headers.get("Sluice-Position").unwrap().as_str().to_string());
+            }
+        }
+        positions
+    })
+}
+
+#[test]
+fn a_required_nats_sink_that_stops_answering_holds_the_pipeline_then_catches_up() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let id = unique("outnats");
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "pipelines:\n  - name: {id}\n    source: {{ type: generator, config: {{ id: {id}, tx_count: 600, rows_per_tx: 10, events_per_sec: 1000 }} }}\n    sinks:\n      - type: nats\n        config: {{ id: n, url: \"{}\", subject: \"{id}.${{table}}\", stream: {id}, timeout_secs: 2 }}\n    sink_batch_deadline_secs: 3\n",
+        env("SLUICE_TEST_NATS_URL")
+    );
+    let config = write_config(dir.path(), &text);
+    let mut child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    wait_until(Duration::from_secs(60), "messages", || nats_positions(&id).len() >= 1000);
+    {
+        let _paused = Paused::start("SLUICE_TEST_NATS_PID_FILE");
+        std::thread::sleep(Duration::from_secs(20));
+    }
+    let status = child.wait_exit(Duration::from_secs(120));
+    let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("sink call failed; retrying"), "the pipeline waited and retried:\n{log}");
+    assert_exactly_all(&nats_positions(&id), 6000);
 }
