@@ -1,0 +1,238 @@
+//! One suite every sink passes, against the real servers: batches land in
+//! order; a new instance of a sink that stores its position with its data
+//! reports what it holds (so a restart after a crash between the write and
+//! the checkpoint sends nothing twice); flush reports the last position;
+//! and the declared guarantee matches the behaviour.
+
+mod common;
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use sluice_config::{GeneratorConfig, KafkaSinkConfig, NatsSinkConfig, RedisSinkConfig, SinkConfig};
+use sluice_core::{Event, Position, SliceChunks};
+use sluice_generator::GeneratorSource;
+use sluice_sinks::SinkContext;
+
+fn env(name: &str) -> String {
+    std::env::var(name)
+        .unwrap_or_else(|_| panic!("{name} is not set: run `scripts/services.sh start` and source its env file"))
+}
+
+fn unique(name: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{name}{}x{nanos}", std::process::id())
+}
+
+/// Three batches of whole transactions from the generator.
+fn batches() -> Vec<Vec<Event>> {
+    let generator = GeneratorSource::new(GeneratorConfig {
+        id: "conf".into(),
+        tx_count: Some(30),
+        rows_per_tx: 5,
+        tables: vec!["orders".into()],
+        database: "shop".into(),
+        events_per_sec: None,
+        seed: 9,
+    });
+    (0..3)
+        .map(|b| {
+            (b * 10 + 1..=b * 10 + 10)
+                .flat_map(|tx| (0..5).map(move |seq| (tx, seq)))
+                .map(|(tx, seq)| generator.event_at(tx, seq))
+                .collect()
+        })
+        .collect()
+}
+
+fn kafka_positions(topic: &str) -> Vec<String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", env("SLUICE_TEST_KAFKA_BROKERS"))
+        .set("group.id", "sluice-conformance")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
+    let mut assignment = TopicPartitionList::new();
+    for t in metadata.topics() {
+        for p in t.partitions() {
+            assignment.add_partition_offset(topic, p.id(), Offset::Beginning).unwrap();
+        }
+    }
+    consumer.assign(&assignment).unwrap();
+    let mut positions: Vec<(i32, String)> = Vec::new();
+    let mut idle = 0;
+    while idle < 15 {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                idle = 0;
+                let header = m
+                    .headers()
+                    .and_then(|h| h.iter().find(|h| h.key == "sluice.position").and_then(|h| h.value))
+                    .unwrap();
+                positions.push((m.partition(), String::from_utf8_lossy(header).into_owned()));
+            }
+            Some(Err(e)) => panic!("{e}"),
+            None => idle += 1,
+        }
+    }
+    // Kafka orders within a partition only: check that, then merge.
+    let order = |p: &str| -> (u64, u64) {
+        let mut parts = p.split(':').skip(1).map(|n| n.parse::<u64>().unwrap());
+        (parts.next().unwrap(), parts.next().unwrap())
+    };
+    for partition in positions.iter().map(|(p, _)| *p).collect::<std::collections::BTreeSet<_>>() {
+        let within: Vec<&String> = positions.iter().filter(|(p, _)| *p == partition).map(|(_, pos)| pos).collect();
+        assert!(within.windows(2).all(|w| order(w[0]) < order(w[1])), "partition {partition} out of order");
+    }
+    let mut merged: Vec<String> = positions.into_iter().map(|(_, p)| p).collect();
+    merged.sort_by_key(|p| order(p));
+    merged
+}
+
+fn redis_positions(stream: &str) -> Vec<String> {
+    let mut conn = redis::Client::open(env("SLUICE_TEST_REDIS_URL")).unwrap().get_connection().unwrap();
+    let entries: Vec<(String, Vec<(String, String)>)> =
+        redis::cmd("XRANGE").arg(stream).arg("-").arg("+").query(&mut conn).unwrap();
+    entries
+        .into_iter()
+        .map(|(_, f)| serde_json::from_str::<serde_json::Value>(&f.iter().find(|(k, _)| k == "payload").unwrap().1).unwrap()["position"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn nats_positions(stream: &str) -> Vec<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let context = async_nats::jetstream::new(async_nats::connect(env("SLUICE_TEST_NATS_URL")).await.unwrap());
+        let mut handle = context.get_stream(stream).await.unwrap();
+        let last = handle.info().await.unwrap().state.last_sequence;
+        let mut positions = Vec::new();
+        for sequence in 1..=last {
+            let message = handle.get_raw_message(sequence).await.unwrap();
+            positions.push(message.headers.get("Sluice-Position").unwrap().as_str().to_string());
+        }
+        positions
+    })
+}
+
+fn file_positions(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["position"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The suite, for one sink.
+async fn conform(config: SinkConfig, read: impl FnOnce() -> Vec<String> + Send + 'static) {
+    let context = SinkContext { pipeline: unique("conf"), source_id: unique("src") };
+    let batches = batches();
+    let mut sink = sluice_sinks::build(&config, &context).unwrap();
+    let declared = config.guarantee();
+    assert_eq!(sink.guarantee(), declared, "the built sink declares what the config says");
+    assert_eq!(sink.open().await.unwrap(), None, "a fresh destination holds nothing");
+    let mut last = None;
+    for batch in &batches[..2] {
+        last = sink.write(&mut SliceChunks::new(batch).unwrap()).await.unwrap();
+    }
+    let second_end = batches[1].last().unwrap().position.clone();
+    assert_eq!(last.as_ref(), Some(&second_end), "write-through sinks are durable at the batch end");
+    assert_eq!(sink.flush().await.unwrap(), Some(second_end.clone()));
+    sink.close().await.unwrap();
+    drop(sink);
+    // A crash here, before the coordinator stored a checkpoint: a new
+    // instance of a sink that keeps its position says what it holds.
+    let mut again = sluice_sinks::build(&config, &context).unwrap();
+    let held: Option<Position> = again.open().await.unwrap();
+    if declared.is_exactly_once() {
+        assert_eq!(held, Some(second_end), "an exactly-once sink must report what it holds");
+    }
+    again.write(&mut SliceChunks::new(&batches[2]).unwrap()).await.unwrap();
+    again.close().await.unwrap();
+    let expected: Vec<String> = batches.iter().flatten().map(|e| e.position.to_string()).collect();
+    let held = tokio::task::spawn_blocking(read).await.unwrap();
+    assert_eq!(held, expected, "every event once, in order");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_sink_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.jsonl");
+    let config: SinkConfig = serde_yaml_config(&format!("type: file\nconfig: {{ id: f, path: {} }}", path.display()));
+    conform(config, move || file_positions(&path)).await;
+    drop(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_sinks_conform() {
+    for exactly_once in [false, true] {
+        let topic = unique("conformk");
+        let config = SinkConfig::Kafka(KafkaSinkConfig {
+            id: "k".into(),
+            required: true,
+            brokers: env("SLUICE_TEST_KAFKA_BROKERS"),
+            topic: topic.clone(),
+            key: None,
+            exactly_once,
+            checkpoint_topic: "sluice_conformance_checkpoints".into(),
+            transactional_id: None,
+            compression: sluice_config::KafkaCompression::Lz4,
+            timeout_secs: 10,
+            client_conf: Default::default(),
+        });
+        let read_topic = topic.clone();
+        conform(config, move || kafka_positions(&read_topic)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_sink_conforms() {
+    let stream = unique("conformr");
+    let config = SinkConfig::Redis(RedisSinkConfig {
+        id: "r".into(),
+        required: true,
+        url: env("SLUICE_TEST_REDIS_URL"),
+        password: Default::default(),
+        stream: stream.clone(),
+        maxlen: None,
+        checkpoint_key: Some(format!("{stream}:checkpoint")),
+        timeout_secs: 10,
+    });
+    conform(config, move || redis_positions(&stream)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_sink_conforms() {
+    let stream = unique("conformn");
+    let config = SinkConfig::Nats(NatsSinkConfig {
+        id: "n".into(),
+        required: true,
+        url: env("SLUICE_TEST_NATS_URL"),
+        subject: format!("{stream}.${{table}}"),
+        stream: stream.clone(),
+        create_stream: true,
+        stream_subjects: None,
+        duplicate_window_secs: 120,
+        exclusive: true,
+        user: None,
+        password: Default::default(),
+        token: Default::default(),
+        credentials_file: None,
+        ca_file: None,
+        timeout_secs: 10,
+    });
+    let read = stream.clone();
+    conform(config, move || nats_positions(&read)).await;
+}
+
+fn serde_yaml_config(text: &str) -> SinkConfig {
+    let wrapped = format!(
+        "pipelines:\n  - name: c\n    source: {{ type: generator, config: {{ id: g }} }}\n    sinks:\n      - {}\n",
+        text.replace('\n', "\n        ")
+    );
+    let config = sluice_config::parse(std::path::Path::new("conformance.yaml"), &wrapped, |_| None).unwrap();
+    config.pipelines[0].sinks[0].clone()
+}
