@@ -28,6 +28,10 @@ pub const DEFAULT_REQUIRED: bool = true;
 pub const DEFAULT_GENERATOR_ROWS_PER_TX: u32 = 10;
 /// The generator's database name in event lineage.
 pub const DEFAULT_GENERATOR_DATABASE: &str = "generator";
+/// Dead letters kept per data dir before `on_full` applies: enough to
+/// absorb a burst of poison events, small enough to notice.
+pub const DEFAULT_DEAD_LETTER_MAX_ENTRIES: usize = 10_000;
+
 /// The generator's single table when none is listed.
 pub const DEFAULT_GENERATOR_TABLE: &str = "orders";
 
@@ -50,6 +54,38 @@ pub struct PipelineConfig {
     pub commit_policy: CommitPolicy,
     #[serde(default = "default_deadline")]
     pub sink_batch_deadline_secs: u64,
+    #[serde(default)]
+    pub dead_letter: DeadLetterConfig,
+}
+
+/// Where events a sink can never take go.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadLetterConfig {
+    #[serde(default = "default_dead_letter_max")]
+    pub max_entries: usize,
+    /// `stop`: a full queue stops the pipeline (nothing is dropped);
+    /// `drop_oldest`: the oldest letter makes room.
+    #[serde(default)]
+    pub on_full: OnFull,
+}
+
+impl Default for DeadLetterConfig {
+    fn default() -> Self {
+        Self { max_entries: DEFAULT_DEAD_LETTER_MAX_ENTRIES, on_full: OnFull::default() }
+    }
+}
+
+fn default_dead_letter_max() -> usize {
+    DEFAULT_DEAD_LETTER_MAX_ENTRIES
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFull {
+    #[default]
+    Stop,
+    DropOldest,
 }
 
 fn default_deadline() -> u64 {

@@ -75,6 +75,13 @@ fn validate_pipeline(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid>
     }
     validate_batch(&format!("{at}.batch"), &pipeline.batch)?;
     validate_policy(&format!("{at}.commit_policy"), &pipeline.commit_policy, &pipeline.sinks)?;
+    if pipeline.dead_letter.max_entries == 0 {
+        return Err(Invalid::new(
+            format!("{at}.dead_letter.max_entries"),
+            "must be at least 1",
+            "leave it out for the default, or keep room for at least one event",
+        ));
+    }
     if pipeline.sink_batch_deadline_secs == 0 {
         return Err(Invalid::new(
             format!("{at}.sink_batch_deadline_secs"),

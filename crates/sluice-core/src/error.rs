@@ -8,10 +8,11 @@
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 macro_rules! classified_error {
-    ($(#[$doc:meta])* $name:ident) => {
+    ($(#[$doc:meta])* $name:ident $({ $($extra:tt)* })?) => {
         $(#[$doc])*
         #[derive(Debug, thiserror::Error)]
         pub enum $name {
+            $($($extra)*)?
             /// Worth retrying: a server may come back, a timeout may pass.
             #[error("{detail}")]
             Transient {
@@ -59,7 +60,14 @@ macro_rules! classified_error {
 
 classified_error!(
     /// A sink could not take or persist a batch.
-    SinkError
+    SinkError {
+        /// The event at `position` can never be written: too large, an
+        /// invalid destination, refused by the receiver. What the sink holds
+        /// of the batch is asked again with `open`; the writer puts the event
+        /// in the dead letter queue and writes the batch again without it.
+        #[error("{detail}")]
+        Rejected { detail: String, position: crate::position::Position },
+    }
 );
 classified_error!(
     /// A source could not produce events.
@@ -83,4 +91,8 @@ pub enum StoreError {
     Interrupted { detail: String },
     #[error("checkpoint {key} holds {text:?}, which is not a position; hint: reset it with `sluice checkpoints reset`")]
     Corrupt { key: String, text: String },
+    #[error(
+        "the dead letter queue is full ({max} entries); hint: look at them with `sluice dlq list`, then purge them, or set dead_letter.on_full: drop_oldest"
+    )]
+    DeadLetterQueueFull { max: usize },
 }

@@ -4,6 +4,7 @@
 
 pub mod checkpoint;
 pub mod codec;
+pub mod dead_letter;
 pub mod error;
 pub mod event;
 pub mod failpoint;
@@ -15,6 +16,7 @@ pub mod time;
 pub mod value;
 
 pub use checkpoint::{CheckpointKey, CheckpointStore};
+pub use dead_letter::{DeadLetter, DeadLetterQueue};
 pub use error::{BoxError, SinkError, SourceError, StoreError};
 pub use event::{Event, EventId, Op};
 pub use guarantee::Guarantee;

@@ -1,5 +1,10 @@
 //! UTC timestamp formatting without a date-time dependency.
 
+/// Microseconds since the Unix epoch, now.
+pub fn now_us() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
+}
+
 /// Formats microseconds since the Unix epoch as ISO-8601 UTC with six
 /// fractional digits, e.g. `2023-11-14T22:13:20.123456Z`.
 pub fn format_utc_micros(micros: i64) -> String {

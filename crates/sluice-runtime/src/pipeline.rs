@@ -16,8 +16,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_config::{BatchConfig, CommitPolicy, PolicyMode};
-use sluice_core::{AckWatermark, CheckpointKey, CheckpointStore, Position, Sink, Source, or_start};
+use sluice_config::{BatchConfig, CommitPolicy, DeadLetterConfig, PolicyMode};
+use sluice_core::{AckWatermark, CheckpointKey, CheckpointStore, DeadLetterQueue, Position, Sink, Source, or_start};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, info, info_span, warn};
@@ -49,6 +49,7 @@ pub struct PipelineSettings {
     /// Where batches of transactions larger than `batch.max_bytes` go;
     /// cleared when the pipeline starts.
     pub spill_dir: PathBuf,
+    pub dead_letter: DeadLetterConfig,
 }
 
 /// Where each sink's checkpoint stands when a run ends.
@@ -72,6 +73,7 @@ pub struct Pipeline {
     pub source: Box<dyn Source>,
     pub sinks: Vec<SinkSpec>,
     pub store: Arc<dyn CheckpointStore>,
+    pub dead_letters: Arc<dyn DeadLetterQueue>,
 }
 
 impl Pipeline {
@@ -84,7 +86,7 @@ impl Pipeline {
     }
 
     async fn run_inner(self, external: Shutdown) -> Result<RunReport, PipelineError> {
-        let Pipeline { settings, source, sinks, store } = self;
+        let Pipeline { settings, source, sinks, store, dead_letters } = self;
         let pipeline = settings.name.clone();
         let source_id = source.id().to_string();
         let keys: Vec<CheckpointKey> = sinks.iter().map(|s| CheckpointKey::new(&source_id, s.sink.id())).collect();
@@ -139,6 +141,9 @@ impl Pipeline {
                 batches: rx,
                 reports: report_tx.clone(),
                 shutdown: shutdown.clone(),
+                source_id: source_id.clone(),
+                dead_letters: dead_letters.clone(),
+                dead_letter: settings.dead_letter.clone(),
             };
             let span = info_span!("sink", sink = %sink_id);
             writers.push((sink_id, spawn_guarded(&shutdown, writer.run().instrument(span))));

@@ -10,11 +10,14 @@
 //! (`retained`) until they are durable, because a failure makes the sink
 //! drop its buffer and they must be written again.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_core::{EventChunks, Position, Sink, SinkError, or_start};
+use sluice_config::{DeadLetterConfig, OnFull};
+use sluice_core::{
+    DeadLetter, DeadLetterQueue, EventChunks, Position, Sink, SinkError, SliceChunks, collect_chunks, or_start,
+};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
@@ -53,9 +56,14 @@ pub(crate) struct SinkWriter {
     pub batches: mpsc::Receiver<Arc<Batch>>,
     pub reports: mpsc::Sender<Report>,
     pub shutdown: Shutdown,
+    pub source_id: String,
+    pub dead_letters: Arc<dyn DeadLetterQueue>,
+    pub dead_letter: DeadLetterConfig,
 }
 
 struct State {
+    /// Positions sent to the dead letter queue, left out of writes.
+    skip: BTreeSet<Position>,
     /// Everything at or below this was handed to the sink.
     position: Option<Position>,
     durable: Option<Position>,
@@ -64,8 +72,12 @@ struct State {
 
 impl SinkWriter {
     pub async fn run(mut self) -> Result<(), SinkError> {
-        let mut state =
-            State { position: self.stored.clone(), durable: self.stored.clone(), retained: VecDeque::new() };
+        let mut state = State {
+            position: self.stored.clone(),
+            durable: self.stored.clone(),
+            retained: VecDeque::new(),
+            skip: BTreeSet::new(),
+        };
         let outcome = self.work(&mut state).await;
         match outcome {
             Ok(()) => {
@@ -116,10 +128,27 @@ impl SinkWriter {
                 })?;
                 let Some(mut chunks) = chunks else { continue };
                 let last = chunks.last_position().clone();
-                match with_deadline(self.deadline, "write", self.sink.write(&mut chunks)).await {
+                let skips = state.skip.range(batch.first().clone()..=batch.last().clone()).next().is_some();
+                let written = if skips {
+                    // Events sent to the dead letter queue are left out.
+                    let mut events = collect_chunks(&mut chunks).await.map_err(Stop::Fatal)?;
+                    events.retain(|e| !state.skip.contains(&e.position));
+                    match SliceChunks::new(&events) {
+                        Some(mut rest) => with_deadline(self.deadline, "write", self.sink.write(&mut rest)).await,
+                        None => Ok(None),
+                    }
+                } else {
+                    with_deadline(self.deadline, "write", self.sink.write(&mut chunks)).await
+                };
+                match written {
                     Ok(durable) => {
                         state.position = Some(last);
                         self.note_durable(state, durable).await;
+                    }
+                    Err(SinkError::Rejected { detail, position }) => {
+                        self.reject(state, position, detail).await?;
+                        self.reopen(state, &mut backoff).await?;
+                        continue 'attempt;
                     }
                     Err(err) => {
                         self.recover(state, err, &mut backoff).await?;
@@ -179,6 +208,11 @@ impl SinkWriter {
     /// and rewind to what is durable so retained batches are written again.
     async fn recover(&mut self, state: &mut State, err: SinkError, backoff: &mut Backoff) -> Result<(), Stop> {
         self.back_off(err, backoff).await?;
+        self.reopen(state, backoff).await
+    }
+
+    /// Reopens the sink and rewinds to what is durable.
+    async fn reopen(&mut self, state: &mut State, backoff: &mut Backoff) -> Result<(), Stop> {
         loop {
             match with_deadline(self.deadline, "open", self.sink.open()).await {
                 Ok(holds) => {
@@ -188,6 +222,61 @@ impl SinkWriter {
                 Err(err) => self.back_off(err, backoff).await?,
             }
         }
+    }
+
+    /// Puts the event at `position` in the dead letter queue, durably, and
+    /// leaves it out of every later write.
+    async fn reject(&mut self, state: &mut State, position: Position, detail: String) -> Result<(), Stop> {
+        let mut found = None;
+        for batch in state.retained.iter().filter(|b| b.first() <= &position && &position <= b.last()) {
+            let events = match batch.events() {
+                Some(events) => events.to_vec(),
+                None => {
+                    let Some(mut chunks) = batch.chunks(None).ok().flatten() else { continue };
+                    collect_chunks(&mut chunks).await.map_err(Stop::Fatal)?
+                }
+            };
+            found = events.into_iter().find(|e| e.position == position);
+            if found.is_some() {
+                break;
+            }
+        }
+        let event = found.ok_or_else(|| {
+            Stop::Fatal(SinkError::permanent(
+                format!("the sink rejected position {position}, which is not in the batches it was given: {detail}"),
+                "this is a bug in the sink; report it",
+            ))
+        })?;
+        let letter = DeadLetter {
+            key: format!("{}::sink::{}::{position}", self.source_id, self.sink_id),
+            source_id: self.source_id.clone(),
+            sink_id: self.sink_id.clone(),
+            position: position.to_string(),
+            error: detail.clone(),
+            event: serde_json::to_string(&event).unwrap_or_default(),
+            recorded_at_us: sluice_core::time::now_us(),
+        };
+        let queue = self.dead_letters.clone();
+        let (max, drop_oldest) = (self.dead_letter.max_entries, self.dead_letter.on_full == OnFull::DropOldest);
+        let stored = tokio::task::spawn_blocking(move || queue.put(&letter, max, drop_oldest)).await;
+        match stored {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => {
+                return Err(Stop::Fatal(SinkError::permanent(
+                    format!("cannot keep a rejected event ({detail}): {err}"),
+                    "nothing was dropped; the pipeline stopped so the event is not lost",
+                )));
+            }
+            Err(err) => {
+                return Err(Stop::Fatal(SinkError::permanent(
+                    format!("dead letter task failed: {err}"),
+                    "report this as a bug",
+                )));
+            }
+        }
+        error!(%position, error = %detail, "event sent to the dead letter queue; see `sluice dlq list`");
+        state.skip.insert(position);
+        Ok(())
     }
 
     /// Decides whether to retry `err`, and sleeps before the retry.
@@ -238,6 +327,7 @@ fn prune(state: &mut State) {
     let Some(durable) = &state.durable else {
         return;
     };
+    state.skip.retain(|p| p > durable);
     while state.retained.front().is_some_and(|b| b.last() <= durable) {
         state.retained.pop_front();
     }

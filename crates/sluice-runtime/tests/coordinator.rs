@@ -186,3 +186,21 @@ fn a_crash_between_write_and_checkpoint_leaves_no_duplicate_on_a_co_located_sink
     world.run_to_completion();
     assert_eq!(positions(&world.logs[0].events()), positions(&world.expected()));
 }
+
+#[test]
+fn a_poison_event_goes_to_the_dead_letter_queue_and_the_rest_flows() {
+    use sluice_core::DeadLetterQueue;
+    let world = World::new(scenario_with(
+        vec![plain_sink(true, true, vec![Fault::None, Fault::RejectFirst]), plain_sink(true, true, vec![])],
+        PolicyMode::Required,
+    ));
+    let Outcome::Finished(_) = world.run_once(true) else { panic!("the run must finish") };
+    let letters = world.dead_letters.letters().unwrap();
+    assert_eq!(letters.len(), 1, "one poison event");
+    let poisoned: Position = letters[0].position.parse().unwrap();
+    assert!(letters[0].event.contains(&letters[0].position) && letters[0].error.contains("poison"));
+    let held = positions(&world.logs[0].events());
+    let expected: Vec<Position> = positions(&world.expected()).into_iter().filter(|p| *p != poisoned).collect();
+    assert_eq!(held, expected, "everything but the poison event, once, in order");
+    assert_eq!(world.logs[1].events().len(), 60, "the other sink is not affected");
+}

@@ -7,10 +7,11 @@
 
 use std::path::{Path, PathBuf};
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
-use sluice_core::{CheckpointKey, CheckpointStore, Position, StoreError};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use sluice_core::{CheckpointKey, CheckpointStore, DeadLetter, DeadLetterQueue, Position, StoreError};
 
 const CHECKPOINTS: TableDefinition<&str, &str> = TableDefinition::new("checkpoints");
+const DEAD_LETTERS: TableDefinition<&str, &str> = TableDefinition::new("dead_letters");
 
 /// The store file's name inside the data dir.
 pub const STORE_FILE_NAME: &str = "checkpoints.redb";
@@ -123,6 +124,70 @@ impl CheckpointStore for EmbeddedStore {
             }
             Ok(())
         })?;
+        Ok(removed)
+    }
+}
+
+impl DeadLetterQueue for EmbeddedStore {
+    fn put(&self, letter: &DeadLetter, max_entries: usize, drop_oldest: bool) -> Result<(), StoreError> {
+        let value = serde_json::to_string(letter).map_err(|e| self.error("cannot encode a dead letter", e))?;
+        let txn = self.db.begin_write().map_err(|e| self.error("cannot begin a transaction", e))?;
+        {
+            let mut table = txn.open_table(DEAD_LETTERS).map_err(|e| self.error("cannot open the dead letters", e))?;
+            let count = table.len().map_err(|e| self.error("read failed", e))? as usize;
+            if count >= max_entries {
+                if !drop_oldest {
+                    return Err(StoreError::DeadLetterQueueFull { max: max_entries });
+                }
+                let mut oldest: Option<(i64, String)> = None;
+                for entry in table.iter().map_err(|e| self.error("read failed", e))? {
+                    let (key, value) = entry.map_err(|e| self.error("read failed", e))?;
+                    let at = serde_json::from_str::<DeadLetter>(value.value()).map_or(i64::MIN, |l| l.recorded_at_us);
+                    if oldest.as_ref().is_none_or(|(o, _)| at < *o) {
+                        oldest = Some((at, key.value().to_string()));
+                    }
+                }
+                if let Some((_, key)) = oldest {
+                    table.remove(key.as_str()).map_err(|e| self.error("delete failed", e))?;
+                }
+            }
+            table.insert(letter.key.as_str(), value.as_str()).map_err(|e| self.error("write failed", e))?;
+        }
+        txn.commit().map_err(|e| self.error("commit failed", e))
+    }
+
+    fn letters(&self) -> Result<Vec<DeadLetter>, StoreError> {
+        let txn = self.db.begin_read().map_err(|e| self.error("cannot begin a read", e))?;
+        let table = match txn.open_table(DEAD_LETTERS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(self.error("cannot open the dead letters", e)),
+        };
+        let mut letters = Vec::new();
+        for entry in table.iter().map_err(|e| self.error("read failed", e))? {
+            let (key, value) = entry.map_err(|e| self.error("read failed", e))?;
+            let letter: DeadLetter = serde_json::from_str(value.value()).map_err(|_| StoreError::Corrupt {
+                key: key.value().to_string(),
+                text: value.value().chars().take(200).collect(),
+            })?;
+            letters.push(letter);
+        }
+        letters.sort_by_key(|l| l.recorded_at_us);
+        Ok(letters)
+    }
+
+    fn purge(&self, keys: &[String]) -> Result<usize, StoreError> {
+        let txn = self.db.begin_write().map_err(|e| self.error("cannot begin a transaction", e))?;
+        let mut removed = 0;
+        {
+            let mut table = txn.open_table(DEAD_LETTERS).map_err(|e| self.error("cannot open the dead letters", e))?;
+            for key in keys {
+                if table.remove(key.as_str()).map_err(|e| self.error("delete failed", e))?.is_some() {
+                    removed += 1;
+                }
+            }
+        }
+        txn.commit().map_err(|e| self.error("commit failed", e))?;
         Ok(removed)
     }
 }

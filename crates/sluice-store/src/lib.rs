@@ -53,6 +53,38 @@ mod tests {
         assert_eq!(reopened.list().unwrap().len(), 2);
     }
 
+    fn letter(key: &str, at: i64) -> sluice_core::DeadLetter {
+        sluice_core::DeadLetter {
+            key: key.into(),
+            source_id: "s".into(),
+            sink_id: "k".into(),
+            position: "gen:1:0".into(),
+            error: "too large".into(),
+            event: "{}".into(),
+            recorded_at_us: at,
+        }
+    }
+
+    fn dead_letter_contract(queue: &dyn sluice_core::DeadLetterQueue) {
+        queue.put(&letter("a", 1), 2, false).unwrap();
+        queue.put(&letter("b", 2), 2, false).unwrap();
+        assert!(matches!(queue.put(&letter("c", 3), 2, false), Err(StoreError::DeadLetterQueueFull { max: 2 })));
+        queue.put(&letter("c", 3), 2, true).unwrap();
+        let keys: Vec<String> = queue.letters().unwrap().into_iter().map(|l| l.key).collect();
+        assert_eq!(keys, ["b", "c"], "the oldest went");
+        assert_eq!(queue.purge(&["b".into(), "zz".into()]).unwrap(), 1);
+        assert_eq!(queue.letters().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn dead_letter_queues_keep_the_contract() {
+        dead_letter_contract(&MemoryStore::new());
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        assert!(sluice_core::DeadLetterQueue::letters(&store).unwrap().is_empty());
+        dead_letter_contract(&store);
+    }
+
     #[test]
     fn a_second_open_of_the_same_dir_is_refused() {
         let dir = tempfile::tempdir().unwrap();

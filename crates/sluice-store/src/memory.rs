@@ -5,13 +5,14 @@ use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
-use sluice_core::{CheckpointKey, CheckpointStore, Position, StoreError};
+use sluice_core::{CheckpointKey, CheckpointStore, DeadLetter, DeadLetterQueue, Position, StoreError};
 
 /// Shared by clone-free reference (`Arc<MemoryStore>`); survives a
 /// simulated crash of everything else, as a file on disk would.
 #[derive(Default)]
 pub struct MemoryStore {
     state: Mutex<BTreeMap<String, Position>>,
+    letters: Mutex<Vec<DeadLetter>>,
     changed: Condvar,
 }
 
@@ -72,5 +73,31 @@ impl CheckpointStore for MemoryStore {
     fn remove(&self, keys: &[CheckpointKey]) -> Result<usize, StoreError> {
         let mut state = self.lock();
         Ok(keys.iter().filter(|k| state.remove(&k.to_string()).is_some()).count())
+    }
+}
+
+impl DeadLetterQueue for MemoryStore {
+    fn put(&self, letter: &DeadLetter, max_entries: usize, drop_oldest: bool) -> Result<(), StoreError> {
+        let mut letters = self.letters.lock().unwrap_or_else(PoisonError::into_inner);
+        letters.retain(|l| l.key != letter.key);
+        if letters.len() >= max_entries {
+            if !drop_oldest {
+                return Err(StoreError::DeadLetterQueueFull { max: max_entries });
+            }
+            letters.remove(0);
+        }
+        letters.push(letter.clone());
+        Ok(())
+    }
+
+    fn letters(&self) -> Result<Vec<DeadLetter>, StoreError> {
+        Ok(self.letters.lock().unwrap_or_else(PoisonError::into_inner).clone())
+    }
+
+    fn purge(&self, keys: &[String]) -> Result<usize, StoreError> {
+        let mut letters = self.letters.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = letters.len();
+        letters.retain(|l| !keys.contains(&l.key));
+        Ok(before - letters.len())
     }
 }

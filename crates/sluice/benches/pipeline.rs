@@ -116,6 +116,7 @@ fn run_pipeline_with(
     sink: Box<dyn Sink>,
     data_dir: &std::path::Path,
 ) {
+    let store = Arc::new(EmbeddedStore::open(&data_dir.join("store")).unwrap());
     let pipeline = Pipeline {
         settings: PipelineSettings {
             name: "bench".into(),
@@ -123,10 +124,12 @@ fn run_pipeline_with(
             commit_policy: CommitPolicy::default(),
             sink_batch_deadline: Duration::from_secs(60),
             spill_dir: data_dir.join("spill"),
+            dead_letter: Default::default(),
         },
         source,
         sinks: vec![SinkSpec { sink, required: true }],
-        store: Arc::new(EmbeddedStore::open(&data_dir.join("store")).unwrap()),
+        store: store.clone(),
+        dead_letters: store,
     };
     runtime.block_on(pipeline.run(Shutdown::new())).unwrap();
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use sluice_config::{Config, PipelineConfig, SourceConfig};
-use sluice_core::{CheckpointStore, Source};
+use sluice_core::Source;
 use sluice_generator::GeneratorSource;
 use sluice_mysql::MysqlSource;
 use sluice_postgres::PostgresSource;
@@ -30,18 +30,14 @@ pub fn load(path: &Path) -> Result<Config, Failure> {
     Ok(config)
 }
 
-pub fn open_store(data_dir: &Path) -> Result<Arc<dyn CheckpointStore>, Failure> {
+pub fn open_store(data_dir: &Path) -> Result<Arc<EmbeddedStore>, Failure> {
     let store = EmbeddedStore::open(data_dir)
         .map_err(|e| Failure::bad_input(anyhow!("--data-dir {}: {e}", data_dir.display())))?;
     Ok(Arc::new(store))
 }
 
 /// Spill files of pipeline `name` live in `<data dir>/spill/<name>`.
-pub fn pipeline(
-    config: &PipelineConfig,
-    store: Arc<dyn CheckpointStore>,
-    data_dir: &Path,
-) -> Result<Pipeline, Failure> {
+pub fn pipeline(config: &PipelineConfig, store: Arc<EmbeddedStore>, data_dir: &Path) -> Result<Pipeline, Failure> {
     let source: Box<dyn Source> = match &config.source {
         SourceConfig::Generator(c) => Box::new(GeneratorSource::new(c.clone())),
         SourceConfig::Postgres(c) => Box::new(PostgresSource::new(c.clone())),
@@ -60,9 +56,11 @@ pub fn pipeline(
             commit_policy: config.commit_policy.clone(),
             sink_batch_deadline: Duration::from_secs(config.sink_batch_deadline_secs),
             spill_dir: data_dir.join("spill").join(&config.name),
+            dead_letter: config.dead_letter.clone(),
         },
         source,
         sinks,
-        store,
+        store: store.clone(),
+        dead_letters: store,
     })
 }

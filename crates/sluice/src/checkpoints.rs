@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use anyhow::anyhow;
-use sluice_core::CheckpointKey;
+use sluice_core::{CheckpointKey, CheckpointStore};
 
 use crate::cli::{CheckpointsAction, CheckpointsArgs, ResetArgs, RunArgs};
 use crate::validate::table;

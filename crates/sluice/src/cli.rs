@@ -33,6 +33,39 @@ pub enum Command {
     Validate(ConfigArgs),
     /// Inspect or reset stored checkpoints.
     Checkpoints(CheckpointsArgs),
+    /// Inspect or purge the dead letter queue: events a sink can never take.
+    Dlq(DlqArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DlqArgs {
+    #[command(subcommand)]
+    pub action: DlqAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DlqAction {
+    /// One line per dead letter: key, sink, why.
+    List(RunArgs),
+    /// One dead letter in full, with its event.
+    Show {
+        #[command(flatten)]
+        run: RunArgs,
+        /// The key `sluice dlq list` prints.
+        key: String,
+    },
+    /// Delete dead letters.
+    Purge {
+        #[command(flatten)]
+        run: RunArgs,
+        /// Keys to delete; or --all.
+        key: Vec<String>,
+        #[arg(long)]
+        all: bool,
+        /// Confirm: purged events are gone for good.
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 #[derive(Debug, Args)]

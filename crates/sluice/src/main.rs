@@ -5,6 +5,7 @@
 mod assemble;
 mod checkpoints;
 mod cli;
+mod dlq;
 mod logging;
 mod run;
 mod validate;
@@ -35,6 +36,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Validate(args) => validate::validate(args),
         Command::Checkpoints(args) => checkpoints::checkpoints(args),
+        Command::Dlq(args) => dlq::dlq(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -203,8 +203,8 @@ fn a_50000_row_source_transaction_is_one_kafka_transaction() {
 }
 
 #[test]
-fn bad_input_is_reported_never_dropped() {
-    // An event larger than the topic accepts, with no dead letter queue.
+fn poison_events_go_to_the_dead_letter_queue_and_are_never_dropped() {
+    // Every event is larger than this topic accepts.
     let admin: AdminClient<DefaultClientContext> =
         ClientConfig::new().set("bootstrap.servers", brokers()).create().unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -212,27 +212,49 @@ fn bad_input_is_reported_never_dropped() {
     let tiny_topic = format!("{tiny}.orders");
     let small = NewTopic::new(&tiny_topic, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "100");
     runtime.block_on(admin.create_topics([&small], &AdminOptions::new())).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &generator_to_kafka(&tiny, 5, 2, None, ""));
-    let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
-    assert_eq!(output.status.code(), Some(1));
-    assert!(stderr(&output).contains("larger than the broker accepts"), "{}", stderr(&output));
+    for exactly_once in ["false", "true"] {
+        let dir = tempfile::tempdir().unwrap();
+        let text = generator_to_kafka(&tiny, 5, 2, None, &format!(", exactly_once: {exactly_once}"));
+        let config = write_config(dir.path(), &text);
+        let config = config.to_str().unwrap();
+        let output = run(&["run", "-c", config], dir.path());
+        assert!(output.status.success(), "{}", log_of(dir.path()));
+        let list = run(&["dlq", "list", "-c", config], dir.path());
+        let listing = String::from_utf8_lossy(&list.stdout);
+        assert!(
+            listing.contains("10 dead letter(s)") && listing.contains("larger than the broker accepts"),
+            "{listing}"
+        );
+        let key = format!("{tiny}::sink::k::gen:3:1");
+        let show = run(&["dlq", "show", "-c", config, &key], dir.path());
+        let shown: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+        assert_eq!(shown["event"]["position"], "gen:3:1", "the whole event is kept");
+        let purge = run(&["dlq", "purge", "-c", config, "--all", "--yes"], dir.path());
+        assert!(String::from_utf8_lossy(&purge.stdout).contains("purged 10"));
+    }
 
-    // A topic template that renders an invalid name.
+    // A topic template that renders an invalid name: per-event, to the queue.
     let dir = tempfile::tempdir().unwrap();
     let bad = unique("badtopic");
     let text = generator_to_kafka(&bad, 5, 2, None, "")
         .replace(&format!("topic: \"{bad}.${{table}}\""), "topic: \"bad topic ${table}\"");
     let config = write_config(dir.path(), &text);
     let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
-    assert_eq!(output.status.code(), Some(1));
-    assert!(
-        stderr(&output).contains("renders \"bad topic orders\", which is not a valid topic name"),
-        "{}",
-        stderr(&output)
-    );
+    assert!(output.status.success(), "{}", log_of(dir.path()));
+    let list = run(&["dlq", "list", "-c", config.to_str().unwrap()], dir.path());
+    assert!(String::from_utf8_lossy(&list.stdout).contains("not a valid topic name"));
 
-    // Unreachable brokers: a clear error, then retries.
+    // A full queue stops the pipeline rather than drop anything.
+    let dir = tempfile::tempdir().unwrap();
+    let text = generator_to_kafka(&tiny, 5, 2, None, "") + "    dead_letter: { max_entries: 3 }\n";
+    let config = write_config(dir.path(), &text);
+    let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("dead letter queue is full (3 entries)"), "{}", stderr(&output));
+}
+
+#[test]
+fn unreachable_brokers_are_reported_and_retried() {
     let dir = tempfile::tempdir().unwrap();
     let text = generator_to_kafka(&unique("nobroker"), 5, 2, None, "").replace(&brokers(), "127.0.0.1:1");
     let config = write_config(dir.path(), &text.replace("timeout_secs: 10", "timeout_secs: 1"));

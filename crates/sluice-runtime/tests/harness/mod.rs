@@ -47,6 +47,7 @@ pub struct World {
     pub calls: Vec<Arc<Mutex<Vec<Call>>>>,
     plans: Vec<FaultPlan>,
     spill_dir: tempfile::TempDir,
+    pub dead_letters: Arc<MemoryStore>,
 }
 
 pub enum Outcome {
@@ -73,6 +74,7 @@ impl World {
             store,
             scenario,
             spill_dir: tempfile::tempdir().unwrap(),
+            dead_letters: Arc::new(MemoryStore::new()),
         }
     }
 
@@ -127,10 +129,12 @@ impl World {
                 commit_policy: self.scenario.policy.clone(),
                 sink_batch_deadline: Duration::from_secs(1),
                 spill_dir: self.spill_dir.path().join("spill"),
+                dead_letter: sluice_config::DeadLetterConfig::default(),
             },
             source: Box::new(source),
             sinks,
             store: self.store.clone(),
+            dead_letters: self.dead_letters.clone(),
         };
         let outcome = runtime.block_on(async {
             tokio::select! {

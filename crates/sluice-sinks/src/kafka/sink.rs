@@ -98,9 +98,7 @@ impl KafkaSink {
         }
         if code == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
             return SinkError::permanent_from(
-                format!(
-                    "kafka: {context}: an event is larger than the broker accepts, and no dead letter queue is configured"
-                ),
+                format!("kafka: {context}: a message is larger than the broker accepts"),
                 "raise message.max.bytes on the broker (or the topic's max.message.bytes) and message.max.bytes in client_conf",
                 error,
             );
@@ -138,7 +136,7 @@ impl KafkaSink {
     }
 
     /// Produces every event; returns the delivery futures still pending.
-    async fn produce(&self, events: &mut dyn EventChunks) -> Result<VecDeque<DeliveryFuture>, SinkError> {
+    async fn produce(&self, events: &mut dyn EventChunks) -> Result<VecDeque<(DeliveryFuture, Position)>, SinkError> {
         let producer = self.producer()?;
         let mut pending = VecDeque::new();
         let (mut topic, mut key, mut key_text) = (String::new(), Vec::new(), String::new());
@@ -146,16 +144,15 @@ impl KafkaSink {
             for event in chunk {
                 self.topic.render(event, &mut topic);
                 if !valid_topic(&topic) {
-                    return Err(SinkError::permanent(
-                        format!(
-                            "kafka: event {} ({} at {}): topic template {:?} renders {topic:?}, which is not a valid topic name; no dead letter queue is configured",
+                    return Err(SinkError::Rejected {
+                        detail: format!(
+                            "kafka: topic {topic:?} is not a valid topic name (template {:?}, event {} of {})",
+                            self.config.topic,
                             event.id(),
-                            event.table,
-                            event.position,
-                            self.config.topic
+                            event.table
                         ),
-                        "change the sink's topic template so every event renders a name of a-z, A-Z, 0-9, '.', '_' and '-'",
-                    ));
+                        position: event.position.clone(),
+                    });
                 }
                 let has_key = match (&self.key, &event.key) {
                     (Some(template), _) => {
@@ -180,11 +177,11 @@ impl KafkaSink {
                 let mut record = Some(record);
                 while let Some(next) = record.take() {
                     match producer.send_result(next) {
-                        Ok(delivery) => pending.push_back(delivery),
+                        Ok(delivery) => pending.push_back((delivery, event.position.clone())),
                         Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                             // The local queue is full: wait for the oldest delivery.
                             match pending.pop_front() {
-                                Some(oldest) => self.settle(oldest).await?,
+                                Some((oldest, position)) => self.settle(oldest, &position).await?,
                                 None => tokio::time::sleep(Duration::from_millis(10)).await,
                             }
                             record = Some(back);
@@ -197,9 +194,17 @@ impl KafkaSink {
         Ok(pending)
     }
 
-    async fn settle(&self, delivery: DeliveryFuture) -> Result<(), SinkError> {
+    async fn settle(&self, delivery: DeliveryFuture, position: &Position) -> Result<(), SinkError> {
         match delivery.await {
             Ok(Ok(_)) => Ok(()),
+            Ok(Err((error, _))) if error.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) => {
+                Err(SinkError::Rejected {
+                    detail: format!(
+                        "kafka: the event at {position} is larger than the broker accepts (message.max.bytes): {error}"
+                    ),
+                    position: position.clone(),
+                })
+            }
             Ok(Err((error, _))) => Err(self.classify("delivery", error)),
             Err(_) => Err(SinkError::transient("kafka: a delivery was cancelled (producer closed)")),
         }
@@ -212,9 +217,9 @@ impl KafkaSink {
         let record = FutureRecord::to(&self.config.checkpoint_topic).key(&self.checkpoint_key).payload(&value);
         let delivery =
             self.producer()?.send_result(record).map_err(|(e, _)| self.classify("producing the checkpoint", e))?;
-        pending.push_back(delivery);
-        for delivery in pending {
-            self.settle(delivery).await?;
+        pending.push_back((delivery, last.clone()));
+        for (delivery, position) in pending {
+            self.settle(delivery, &position).await?;
         }
         failpoint::hit("kafka.before_commit");
         let timeout = self.timeout;
@@ -291,7 +296,7 @@ impl Sink for KafkaSink {
         let last = events.last_position().clone();
         if self.config.exactly_once {
             if let Err(error) = self.write_transaction(events, &last).await {
-                if error.is_transient() {
+                if error.is_transient() || matches!(error, SinkError::Rejected { .. }) {
                     // Abort so the retry, after `open`, starts clean.
                     let timeout = self.timeout;
                     let _ = self.blocking("abort transaction", move |p| p.abort_transaction(timeout)).await;
@@ -300,8 +305,8 @@ impl Sink for KafkaSink {
             }
         } else {
             let pending = self.produce(events).await?;
-            for delivery in pending {
-                self.settle(delivery).await?;
+            for (delivery, position) in pending {
+                self.settle(delivery, &position).await?;
             }
         }
         self.held = Some(last);

@@ -16,6 +16,8 @@ pub enum Fault {
     FailBefore,
     /// Fail before writing, with an error retrying cannot fix.
     Reject,
+    /// Refuse the batch's first event for good (a poison event).
+    RejectFirst,
     /// Write, then report a failure: the retry must not duplicate.
     FailAfter,
     /// Write half the batch, then fail: a torn write.
@@ -103,6 +105,9 @@ impl<S: Sink> Sink for FaultySink<S> {
             Fault::None => unreachable!("passed through above"),
             Fault::FailBefore => Err(injected()),
             Fault::Reject => Err(SinkError::permanent("injected permanent fault", "remove the fault")),
+            Fault::RejectFirst => {
+                Err(SinkError::Rejected { detail: "injected poison event".into(), position: all[0].position.clone() })
+            }
             Fault::FailAfter => {
                 self.inner.write(&mut write(&all)).await?;
                 Err(injected())
