@@ -48,6 +48,14 @@ install_packages() {
   fi
 }
 
+# Kills the process whose PID a service's folder recorded, if it runs.
+kill_recorded() {
+  [ -f "$1/pid" ] || return 0
+  local pid
+  pid=$(cat "$1/pid")
+  if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
+}
+
 start_postgres() {
   local pg="$DIR/postgres"
   local port
@@ -262,13 +270,7 @@ start_redis() {
   log "redis $(redis-server --version | awk '{print $3}' | cut -d= -f2) on 127.0.0.1:$port (pid $(cat "$redis/pid"))"
 }
 
-stop_redis() {
-  local redis="$DIR/redis"
-  [ -f "$redis/pid" ] || return 0
-  local pid
-  pid=$(cat "$redis/pid")
-  if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
-}
+stop_redis() { kill_recorded "$DIR/redis"; }
 
 start_nats() {
   local nats="$DIR/nats"
@@ -288,31 +290,11 @@ start_nats() {
   log "nats-server (JetStream) on 127.0.0.1:$port (pid $(cat "$nats/pid"))"
 }
 
-stop_nats() {
-  local nats="$DIR/nats"
-  [ -f "$nats/pid" ] || return 0
-  local pid
-  pid=$(cat "$nats/pid")
-  if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
-}
+stop_nats() { kill_recorded "$DIR/nats"; }
 
-stop_kafka() {
-  local kafka="$DIR/kafka"
-  [ -f "$kafka/pid" ] || return 0
-  local pid
-  pid=$(cat "$kafka/pid")
-  if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
-}
+stop_kafka() { kill_recorded "$DIR/kafka"; }
 
-stop_mariadb() {
-  local my="$DIR/mariadb"
-  [ -f "$my/pid" ] || return 0
-  local pid
-  pid=$(cat "$my/pid")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-}
+stop_mariadb() { kill_recorded "$DIR/mariadb"; }
 
 stop_postgres() {
   local pg pid

@@ -240,21 +240,10 @@ fn validate_postgres(at: &str, c: &PostgresConfig) -> Result<(), Invalid> {
             ));
         }
     }
-    let bounded = [
-        ("status_interval_secs", Some(c.status_interval_secs), 1, 3600),
-        ("connect_timeout_secs", Some(c.connect_timeout_secs), 1, 3600),
-        ("heartbeat_secs", c.heartbeat_secs, 1, 86_400),
-    ];
-    for (field, value, low, high) in bounded {
-        if let Some(value) = value
-            && !(low..=high).contains(&value)
-        {
-            return Err(Invalid::new(
-                format!("{at}.{field}"),
-                format!("{value} is outside {low}..={high}"),
-                format!("set {field} between {low} and {high} seconds"),
-            ));
-        }
+    check_seconds(at, "status_interval_secs", c.status_interval_secs, 3600)?;
+    check_seconds(at, "connect_timeout_secs", c.connect_timeout_secs, 3600)?;
+    if let Some(heartbeat) = c.heartbeat_secs {
+        check_seconds(at, "heartbeat_secs", heartbeat, 86_400)?;
     }
     Ok(())
 }
@@ -313,18 +302,8 @@ fn validate_mysql(at: &str, c: &MysqlConfig) -> Result<(), Invalid> {
         }
         _ => {}
     }
-    let bounded =
-        [("heartbeat_secs", c.heartbeat_secs, 1, 3600), ("connect_timeout_secs", c.connect_timeout_secs, 1, 3600)];
-    for (field, value, low, high) in bounded {
-        if !(low..=high).contains(&value) {
-            return Err(Invalid::new(
-                format!("{at}.{field}"),
-                format!("{value} is outside {low}..={high}"),
-                format!("set {field} between {low} and {high} seconds"),
-            ));
-        }
-    }
-    Ok(())
+    check_seconds(at, "heartbeat_secs", c.heartbeat_secs, 3600)?;
+    check_seconds(at, "connect_timeout_secs", c.connect_timeout_secs, 3600)
 }
 
 fn validate_kafka(at: &str, c: &KafkaSinkConfig) -> Result<(), Invalid> {
@@ -350,14 +329,7 @@ fn validate_kafka(at: &str, c: &KafkaSinkConfig) -> Result<(), Invalid> {
             "use brokers, exactly_once, transactional_id or compression instead",
         ));
     }
-    if !(1..=3600).contains(&c.timeout_secs) {
-        return Err(Invalid::new(
-            format!("{at}.timeout_secs"),
-            "is outside 1..=3600",
-            "set a timeout in seconds, e.g. 30",
-        ));
-    }
-    Ok(())
+    check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
 }
 
 fn validate_redis(at: &str, c: &RedisSinkConfig) -> Result<(), Invalid> {
@@ -377,14 +349,7 @@ fn validate_redis(at: &str, c: &RedisSinkConfig) -> Result<(), Invalid> {
             "leave maxlen out, or keep at least 1 entry",
         ));
     }
-    if !(1..=3600).contains(&c.timeout_secs) {
-        return Err(Invalid::new(
-            format!("{at}.timeout_secs"),
-            "is outside 1..=3600",
-            "set a timeout in seconds, e.g. 10",
-        ));
-    }
-    Ok(())
+    check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
 }
 
 fn validate_nats(at: &str, c: &NatsSinkConfig) -> Result<(), Invalid> {
@@ -413,19 +378,18 @@ fn validate_nats(at: &str, c: &NatsSinkConfig) -> Result<(), Invalid> {
             "use one of user/password, token, or credentials_file",
         ));
     }
-    if !(1..=86_400).contains(&c.duplicate_window_secs) {
-        return Err(Invalid::new(
-            format!("{at}.duplicate_window_secs"),
-            "is outside 1..=86400",
-            "set a window in seconds, e.g. 120",
-        ));
+    check_seconds(at, "duplicate_window_secs", c.duplicate_window_secs, 86_400)?;
+    check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
+}
+
+/// A duration setting in whole seconds, from 1 to `max`.
+fn check_seconds(at: &str, field: &str, value: u64, max: u64) -> Result<(), Invalid> {
+    if (1..=max).contains(&value) {
+        return Ok(());
     }
-    if !(1..=3600).contains(&c.timeout_secs) {
-        return Err(Invalid::new(
-            format!("{at}.timeout_secs"),
-            "is outside 1..=3600",
-            "set a timeout in seconds, e.g. 30",
-        ));
-    }
-    Ok(())
+    Err(Invalid::new(
+        format!("{at}.{field}"),
+        format!("{value} is outside 1..={max}"),
+        format!("set {field} between 1 and {max} seconds"),
+    ))
 }

@@ -105,20 +105,41 @@ impl Event {
 /// The JSON envelope sinks write, one object per event.
 impl Serialize for Event {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Envelope::new(self).serialize(serializer)
+    }
+}
+
+/// An event with its id computed once. A sink that puts the id in a
+/// header or field as well as in the JSON body uses this, so the hash runs
+/// once per event, not twice.
+pub struct Envelope<'a> {
+    pub event: &'a Event,
+    pub id: String,
+}
+
+impl<'a> Envelope<'a> {
+    pub fn new(event: &'a Event) -> Self {
+        Self { event, id: event.id().to_string() }
+    }
+}
+
+impl Serialize for Envelope<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let event = self.event;
         let mut map = serializer.serialize_map(Some(13))?;
-        map.serialize_entry("id", &self.id().to_string())?;
-        map.serialize_entry("op", self.op.code())?;
-        map.serialize_entry("source", &*self.source_id)?;
-        map.serialize_entry("db", &*self.database)?;
-        map.serialize_entry("table", &*self.table)?;
-        map.serialize_entry("key", &self.key)?;
-        map.serialize_entry("before", &self.before)?;
-        map.serialize_entry("after", &self.after)?;
-        map.serialize_entry("schema_version", &self.schema_version)?;
-        map.serialize_entry("position", &self.position)?;
-        map.serialize_entry("tx_id", &*self.tx_id)?;
-        map.serialize_entry("tx_end", &self.tx_end)?;
-        map.serialize_entry("commit_time", &format_utc_micros(self.commit_time_us))?;
+        map.serialize_entry("id", &self.id)?;
+        map.serialize_entry("op", event.op.code())?;
+        map.serialize_entry("source", &*event.source_id)?;
+        map.serialize_entry("db", &*event.database)?;
+        map.serialize_entry("table", &*event.table)?;
+        map.serialize_entry("key", &event.key)?;
+        map.serialize_entry("before", &event.before)?;
+        map.serialize_entry("after", &event.after)?;
+        map.serialize_entry("schema_version", &event.schema_version)?;
+        map.serialize_entry("position", &event.position)?;
+        map.serialize_entry("tx_id", &*event.tx_id)?;
+        map.serialize_entry("tx_end", &event.tx_end)?;
+        map.serialize_entry("commit_time", &format_utc_micros(event.commit_time_us))?;
         map.end()
     }
 }

@@ -18,7 +18,7 @@ pub mod value;
 pub use checkpoint::{CheckpointKey, CheckpointStore};
 pub use dead_letter::{DeadLetter, DeadLetterQueue};
 pub use error::{BoxError, SinkError, SourceError, StoreError};
-pub use event::{Event, EventId, Op};
+pub use event::{Envelope, Event, EventId, Op};
 pub use guarantee::Guarantee;
 pub use position::{BinlogPos, Lsn, Position, PositionParseError, binlog_file_index, or_start};
 pub use sink::{EventChunks, Sink, SliceChunks, collect_chunks};

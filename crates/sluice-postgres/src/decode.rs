@@ -245,7 +245,7 @@ impl Decoder {
             (position, tx_id, time, false)
         } else {
             // Sent at once, outside any transaction, in log order.
-            (Position::Postgres { commit_lsn: Lsn(lsn), seq: 0 }, Arc::from(""), now_us(), true)
+            (Position::Postgres { commit_lsn: Lsn(lsn), seq: 0 }, Arc::from(""), sluice_core::time::now_us(), true)
         };
         let event = Event {
             op: Op::Message,
@@ -268,10 +268,6 @@ impl Decoder {
         }
         Ok(())
     }
-}
-
-fn now_us() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
 }
 
 fn datum_value(ty: &PgType, datum: &Datum) -> Value {

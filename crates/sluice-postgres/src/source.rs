@@ -72,7 +72,7 @@ impl SourceStats {
         if commit == 0 {
             return Duration::ZERO;
         }
-        Duration::from_micros(now_us().saturating_sub(commit).max(0) as u64)
+        Duration::from_micros(sluice_core::time::now_us().saturating_sub(commit).max(0) as u64)
     }
 }
 
@@ -357,7 +357,7 @@ impl Reader {
 
     async fn send_status(&mut self, nothing_ready: bool) -> Result<(), SourceError> {
         self.flushed = self.flushed.max(self.flush_position(nothing_ready));
-        let update = pgoutput::status_update(self.flushed.0, now_us(), false);
+        let update = pgoutput::status_update(self.flushed.0, sluice_core::time::now_us(), false);
         self.conn.send_copy_data(&update).await.map_err(|e| source_error("standby status update", e))?;
         self.stats.flushed_lsn.store(self.flushed.0, Ordering::Relaxed);
         debug!(
@@ -375,8 +375,4 @@ fn malformed(err: pgoutput::Malformed) -> SourceError {
         format!("the server sent a replication message Sluice cannot read: {err}"),
         "report this with the server version; Sluice speaks pgoutput protocol version 1",
     )
-}
-
-fn now_us() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
 }

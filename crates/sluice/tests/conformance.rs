@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::unique;
+
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
@@ -20,11 +22,6 @@ use sluice_sinks::SinkContext;
 fn env(name: &str) -> String {
     std::env::var(name)
         .unwrap_or_else(|_| panic!("{name} is not set: run `scripts/services.sh start` and source its env file"))
-}
-
-fn unique(name: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    format!("{name}{}x{nanos}", std::process::id())
 }
 
 /// Three batches of whole transactions from the generator.

@@ -69,13 +69,6 @@ fn consume(topics: &[String], isolation: &str) -> Vec<Record> {
     records
 }
 
-/// Ids, and so topics and checkpoint keys, of their own for every run, so a
-/// rerun never finds what an earlier run left in the broker.
-fn unique(name: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    format!("{name}{}x{nanos}", std::process::id())
-}
-
 fn generator_to_kafka(id: &str, tx_count: u64, rows_per_tx: u32, rate: Option<u64>, extra: &str) -> String {
     let rate = rate.map(|r| format!(", events_per_sec: {r}")).unwrap_or_default();
     format!(

@@ -14,11 +14,6 @@ fn nats_url() -> String {
     })
 }
 
-fn unique(name: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    format!("{name}{}x{nanos}", std::process::id())
-}
-
 /// The `Sluice-Position` of every message of a stream, in order.
 fn stream_positions(stream: &str) -> Vec<String> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

@@ -53,11 +53,6 @@ fn positions_in(stream: &str) -> Vec<String> {
         .collect()
 }
 
-fn unique(name: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    format!("{name}{}x{nanos}", std::process::id())
-}
-
 fn config(id: &str, redis_required: bool) -> String {
     format!(
         "pipelines:\n  - name: {id}\n    source: {{ type: generator, config: {{ id: {id}, tx_count: 2000, rows_per_tx: 10, events_per_sec: 2000 }} }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: out.jsonl }}\n      - type: redis\n        config: {{ id: r, url: \"{}\", stream: \"{id}.${{table}}\", required: {redis_required}, timeout_secs: 2 }}\n    sink_batch_deadline_secs: 2\n",

@@ -8,7 +8,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use sluice_config::{KafkaSinkConfig, valid_topic};
-use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError, failpoint};
+use sluice_core::{Envelope, Event, EventChunks, Guarantee, Position, Sink, SinkError, failpoint};
 
 use super::checkpoint::{ensure_topic, read_position};
 use crate::template::{Template, default_key};
@@ -167,10 +167,11 @@ impl KafkaSink {
                     }
                     (None, None) => false,
                 };
-                let payload = serde_json::to_vec(event).map_err(|e| {
+                let envelope = Envelope::new(event);
+                let payload = serde_json::to_vec(&envelope).map_err(|e| {
                     SinkError::permanent_from("kafka: cannot encode an event", "report this as a bug", e)
                 })?;
-                let mut record = FutureRecord::to(&topic).payload(&payload).headers(headers(event));
+                let mut record = FutureRecord::to(&topic).payload(&payload).headers(headers(event, &envelope.id));
                 if has_key {
                     record = record.key(&key);
                 }
@@ -229,8 +230,7 @@ impl KafkaSink {
     }
 }
 
-fn headers(event: &Event) -> OwnedHeaders {
-    let id = event.id().to_string();
+fn headers(event: &Event, id: &str) -> OwnedHeaders {
     let position = event.position.to_string();
     OwnedHeaders::new_with_capacity(6)
         .insert(Header { key: "sluice.event_id", value: Some(id.as_bytes()) })

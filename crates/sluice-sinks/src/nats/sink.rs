@@ -5,7 +5,7 @@ use async_nats::jetstream::{self, Context};
 use async_trait::async_trait;
 use bytes::Bytes;
 use sluice_config::NatsSinkConfig;
-use sluice_core::{EventChunks, Guarantee, Position, Sink, SinkError};
+use sluice_core::{Envelope, EventChunks, Guarantee, Position, Sink, SinkError};
 
 use crate::template::Template;
 
@@ -141,12 +141,13 @@ impl Sink for NatsSink {
             for (expected, event) in (self.last_sequence..).zip(chunk.iter()) {
                 self.subject.render(event, &mut subject);
                 let mut headers = HeaderMap::new();
-                headers.insert("Nats-Msg-Id", event.id().to_string().as_str());
+                let envelope = Envelope::new(event);
+                headers.insert("Nats-Msg-Id", envelope.id.as_str());
                 headers.insert(POSITION_HEADER, event.position.to_string().as_str());
                 if self.config.exclusive {
                     headers.insert("Nats-Expected-Last-Sequence", expected.to_string().as_str());
                 }
-                let payload = serde_json::to_vec(event).map_err(|e| {
+                let payload = serde_json::to_vec(&envelope).map_err(|e| {
                     SinkError::permanent_from("nats sink: cannot encode an event", "report this as a bug", e)
                 })?;
                 let ack = jetstream

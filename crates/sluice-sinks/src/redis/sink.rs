@@ -3,7 +3,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use sluice_config::RedisSinkConfig;
-use sluice_core::{EventChunks, Guarantee, Position, Sink, SinkError};
+use sluice_core::{Envelope, EventChunks, Guarantee, Position, Sink, SinkError};
 
 use crate::template::{Template, default_key};
 
@@ -172,10 +172,11 @@ impl Sink for RedisSink {
                 }
                 args.push(event.position.sort_key().into_bytes());
                 args.push((index + 2).to_string().into_bytes());
-                args.push(event.id().to_string().into_bytes());
+                let envelope = Envelope::new(event);
+                args.push(envelope.id.clone().into_bytes());
                 args.push(key.clone());
                 args.push(event.op.code().as_bytes().to_vec());
-                args.push(serde_json::to_vec(event).map_err(|e| {
+                args.push(serde_json::to_vec(&envelope).map_err(|e| {
                     SinkError::permanent_from("redis sink: cannot encode an event", "report this as a bug", e)
                 })?);
             }

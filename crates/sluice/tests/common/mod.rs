@@ -124,3 +124,10 @@ pub fn wait_until(limit: Duration, what: &str, mut condition: impl FnMut() -> bo
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// A name of its own for every run, so topics, streams and checkpoint keys
+/// never meet what an earlier run left in a server.
+pub fn unique(name: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{name}{}x{nanos}", std::process::id())
+}
