@@ -4,6 +4,7 @@
 
 mod error;
 mod expand;
+mod http;
 mod kafka;
 mod mysql;
 mod nats;
@@ -17,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 pub use error::{ConfigError, Invalid};
 pub use expand::{ExpandError, expand};
+pub use http::*;
 pub use kafka::*;
 pub use mysql::*;
 pub use nats::*;

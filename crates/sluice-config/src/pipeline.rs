@@ -221,6 +221,7 @@ pub enum SinkConfig {
     Kafka(crate::kafka::KafkaSinkConfig),
     Redis(crate::redis::RedisSinkConfig),
     Nats(crate::nats::NatsSinkConfig),
+    Http(crate::http::HttpSinkConfig),
 }
 
 impl SinkConfig {
@@ -231,6 +232,7 @@ impl SinkConfig {
             SinkConfig::Kafka(c) => &c.id,
             SinkConfig::Redis(c) => &c.id,
             SinkConfig::Nats(c) => &c.id,
+            SinkConfig::Http(c) => &c.id,
         }
     }
 
@@ -241,6 +243,7 @@ impl SinkConfig {
             SinkConfig::Kafka(c) => c.required,
             SinkConfig::Redis(c) => c.required,
             SinkConfig::Nats(c) => c.required,
+            SinkConfig::Http(c) => c.required,
         }
     }
 
@@ -251,6 +254,7 @@ impl SinkConfig {
             SinkConfig::Kafka(_) => "kafka",
             SinkConfig::Redis(_) => "redis",
             SinkConfig::Nats(_) => "nats",
+            SinkConfig::Http(_) => "http",
         }
     }
 
@@ -269,6 +273,7 @@ impl SinkConfig {
                 Guarantee::ExactlyOnce { condition: Some("stream written only by this sink") }
             }
             SinkConfig::Nats(_) => Guarantee::AtLeastOnce { dedup: "server dedup within duplicate_window" },
+            SinkConfig::Http(c) => c.guarantee(),
         }
     }
 }

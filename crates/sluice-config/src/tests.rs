@@ -233,3 +233,52 @@ fn table_patterns_glob() {
     assert!(glob_match("public.orders", "public.orders"));
     assert!(!glob_match("public.order", "public.orders"));
 }
+
+const HTTP: &str = r#"
+pipelines:
+  - name: hooks
+    source: { type: generator, config: { id: gen1 } }
+    sinks:
+      - type: http
+        config: { id: hook, url: "https://hooks.example/${table}/${key.id}", headers: { Authorization: "Bearer tok" } }
+"#;
+
+#[test]
+fn http_sink_defaults_guarantee_and_secret_headers() {
+    let config = check(HTTP).unwrap();
+    let sink = &config.pipelines[0].sinks[0];
+    let SinkConfig::Http(http) = sink else { panic!("http expected") };
+    assert_eq!(http.method, HttpMethod::Post);
+    assert_eq!(http.mode, HttpMode::Single);
+    assert_eq!(http.timeout_secs, DEFAULT_HTTP_TIMEOUT_SECS);
+    assert_eq!(http.max_attempts, DEFAULT_HTTP_MAX_ATTEMPTS);
+    assert_eq!(http.signature_header, DEFAULT_HTTP_SIGNATURE_HEADER);
+    assert_eq!(sink.guarantee().to_string(), "at-least-once (dedup: Idempotency-Key = event id)");
+    let debug = format!("{config:?}");
+    assert!(!debug.contains("Bearer tok") && debug.contains("***"), "{debug}");
+    let batch = check(&HTTP.replace("id: hook,", "id: hook, mode: batch,")).unwrap();
+    assert_eq!(
+        batch.pipelines[0].sinks[0].guarantee().to_string(),
+        "at-least-once (dedup: event id in each array element)"
+    );
+}
+
+#[test]
+fn http_sink_rules_name_the_field() {
+    let cases = [
+        (HTTP.replace("https://hooks.example", "ftp://hooks.example"), "config.url"),
+        (HTTP.replace("https://hooks.example", "https://"), "config.url"),
+        (HTTP.replace("${table}", "${tabel}"), "tabel is not set"),
+        (HTTP.replace("Authorization", "Idempotency-Key"), "config.headers.Idempotency-Key"),
+        (HTTP.replace("Authorization", "\"Bad Header\""), "config.headers.Bad Header"),
+        (HTTP.replace("id: hook,", "id: hook, max_attempts: 0,"), "config.max_attempts"),
+        (HTTP.replace("id: hook,", "id: hook, timeout_secs: 0,"), "config.timeout_secs"),
+        (HTTP.replace("id: hook,", "id: hook, mode: batch, batch_max_events: 0,"), "config.batch_max_events"),
+        (HTTP.replace("id: hook,", "id: hook, method: GET,"), "`POST`"),
+        (HTTP.replace("id: hook,", "id: hook, signature_header: \"x y\","), "config.signature_header"),
+    ];
+    for (text, field) in cases {
+        let message = error_text(&text);
+        assert!(message.contains(field), "expected {field} in {message}");
+    }
+}

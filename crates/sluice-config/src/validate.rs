@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 
 use crate::error::Invalid;
+use crate::http::{HttpMode, HttpSinkConfig};
 use crate::kafka::{KAFKA_MANAGED_SETTINGS, KafkaSinkConfig, check_template, valid_topic};
 use crate::mysql::{MysqlConfig, MysqlSslMode, MysqlStart};
 use crate::nats::NatsSinkConfig;
@@ -135,6 +136,7 @@ fn validate_sink(at: &str, sink: &SinkConfig) -> Result<(), Invalid> {
         SinkConfig::Kafka(c) => validate_kafka(at, c),
         SinkConfig::Redis(c) => validate_redis(at, c),
         SinkConfig::Nats(c) => validate_nats(at, c),
+        SinkConfig::Http(c) => validate_http(at, c),
         SinkConfig::File(_) | SinkConfig::Stdout(_) => Ok(()),
     }
 }
@@ -383,6 +385,78 @@ fn validate_nats(at: &str, c: &NatsSinkConfig) -> Result<(), Invalid> {
 }
 
 /// A duration setting in whole seconds, from 1 to `max`.
+/// Headers the http sink sets itself; a config may not override them.
+const HTTP_MANAGED_HEADERS: &[&str] = &["content-type", "content-length", "idempotency-key", "host"];
+
+fn validate_http(at: &str, c: &HttpSinkConfig) -> Result<(), Invalid> {
+    let rest = c.url.strip_prefix("http://").or_else(|| c.url.strip_prefix("https://"));
+    if rest.is_none_or(|r| r.is_empty() || r.starts_with('/')) {
+        return Err(Invalid::new(
+            format!("{at}.url"),
+            format!("{:?} is not an http:// or https:// URL", c.url),
+            "write http(s)://host[:port]/path; ${db}, ${table}, ${op} and ${key.<column>} may appear in it",
+        ));
+    }
+    check_template(&c.url).map_err(|problem| Invalid::new(format!("{at}.url"), problem, "fix the URL template"))?;
+    let token =
+        |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    for (name, value) in &c.headers {
+        if !token(name) {
+            return Err(Invalid::new(
+                format!("{at}.headers.{name}"),
+                "is not a valid header name",
+                "use letters, digits and - only",
+            ));
+        }
+        if HTTP_MANAGED_HEADERS.contains(&name.to_ascii_lowercase().as_str())
+            || name.eq_ignore_ascii_case(&c.signature_header)
+        {
+            return Err(Invalid::new(
+                format!("{at}.headers.{name}"),
+                "is set by the sink itself",
+                "remove it from headers",
+            ));
+        }
+        if value.expose().bytes().any(|b| b == b'\r' || b == b'\n') {
+            return Err(Invalid::new(
+                format!("{at}.headers.{name}"),
+                "the value holds a line break",
+                "remove the line break (check the environment variable it comes from)",
+            ));
+        }
+    }
+    if !token(&c.signature_header) {
+        return Err(Invalid::new(
+            format!("{at}.signature_header"),
+            format!("{:?} is not a valid header name", c.signature_header),
+            "use letters, digits and - only",
+        ));
+    }
+    if c.mode == HttpMode::Batch && !(1..=100_000).contains(&c.batch_max_events) {
+        return Err(Invalid::new(
+            format!("{at}.batch_max_events"),
+            format!("{} is outside 1..=100000", c.batch_max_events),
+            "set batch_max_events between 1 and 100000",
+        ));
+    }
+    if !(1..=100).contains(&c.max_attempts) {
+        return Err(Invalid::new(
+            format!("{at}.max_attempts"),
+            format!("{} is outside 1..=100", c.max_attempts),
+            "set max_attempts between 1 and 100",
+        ));
+    }
+    if !(1..=60_000).contains(&c.initial_backoff_ms) {
+        return Err(Invalid::new(
+            format!("{at}.initial_backoff_ms"),
+            format!("{} is outside 1..=60000", c.initial_backoff_ms),
+            "set initial_backoff_ms between 1 and 60000",
+        ));
+    }
+    check_seconds(at, "max_backoff_secs", c.max_backoff_secs, 3600)?;
+    check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
+}
+
 fn check_seconds(at: &str, field: &str, value: u64, max: u64) -> Result<(), Invalid> {
     if (1..=max).contains(&value) {
         return Ok(());

@@ -36,6 +36,8 @@ use crate::position::Position;
 ///    It runs on shutdown and when a finite source ends.
 /// 5. `close` releases resources after the final flush.
 ///
+/// `redeliver` is separate from this cycle: it serves `sluice dlq retry`.
+///
 /// Every call runs under `sink_batch_deadline_secs`; a call that exceeds it
 /// is dropped and treated as a transient failure.
 #[async_trait]
@@ -53,6 +55,19 @@ pub trait Sink: Send {
     async fn flush(&mut self) -> Result<Option<Position>, SinkError>;
 
     async fn close(&mut self) -> Result<(), SinkError>;
+
+    /// Sends one event from the dead letter queue again (`sluice dlq
+    /// retry`), outside the position order, leaving the sink's position
+    /// untouched. Returns [`SinkError::Rejected`] when the sink still
+    /// refuses it. Sinks whose stored position is the last event they hold
+    /// (file, NATS) cannot take an older event without breaking recovery,
+    /// and they never dead-letter events, so they refuse.
+    async fn redeliver(&mut self, event: &Event) -> Result<(), SinkError> {
+        Err(SinkError::permanent(
+            format!("sink {:?} cannot take event {} out of position order", self.id(), event.position),
+            "this sink type never sends events to the dead letter queue; purge the letter",
+        ))
+    }
 }
 
 /// The events of one `write`, in order, in one or more chunks.

@@ -36,9 +36,52 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
+/// Seconds since the Unix epoch of an HTTP date in its preferred form
+/// (IMF-fixdate, `Sun, 06 Nov 1994 08:49:37 GMT`); `None` for anything else.
+pub fn parse_http_date(text: &str) -> Option<i64> {
+    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let (_, rest) = text.trim().split_once(", ")?;
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let [day, month, year, clock, "GMT"] = fields.as_slice() else { return None };
+    let day: u32 = day.parse().ok()?;
+    let month = MONTHS.iter().position(|m| m == month)? as u32 + 1;
+    let year: i64 = year.parse().ok()?;
+    let clock: Vec<i64> = clock.split(':').map(|part| part.parse().ok()).collect::<Option<_>>()?;
+    let [hour @ 0..=23, minute @ 0..=59, second @ 0..=60] = clock.as_slice() else { return None };
+    if !(1..=31).contains(&day) {
+        return None;
+    }
+    Some(days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second)
+}
+
+/// Days from 1970-01-01 to a proleptic Gregorian date (the inverse of
+/// `civil_from_days`).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let year = year - i64::from(month <= 2);
+    let era = year.div_euclid(400);
+    let year_of_era = year.rem_euclid(400);
+    let mp = i64::from(if month > 2 { month - 3 } else { month + 9 });
+    let day_of_year = (153 * mp + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_http_dates() {
+        assert_eq!(parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"), Some(784_111_777));
+        assert_eq!(parse_http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
+        assert_eq!(
+            parse_http_date("Sun, 29 Nov 2026 16:35:33 GMT").map(|s| s * 1_000_000).map(format_utc_micros).as_deref(),
+            Some("2026-11-29T16:35:33.000000Z")
+        );
+        assert_eq!(parse_http_date("Sunday, 06-Nov-94 08:49:37 GMT"), None);
+        assert_eq!(parse_http_date("120"), None);
+        assert_eq!(parse_http_date("Sun, 06 Nov 1994 25:49:37 GMT"), None);
+    }
 
     #[test]
     fn formats_known_instants() {

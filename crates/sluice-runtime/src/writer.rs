@@ -254,6 +254,7 @@ impl SinkWriter {
             position: position.to_string(),
             error: detail.clone(),
             event: serde_json::to_string(&event).unwrap_or_default(),
+            encoded: DeadLetter::encode_event(&event),
             recorded_at_us: sluice_core::time::now_us(),
         };
         let queue = self.dead_letters.clone();

@@ -2,6 +2,8 @@
 //! behind a cargo feature of their own.
 
 pub mod file;
+#[cfg(feature = "http")]
+pub mod http;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 #[cfg(feature = "nats")]
@@ -9,6 +11,7 @@ pub mod nats;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod stdout;
+#[cfg(any(feature = "kafka", feature = "redis", feature = "nats", feature = "http"))]
 mod template;
 pub mod testing;
 
@@ -24,7 +27,11 @@ pub use stdout::StdoutSink;
 pub fn preflight(config: &SinkConfig) -> Result<(), (&'static str, String)> {
     match config {
         SinkConfig::File(c) => file::preflight(&c.path).map_err(|problem| ("path", problem)),
-        SinkConfig::Stdout(_) | SinkConfig::Kafka(_) | SinkConfig::Redis(_) | SinkConfig::Nats(_) => Ok(()),
+        SinkConfig::Stdout(_)
+        | SinkConfig::Kafka(_)
+        | SinkConfig::Redis(_)
+        | SinkConfig::Nats(_)
+        | SinkConfig::Http(_) => Ok(()),
     }
 }
 
@@ -42,6 +49,7 @@ pub struct NotBuilt(pub &'static str);
 
 /// Builds the sink a config describes. Connecting and recovery happen in
 /// `Sink::open`, which the coordinator calls.
+#[cfg_attr(not(any(feature = "kafka", feature = "redis")), allow(unused_variables))]
 pub fn build(config: &SinkConfig, context: &SinkContext) -> Result<Box<dyn Sink>, NotBuilt> {
     Ok(match config {
         SinkConfig::File(c) => Box::new(FileSink::new(&c.id, &c.path)),
@@ -58,6 +66,10 @@ pub fn build(config: &SinkConfig, context: &SinkContext) -> Result<Box<dyn Sink>
         SinkConfig::Nats(c) => Box::new(nats::NatsSink::new(c.clone())),
         #[cfg(not(feature = "nats"))]
         SinkConfig::Nats(_) => return Err(NotBuilt("nats")),
+        #[cfg(feature = "http")]
+        SinkConfig::Http(c) => Box::new(http::HttpSink::new(c.clone())),
+        #[cfg(not(feature = "http"))]
+        SinkConfig::Http(_) => return Err(NotBuilt("http")),
     })
 }
 

@@ -61,6 +61,7 @@ mod tests {
             position: "gen:1:0".into(),
             error: "too large".into(),
             event: "{}".into(),
+            encoded: String::new(),
             recorded_at_us: at,
         }
     }

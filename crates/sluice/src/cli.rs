@@ -54,6 +54,16 @@ pub enum DlqAction {
         /// The key `sluice dlq list` prints.
         key: String,
     },
+    /// Send dead letters to their sink again; delivered ones leave the
+    /// queue. The pipeline must be stopped (it holds the data dir).
+    Retry {
+        #[command(flatten)]
+        run: RunArgs,
+        /// Keys to retry; or --all.
+        key: Vec<String>,
+        #[arg(long)]
+        all: bool,
+    },
     /// Delete dead letters.
     Purge {
         #[command(flatten)]

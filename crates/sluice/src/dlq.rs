@@ -1,7 +1,12 @@
-//! `sluice dlq list|show|purge`.
+//! `sluice dlq list|show|retry|purge`.
+
+use std::collections::HashMap;
+use std::time::Duration;
 
 use anyhow::anyhow;
-use sluice_core::DeadLetterQueue;
+use sluice_config::Config;
+use sluice_core::{DeadLetter, DeadLetterQueue, Sink, SinkError};
+use sluice_sinks::SinkContext;
 
 use crate::cli::{DlqAction, DlqArgs};
 use crate::validate::table;
@@ -40,6 +45,43 @@ pub fn dlq(args: DlqArgs) -> Result<(), Failure> {
             println!("{}", serde_json::to_string_pretty(&shown).unwrap_or_default());
             Ok(())
         }
+        DlqAction::Retry { run, key, all } => {
+            let config = assemble::load(&run.config.config)?;
+            if key.is_empty() != all {
+                return Err(Failure::bad_input(anyhow!("name the keys to retry, or pass --all (not both)")));
+            }
+            let store = assemble::open_store(&run.data_dir)?;
+            let stored = store.letters().map_err(Failure::pipeline)?;
+            let letters: Vec<DeadLetter> = if all {
+                stored
+            } else {
+                let mut chosen = Vec::new();
+                for wanted in &key {
+                    let letter = stored.iter().find(|l| &l.key == wanted).ok_or_else(|| {
+                        Failure::bad_input(anyhow!(
+                            "no dead letter has key {wanted:?}; hint: `sluice dlq list` prints the keys"
+                        ))
+                    })?;
+                    chosen.push(letter.clone());
+                }
+                chosen
+            };
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| Failure::pipeline(anyhow!("cannot start the async runtime: {e}")))?;
+            let delivered = runtime.block_on(retry(&config, &letters));
+            let keys: Vec<String> = delivered.iter().map(|l| l.key.clone()).collect();
+            store.purge(&keys).map_err(Failure::pipeline)?;
+            let kept = letters.len() - keys.len();
+            println!("{} delivered and removed, {kept} kept", keys.len());
+            if kept > 0 {
+                return Err(Failure::pipeline(anyhow!(
+                    "{kept} dead letter(s) could not be delivered; they stay in the queue"
+                )));
+            }
+            Ok(())
+        }
         DlqAction::Purge { run, key, all, yes } => {
             assemble::load(&run.config.config)?;
             if key.is_empty() != all {
@@ -58,5 +100,60 @@ pub fn dlq(args: DlqArgs) -> Result<(), Failure> {
             println!("purged {removed} dead letter(s)");
             Ok(())
         }
+    }
+}
+
+/// Sinks built for retries, by (source id, sink id), with their deadline.
+type OpenSinks = HashMap<(String, String), (Box<dyn Sink>, Duration)>;
+
+/// Sends each letter to its sink; returns the letters delivered.
+async fn retry<'a>(config: &Config, letters: &'a [DeadLetter]) -> Vec<&'a DeadLetter> {
+    let mut sinks = OpenSinks::new();
+    let mut delivered = Vec::new();
+    for letter in letters {
+        match retry_one(config, letter, &mut sinks).await {
+            Ok(()) => {
+                println!("delivered {}", letter.key);
+                delivered.push(letter);
+            }
+            Err(error) => println!("kept {}: {error:#}", letter.key),
+        }
+    }
+    for (_, (mut sink, deadline)) in sinks {
+        let _ = tokio::time::timeout(deadline, sink.close()).await;
+    }
+    delivered
+}
+
+async fn retry_one(config: &Config, letter: &DeadLetter, sinks: &mut OpenSinks) -> anyhow::Result<()> {
+    let event = letter
+        .decode_event()
+        .map_err(|e| anyhow!("its stored event cannot be read back ({e}); it predates `dlq retry`, so purge it"))?;
+    let id = (letter.source_id.clone(), letter.sink_id.clone());
+    if !sinks.contains_key(&id) {
+        let (pipeline, sink) = config
+            .pipelines
+            .iter()
+            .filter(|p| p.source.id() == letter.source_id)
+            .find_map(|p| p.sinks.iter().find(|s| s.id() == letter.sink_id).map(|s| (p, s)))
+            .ok_or_else(|| {
+                anyhow!(
+                    "the config has no sink {:?} in a pipeline with source {:?}; hint: retry with the config the letter was written under",
+                    letter.sink_id,
+                    letter.source_id
+                )
+            })?;
+        let context = SinkContext { pipeline: pipeline.name.clone(), source_id: pipeline.source.id().to_string() };
+        let built = sluice_sinks::build(sink, &context)?;
+        sinks.insert(id.clone(), (built, Duration::from_secs(pipeline.sink_batch_deadline_secs)));
+    }
+    let Some((sink, deadline)) = sinks.get_mut(&id) else {
+        return Err(anyhow!("sink {:?} is missing", letter.sink_id));
+    };
+    match tokio::time::timeout(*deadline, sink.redeliver(&event)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(SinkError::Rejected { detail, .. })) => Err(anyhow!("the sink still refuses it: {detail}")),
+        Ok(Err(error)) => Err(error.into()),
+        Err(_) => Err(anyhow!("no answer within sink_batch_deadline_secs ({}s)", deadline.as_secs())),
     }
 }

@@ -2,7 +2,9 @@
 //! order; a new instance of a sink that stores its position with its data
 //! reports what it holds (so a restart after a crash between the write and
 //! the checkpoint sends nothing twice); flush reports the last position;
-//! and the declared guarantee matches the behaviour.
+//! and the declared guarantee matches the behaviour. Per-event refusals
+//! (the dead letter queue) are tested with each sink that can refuse one:
+//! `kafka.rs` (oversized events, invalid topics) and `http.rs` (4xx).
 
 mod common;
 
@@ -223,6 +225,18 @@ async fn nats_sink_conforms() {
     });
     let read = stream.clone();
     conform(config, move || nats_positions(&read)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_sinks_conform() {
+    for mode in ["single", "batch"] {
+        let receiver = common::receiver::Receiver::start();
+        let config = serde_yaml_config(&format!(
+            "type: http\nconfig: {{ id: h, url: \"{}\", mode: {mode} }}",
+            receiver.url("/")
+        ));
+        conform(config, move || receiver.delivered_positions()).await;
+    }
 }
 
 fn serde_yaml_config(text: &str) -> SinkConfig {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
@@ -222,8 +222,29 @@ fn poison_events_go_to_the_dead_letter_queue_and_are_never_dropped() {
         let show = run(&["dlq", "show", "-c", config, &key], dir.path());
         let shown: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
         assert_eq!(shown["event"]["position"], "gen:3:1", "the whole event is kept");
-        let purge = run(&["dlq", "purge", "-c", config, "--all", "--yes"], dir.path());
-        assert!(String::from_utf8_lossy(&purge.stdout).contains("purged 10"));
+        let retry = run(&["dlq", "retry", "-c", config, &key], dir.path());
+        assert_eq!(retry.status.code(), Some(1), "the broker still refuses it");
+        let said = String::from_utf8_lossy(&retry.stdout);
+        assert!(said.contains("still refuses") && said.contains("0 delivered and removed, 1 kept"), "{said}");
+        if exactly_once == "true" {
+            // Once the topic takes larger messages, a retry delivers them
+            // (in a transaction of their own) and empties the queue.
+            let larger = AlterConfig::new(ResourceSpecifier::Topic(&tiny_topic)).set("max.message.bytes", "1000000");
+            runtime.block_on(admin.alter_configs([&larger], &AdminOptions::new())).unwrap();
+            let retry = run(&["dlq", "retry", "-c", config, "--all"], dir.path());
+            let said = String::from_utf8_lossy(&retry.stdout);
+            assert!(
+                retry.status.success() && said.contains("10 delivered and removed, 0 kept"),
+                "{said}{}",
+                stderr(&retry)
+            );
+            let held: BTreeSet<String> =
+                consume(std::slice::from_ref(&tiny_topic), "read_committed").into_iter().map(|r| r.position).collect();
+            assert_eq!(held, expected_positions(5, 2), "every dead letter, delivered");
+        } else {
+            let purge = run(&["dlq", "purge", "-c", config, "--all", "--yes"], dir.path());
+            assert!(String::from_utf8_lossy(&purge.stdout).contains("purged 10"));
+        }
     }
 
     // A topic template that renders an invalid name: per-event, to the queue.
@@ -238,6 +259,10 @@ fn poison_events_go_to_the_dead_letter_queue_and_are_never_dropped() {
     assert!(String::from_utf8_lossy(&list.stdout).contains("not a valid topic name"));
 
     // A full queue stops the pipeline rather than drop anything.
+    let tiny = unique("tiny");
+    let tiny_topic = format!("{tiny}.orders");
+    let small = NewTopic::new(&tiny_topic, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "100");
+    runtime.block_on(admin.create_topics([&small], &AdminOptions::new())).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let text = generator_to_kafka(&tiny, 5, 2, None, "") + "    dead_letter: { max_entries: 3 }\n";
     let config = write_config(dir.path(), &text);

@@ -130,15 +130,49 @@ fn nats_positions(stream: &str) -> Vec<String> {
     })
 }
 
+/// A generator at 1000 events/s into a file and a NATS stream named `id`.
+fn nats_config(id: &str, tx_count: u64, nats_required: bool) -> String {
+    format!(
+        "pipelines:\n  - name: {id}\n    source: {{ type: generator, config: {{ id: {id}, tx_count: {tx_count}, rows_per_tx: 10, events_per_sec: 1000 }} }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: out.jsonl }}\n      - type: nats\n        config: {{ id: n, url: \"{}\", subject: \"{id}.${{table}}\", stream: {id}, timeout_secs: 2, required: {nats_required} }}\n    sink_batch_deadline_secs: 3\n",
+        env("SLUICE_TEST_NATS_URL")
+    )
+}
+
+#[test]
+fn an_optional_nats_sink_that_stops_answering_lets_the_others_flow_and_catches_up_later() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let id = unique("outnatsopt");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &nats_config(&id, 1000, false));
+    let mut child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    wait_until(Duration::from_secs(60), "messages", || nats_positions(&id).len() >= 1000);
+    {
+        let _paused = Paused::start("SLUICE_TEST_NATS_PID_FILE");
+        let paused_at = std::time::Instant::now();
+        // The file sink finishes the whole stream while NATS is paused.
+        let status = child.wait_exit(Duration::from_secs(60));
+        let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+        assert!(status.success(), "{log}");
+        assert!(log.contains("optional sink detached"), "{log}");
+        assert_eq!(line_count(&dir.path().join("out.jsonl")), 10_000);
+        // The outage lasts its full 20 seconds either way.
+        std::thread::sleep(Duration::from_secs(20).saturating_sub(paused_at.elapsed()));
+    }
+    let partial = nats_positions(&id).len();
+    assert!(partial < 10_000, "NATS held {partial} when the run ended");
+    // The next start catches NATS up from its own checkpoint.
+    let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_exactly_all(&nats_positions(&id), 10_000);
+    assert_eq!(line_count(&dir.path().join("out.jsonl")), 10_000, "the file sink got no replay");
+}
+
 #[test]
 fn a_required_nats_sink_that_stops_answering_holds_the_pipeline_then_catches_up() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let id = unique("outnats");
     let dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        "pipelines:\n  - name: {id}\n    source: {{ type: generator, config: {{ id: {id}, tx_count: 600, rows_per_tx: 10, events_per_sec: 1000 }} }}\n    sinks:\n      - type: nats\n        config: {{ id: n, url: \"{}\", subject: \"{id}.${{table}}\", stream: {id}, timeout_secs: 2 }}\n    sink_batch_deadline_secs: 3\n",
-        env("SLUICE_TEST_NATS_URL")
-    );
+    let text = nats_config(&id, 600, true);
     let config = write_config(dir.path(), &text);
     let mut child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
     wait_until(Duration::from_secs(60), "messages", || nats_positions(&id).len() >= 1000);
@@ -151,4 +185,5 @@ fn a_required_nats_sink_that_stops_answering_holds_the_pipeline_then_catches_up(
     assert!(status.success(), "{log}");
     assert!(log.contains("sink call failed; retrying"), "the pipeline waited and retried:\n{log}");
     assert_exactly_all(&nats_positions(&id), 6000);
+    assert_eq!(line_count(&dir.path().join("out.jsonl")), 6000);
 }

@@ -8,7 +8,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use sluice_config::{KafkaSinkConfig, valid_topic};
-use sluice_core::{Envelope, Event, EventChunks, Guarantee, Position, Sink, SinkError, failpoint};
+use sluice_core::{Envelope, Event, EventChunks, Guarantee, Position, Sink, SinkError, SliceChunks, failpoint};
 
 use super::checkpoint::{ensure_topic, read_position};
 use crate::template::{Template, default_key};
@@ -322,5 +322,38 @@ impl Sink for KafkaSink {
     async fn close(&mut self) -> Result<(), SinkError> {
         self.producer = None;
         Ok(())
+    }
+
+    /// Produces the event alone; with transactions, in a transaction of its
+    /// own that leaves the checkpoint record alone.
+    async fn redeliver(&mut self, event: &Event) -> Result<(), SinkError> {
+        if self.producer.is_none() {
+            self.open().await?;
+        }
+        let mut one = SliceChunks::new(std::slice::from_ref(event))
+            .ok_or_else(|| SinkError::transient("kafka: nothing to redeliver"))?;
+        if !self.config.exactly_once {
+            for (delivery, position) in self.produce(&mut one).await? {
+                self.settle(delivery, &position).await?;
+            }
+            return Ok(());
+        }
+        self.blocking("begin transaction", |p| p.begin_transaction()).await?;
+        let mut produced = self.produce(&mut one).await;
+        if let Ok(pending) = &mut produced {
+            while let Some((delivery, position)) = pending.pop_front() {
+                if let Err(error) = self.settle(delivery, &position).await {
+                    produced = Err(error);
+                    break;
+                }
+            }
+        }
+        if let Err(error) = produced {
+            let timeout = self.timeout;
+            let _ = self.blocking("abort transaction", move |p| p.abort_transaction(timeout)).await;
+            return Err(error);
+        }
+        let timeout = self.timeout;
+        self.blocking("commit transaction", move |p| p.commit_transaction(timeout)).await
     }
 }

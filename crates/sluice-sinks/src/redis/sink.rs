@@ -3,7 +3,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use sluice_config::RedisSinkConfig;
-use sluice_core::{Envelope, EventChunks, Guarantee, Position, Sink, SinkError};
+use sluice_core::{Envelope, Event, EventChunks, Guarantee, Position, Sink, SinkError};
 
 use crate::template::{Template, default_key};
 
@@ -198,6 +198,31 @@ impl Sink for RedisSink {
 
     async fn close(&mut self) -> Result<(), SinkError> {
         self.conn = None;
+        Ok(())
+    }
+
+    /// Appends the event with a plain XADD; the checkpoint key stays put.
+    async fn redeliver(&mut self, event: &Event) -> Result<(), SinkError> {
+        if self.conn.is_none() {
+            self.open().await?;
+        }
+        let mut conn = self.conn.clone().ok_or_else(|| SinkError::transient("redis sink is not open"))?;
+        let (mut stream, mut key) = (String::new(), Vec::new());
+        self.stream.render(event, &mut stream);
+        if let Some(row) = &event.key {
+            default_key(row, &mut key);
+        }
+        let envelope = Envelope::new(event);
+        let payload = serde_json::to_vec(&envelope)
+            .map_err(|e| SinkError::permanent_from("redis sink: cannot encode an event", "report this as a bug", e))?;
+        let mut command = redis::cmd("XADD");
+        command.arg(&stream);
+        if let Some(maxlen) = self.config.maxlen {
+            command.arg("MAXLEN").arg("~").arg(maxlen);
+        }
+        command.arg("*").arg("id").arg(&envelope.id).arg("key").arg(key).arg("op").arg(event.op.code());
+        command.arg("payload").arg(payload);
+        let _id: String = self.call("appending", command.query_async(&mut conn)).await?;
         Ok(())
     }
 }

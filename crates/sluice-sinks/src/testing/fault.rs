@@ -134,4 +134,8 @@ impl<S: Sink> Sink for FaultySink<S> {
     async fn close(&mut self) -> Result<(), SinkError> {
         self.inner.close().await
     }
+
+    async fn redeliver(&mut self, event: &sluice_core::Event) -> Result<(), SinkError> {
+        self.inner.redeliver(event).await
+    }
 }

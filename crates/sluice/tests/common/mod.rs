@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod pg;
+pub mod receiver;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
