@@ -18,6 +18,13 @@ PG_PASSWORD=sluice-test-password
 KAFKA_VERSION=4.1.1
 # Kafka's jars come from Maven Central into a cache that outlives $DIR.
 KAFKA_LIBS="${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/kafka-$KAFKA_VERSION/libs"
+# The S3-compatible server: Versity S3 Gateway (Apache-2.0) on its POSIX
+# backend, built from the Go module proxy into the same cache.
+VERSITYGW_VERSION=v1.8.0
+VERSITYGW="${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/versitygw-$VERSITYGW_VERSION/versitygw"
+S3_ACCESS_KEY=sluice-test
+S3_SECRET_KEY=sluice-test-secret
+S3_BUCKET=sluice-test
 
 log() { echo "services: $*" >&2; }
 
@@ -40,6 +47,7 @@ install_packages() {
   command -v openssl >/dev/null || missing+=(openssl)
   command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null || missing+=(maven)
+  command -v go >/dev/null || missing+=(golang-go)
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -292,6 +300,41 @@ start_nats() {
 
 stop_nats() { kill_recorded "$DIR/nats"; }
 
+start_s3() {
+  local s3="$DIR/s3"
+  if [ ! -x "$VERSITYGW" ]; then
+    log "building versitygw $VERSITYGW_VERSION from the Go module proxy"
+    GOFLAGS=-mod=mod GOBIN="$(dirname "$VERSITYGW")" go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" >&2
+  fi
+  local port
+  port=$(free_port 29000)
+  # A bucket of the POSIX backend is a folder; metadata goes to a sidecar
+  # folder, so the file system needs no extended attributes.
+  mkdir -p "$s3/data/$S3_BUCKET" "$s3/meta"
+  nohup "$VERSITYGW" --port "127.0.0.1:$port" --access "$S3_ACCESS_KEY" --secret "$S3_SECRET_KEY" \
+    --quiet --health /health posix --sidecar "$s3/meta" "$s3/data" > "$s3/server.log" 2>&1 &
+  echo $! > "$s3/pid"
+  local tries=0
+  until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+    tries=$((tries + 1))
+    if [ "$tries" -gt 100 ] || ! kill -0 "$(cat "$s3/pid")" 2>/dev/null; then
+      cat "$s3/server.log" >&2; log "versitygw did not start"; exit 1
+    fi
+    sleep 0.1
+  done
+  cat >> "$DIR/env" <<ENV
+export SLUICE_TEST_S3_ENDPOINT=http://127.0.0.1:$port
+export SLUICE_TEST_S3_BUCKET=$S3_BUCKET
+export SLUICE_TEST_S3_ACCESS_KEY=$S3_ACCESS_KEY
+export SLUICE_TEST_S3_SECRET_KEY=$S3_SECRET_KEY
+export SLUICE_TEST_S3_DATA=$s3/data/$S3_BUCKET
+export SLUICE_TEST_S3_PID_FILE=$s3/pid
+ENV
+  log "versitygw $VERSITYGW_VERSION (S3) on 127.0.0.1:$port (pid $(cat "$s3/pid"))"
+}
+
+stop_s3() { kill_recorded "$DIR/s3"; }
+
 stop_kafka() { kill_recorded "$DIR/kafka"; }
 
 stop_mariadb() { kill_recorded "$DIR/mariadb"; }
@@ -331,6 +374,7 @@ case "${1:-}" in
       stop_kafka
       stop_redis
       stop_nats
+      stop_s3
     fi
     install_packages
     rm -rf "$DIR"
@@ -343,6 +387,7 @@ case "${1:-}" in
     start_kafka
     start_redis
     start_nats
+    start_s3
     echo "$DIR/env"
     ;;
   stop)
@@ -351,6 +396,7 @@ case "${1:-}" in
     stop_kafka
     stop_redis
     stop_nats
+    stop_s3
     rm -rf "$DIR"
     ;;
   restart-postgres)

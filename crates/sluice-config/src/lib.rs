@@ -11,6 +11,7 @@ mod nats;
 mod pipeline;
 mod postgres;
 mod redis;
+mod s3;
 mod secret;
 mod validate;
 
@@ -25,6 +26,7 @@ pub use nats::*;
 pub use pipeline::*;
 pub use postgres::*;
 pub use redis::*;
+pub use s3::*;
 pub use secret::Secret;
 pub use validate::{MAX_ID_LEN, validate};
 

@@ -222,6 +222,7 @@ pub enum SinkConfig {
     Redis(crate::redis::RedisSinkConfig),
     Nats(crate::nats::NatsSinkConfig),
     Http(crate::http::HttpSinkConfig),
+    S3(crate::s3::S3SinkConfig),
 }
 
 impl SinkConfig {
@@ -233,6 +234,7 @@ impl SinkConfig {
             SinkConfig::Redis(c) => &c.id,
             SinkConfig::Nats(c) => &c.id,
             SinkConfig::Http(c) => &c.id,
+            SinkConfig::S3(c) => &c.id,
         }
     }
 
@@ -244,6 +246,7 @@ impl SinkConfig {
             SinkConfig::Redis(c) => c.required,
             SinkConfig::Nats(c) => c.required,
             SinkConfig::Http(c) => c.required,
+            SinkConfig::S3(c) => c.required,
         }
     }
 
@@ -255,6 +258,7 @@ impl SinkConfig {
             SinkConfig::Redis(_) => "redis",
             SinkConfig::Nats(_) => "nats",
             SinkConfig::Http(_) => "http",
+            SinkConfig::S3(_) => "s3",
         }
     }
 
@@ -274,6 +278,7 @@ impl SinkConfig {
             }
             SinkConfig::Nats(_) => Guarantee::AtLeastOnce { dedup: "server dedup within duplicate_window" },
             SinkConfig::Http(c) => c.guarantee(),
+            SinkConfig::S3(_) => crate::s3::S3_GUARANTEE,
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::nats::NatsSinkConfig;
 use crate::pipeline::{BatchConfig, CommitPolicy, Config, PipelineConfig, PolicyMode, SinkConfig, SourceConfig};
 use crate::postgres::{PostgresConfig, SslMode};
 use crate::redis::RedisSinkConfig;
+use crate::s3::{Compression, FileFormat, MIN_S3_PART_SIZE_BYTES, S3SinkConfig};
 
 /// The longest id or name. Ids end up in checkpoint keys, file names and
 /// Kafka transactional ids, so they stay short and plain.
@@ -137,6 +138,7 @@ fn validate_sink(at: &str, sink: &SinkConfig) -> Result<(), Invalid> {
         SinkConfig::Redis(c) => validate_redis(at, c),
         SinkConfig::Nats(c) => validate_nats(at, c),
         SinkConfig::Http(c) => validate_http(at, c),
+        SinkConfig::S3(c) => validate_s3(at, c),
         SinkConfig::File(_) | SinkConfig::Stdout(_) => Ok(()),
     }
 }
@@ -454,6 +456,99 @@ fn validate_http(at: &str, c: &HttpSinkConfig) -> Result<(), Invalid> {
         ));
     }
     check_seconds(at, "max_backoff_secs", c.max_backoff_secs, 3600)?;
+    check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
+}
+
+fn validate_s3(at: &str, c: &S3SinkConfig) -> Result<(), Invalid> {
+    match (&c.local, &c.bucket) {
+        (Some(_), Some(_)) | (None, None) => {
+            return Err(Invalid::new(
+                format!("{at}.bucket"),
+                "set exactly one of bucket (S3) and local (a folder)",
+                "write bucket: <name> for S3, or local: <folder> for local disk",
+            ));
+        }
+        (Some(local), None) if local.as_os_str().is_empty() => {
+            return Err(Invalid::new(format!("{at}.local"), "the path is empty", "set local to a folder"));
+        }
+        (None, Some(bucket)) => {
+            let valid = (3..=63).contains(&bucket.len())
+                && bucket.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+            if !valid {
+                return Err(Invalid::new(
+                    format!("{at}.bucket"),
+                    format!("{bucket:?} is not a valid bucket name"),
+                    "use 3 to 63 characters: a-z, 0-9, '-' and '.'",
+                ));
+            }
+        }
+        _ => {}
+    }
+    if c.local.is_some() {
+        for (field, set) in [
+            ("endpoint", c.endpoint.is_some()),
+            ("region", c.region.is_some()),
+            ("access_key_id", !c.access_key_id.expose().is_empty()),
+            ("secret_access_key", !c.secret_access_key.expose().is_empty()),
+        ] {
+            if set {
+                return Err(Invalid::new(
+                    format!("{at}.{field}"),
+                    "is an S3 setting, but local is set",
+                    format!("remove {field}, or write to S3 with bucket instead of local"),
+                ));
+            }
+        }
+    }
+    if let Some(endpoint) = &c.endpoint
+        && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
+    {
+        return Err(Invalid::new(
+            format!("{at}.endpoint"),
+            format!("{endpoint:?} is not an http:// or https:// URL"),
+            "write http(s)://host[:port]",
+        ));
+    }
+    if c.prefix.starts_with('/') || c.prefix.split('/').any(|part| part == ".." || part == ".") {
+        return Err(Invalid::new(
+            format!("{at}.prefix"),
+            format!("{:?} is not a plain relative key prefix", c.prefix),
+            "write folders separated by '/', without a leading '/', '.' or '..'",
+        ));
+    }
+    let allowed: &[Compression] = match c.format {
+        FileFormat::Parquet => &[Compression::None, Compression::Snappy, Compression::Zstd],
+        FileFormat::Jsonl => &[Compression::None, Compression::Gzip, Compression::Zstd],
+    };
+    if !allowed.contains(&c.compression()) {
+        return Err(Invalid::new(
+            format!("{at}.compression"),
+            format!("{:?} does not apply to {:?} files", c.compression(), c.format),
+            "parquet takes none, snappy or zstd; jsonl takes none, gzip or zstd",
+        ));
+    }
+    if c.max_file_bytes < 1024 * 1024 {
+        return Err(Invalid::new(
+            format!("{at}.max_file_bytes"),
+            format!("{} is below 1 MiB", c.max_file_bytes),
+            "set max_file_bytes to 1048576 or more",
+        ));
+    }
+    if c.max_file_events == 0 {
+        return Err(Invalid::new(
+            format!("{at}.max_file_events"),
+            "must be at least 1",
+            "set max_file_events: 1 or more",
+        ));
+    }
+    if !(MIN_S3_PART_SIZE_BYTES..=5 * 1024 * 1024 * 1024).contains(&c.part_size_bytes) {
+        return Err(Invalid::new(
+            format!("{at}.part_size_bytes"),
+            format!("{} is outside S3's part sizes", c.part_size_bytes),
+            "set part_size_bytes between 5242880 (5 MiB) and 5368709120 (5 GiB)",
+        ));
+    }
+    check_seconds(at, "max_file_age_secs", c.max_file_age_secs, 86_400)?;
     check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
 }
 

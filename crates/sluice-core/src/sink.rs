@@ -56,6 +56,13 @@ pub trait Sink: Send {
 
     async fn close(&mut self) -> Result<(), SinkError>;
 
+    /// When a sink that buffers wants `flush` called even if no batch comes
+    /// (a file that reached its age limit on an idle stream); `None` when
+    /// it holds nothing that needs it.
+    fn flush_due(&self) -> Option<std::time::Instant> {
+        None
+    }
+
     /// Sends one event from the dead letter queue again (`sluice dlq
     /// retry`), outside the position order, leaving the sink's position
     /// untouched. Returns [`SinkError::Rejected`] when the sink still

@@ -54,6 +54,74 @@ pub fn parse_http_date(text: &str) -> Option<i64> {
     Some(days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second)
 }
 
+/// Days since 1970-01-01 of an ISO-8601 date `YYYY-MM-DD` (years 0 to 9999).
+pub fn parse_iso_date(text: &str) -> Option<i64> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 10 || bytes[4] != b'-' || bytes[7] != b'-' {
+        return None;
+    }
+    let number = |range: std::ops::Range<usize>| -> Option<u32> {
+        let part = text.get(range)?;
+        part.bytes().all(|b| b.is_ascii_digit()).then(|| part.parse().ok())?
+    };
+    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
+    if !(1..=12).contains(&month) || !(1..=days_in_month(year, month)).contains(&day) {
+        return None;
+    }
+    Some(days_from_civil(i64::from(year), month, day))
+}
+
+fn days_in_month(year: u32, month: u32) -> u32 {
+    match month {
+        2 if year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400)) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Microseconds since the Unix epoch of an ISO-8601 timestamp
+/// `YYYY-MM-DDTHH:MM:SS[.fraction][Z|±HH[:MM]]`; a zone is applied, and
+/// the flag says whether there was one. Digits past microseconds are cut.
+pub fn parse_iso_timestamp(text: &str) -> Option<(i64, bool)> {
+    let days = parse_iso_date(text.get(..10)?)?;
+    let rest = text.get(10..)?.strip_prefix(['T', ' '])?;
+    let clock = rest.get(..8)?;
+    let parts: Vec<i64> = clock.split(':').map(|p| p.parse().ok().filter(|_| p.len() == 2)).collect::<Option<_>>()?;
+    let [hour @ 0..=23, minute @ 0..=59, second @ 0..=60] = parts.as_slice() else { return None };
+    let mut rest = &rest[8..];
+    let mut micros = 0i64;
+    if let Some(fraction) = rest.strip_prefix('.') {
+        let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        let kept = format!("{:0<6}", &fraction[..digits.min(6)]);
+        micros = kept.parse().ok()?;
+        rest = &fraction[digits..];
+    }
+    let offset_secs = match rest {
+        "" => None,
+        "Z" => Some(0),
+        zone => {
+            let sign = match zone.as_bytes()[0] {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            let digits: String = zone[1..].chars().filter(|c| *c != ':').collect();
+            if !(digits.len() == 2 || digits.len() == 4) || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let hours: i64 = digits[..2].parse().ok()?;
+            let minutes: i64 = if digits.len() == 4 { digits[2..].parse().ok()? } else { 0 };
+            Some(sign * (hours * 3600 + minutes * 60))
+        }
+    };
+    let local = (days * 86_400 + hour * 3600 + minute * 60 + second) * 1_000_000 + micros;
+    Some((local - offset_secs.unwrap_or(0) * 1_000_000, offset_secs.is_some()))
+}
+
 /// Days from 1970-01-01 to a proleptic Gregorian date (the inverse of
 /// `civil_from_days`).
 fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
@@ -69,6 +137,32 @@ fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_iso_dates_and_timestamps() {
+        assert_eq!(parse_iso_date("1970-01-01"), Some(0));
+        assert_eq!(parse_iso_date("2024-02-29"), Some(19_782));
+        assert_eq!(parse_iso_date("2023-02-29"), None);
+        assert_eq!(parse_iso_date("infinity"), None);
+        let at = |text| parse_iso_timestamp(text);
+        assert_eq!(at("1970-01-01T00:00:01"), Some((1_000_000, false)));
+        assert_eq!(at("1970-01-01T00:00:01.5Z"), Some((1_500_000, true)));
+        assert_eq!(at("1970-01-01 01:00:00.1234567+01"), Some((123_456, true)));
+        assert_eq!(at("1970-01-01T00:00:00-05:30"), Some((19_800_000_000, true)));
+        assert_eq!(
+            at("2026-11-29T16:35:33.000001Z").map(|(us, _)| format_utc_micros(us)).as_deref(),
+            Some("2026-11-29T16:35:33.000001Z")
+        );
+        for bad in [
+            "2024-01-01",
+            "2024-01-01T25:00:00",
+            "2024-01-01T00:00:00.",
+            "2024-01-01T00:00:00 BC",
+            "2024-01-01T00:00:00+1",
+        ] {
+            assert_eq!(at(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn parses_http_dates() {

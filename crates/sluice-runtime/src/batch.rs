@@ -63,6 +63,25 @@ impl Batch {
         matches!(self.body, Body::Spilled(_))
     }
 
+    /// A copy of an in-memory batch in a spill file under `dir`, so a
+    /// writer that must keep it a long time holds it on disk; `None` for a
+    /// batch that is spilled already.
+    pub fn spilled_copy(&self, dir: &std::path::Path) -> Result<Option<Batch>, SpillError> {
+        let Body::Memory(events) = &self.body else { return Ok(None) };
+        let mut writer = SpillWriter::create(dir, self.seq)?;
+        for event in events {
+            writer.push(event)?;
+        }
+        let file = writer.finish()?;
+        Ok(Some(Batch {
+            seq: self.seq,
+            byte_size: self.byte_size,
+            first: self.first.clone(),
+            last: self.last.clone(),
+            body: Body::Spilled(file),
+        }))
+    }
+
     /// The events of an in-memory batch; `None` for a spilled one.
     pub fn events(&self) -> Option<&[Event]> {
         match &self.body {

@@ -144,6 +144,7 @@ impl Pipeline {
                 source_id: source_id.clone(),
                 dead_letters: dead_letters.clone(),
                 dead_letter: settings.dead_letter.clone(),
+                retain_dir: settings.spill_dir.join(format!("retained-{index}")),
             };
             let span = info_span!("sink", sink = %sink_id);
             writers.push((sink_id, spawn_guarded(&shutdown, writer.run().instrument(span))));

@@ -11,6 +11,7 @@
 //! drop its buffer and they must be written again.
 
 use std::collections::{BTreeSet, VecDeque};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +25,11 @@ use tracing::{error, info, warn};
 use crate::backoff::Backoff;
 use crate::batch::Batch;
 use crate::shutdown::Shutdown;
+
+/// Bytes of retained batches a writer keeps in memory; older ones move to
+/// spill files. A buffering sink (object storage) may hold minutes of
+/// events before they are durable, which must not all sit on the heap.
+pub(crate) const RETAINED_MEMORY_BYTES: usize = 64 * 1024 * 1024;
 
 /// What writers tell the checkpointer.
 #[derive(Debug)]
@@ -59,6 +65,8 @@ pub(crate) struct SinkWriter {
     pub source_id: String,
     pub dead_letters: Arc<dyn DeadLetterQueue>,
     pub dead_letter: DeadLetterConfig,
+    /// Where retained batches beyond [`RETAINED_MEMORY_BYTES`] go.
+    pub retain_dir: PathBuf,
 }
 
 struct State {
@@ -106,11 +114,46 @@ impl SinkWriter {
     async fn work(&mut self, state: &mut State) -> Result<(), Stop> {
         self.open(state).await?;
         self.report(Report::Opened { sink: self.index, start: state.position.clone() }).await;
-        while let Some(batch) = self.batches.recv().await {
+        loop {
+            let due = self.sink.flush_due().map(tokio::time::Instant::from_std);
+            let batch = tokio::select! {
+                batch = self.batches.recv() => batch,
+                () = sleep_until(due) => {
+                    self.flush(state).await?;
+                    prune(state);
+                    continue;
+                }
+            };
+            let Some(batch) = batch else { break };
             state.retained.push_back(batch);
             self.deliver(state).await?;
+            self.spill_retained(state)?;
         }
         self.flush(state).await
+    }
+
+    /// Moves the oldest in-memory retained batches to spill files while
+    /// they hold more than [`RETAINED_MEMORY_BYTES`].
+    fn spill_retained(&self, state: &mut State) -> Result<(), Stop> {
+        let in_memory = |b: &Arc<Batch>| if b.is_spilled() { 0 } else { b.byte_size };
+        let mut held: usize = state.retained.iter().map(in_memory).sum();
+        for batch in state.retained.iter_mut() {
+            if held <= RETAINED_MEMORY_BYTES {
+                break;
+            }
+            let size = in_memory(batch);
+            let copy = batch.spilled_copy(&self.retain_dir).map_err(|e| {
+                Stop::Fatal(SinkError::permanent(
+                    format!("cannot move a batch the sink has not made durable to disk: {e}"),
+                    "free space on the disk of --data-dir",
+                ))
+            })?;
+            if let Some(copy) = copy {
+                *batch = Arc::new(copy);
+                held -= size;
+            }
+        }
+        Ok(())
     }
 
     /// Writes every retained batch past the sink's position, retrying
@@ -331,6 +374,13 @@ fn prune(state: &mut State) {
     state.skip.retain(|p| p > durable);
     while state.retained.front().is_some_and(|b| b.last() <= durable) {
         state.retained.pop_front();
+    }
+}
+
+async fn sleep_until(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -8,6 +8,8 @@ pub mod http;
 pub mod kafka;
 #[cfg(feature = "nats")]
 pub mod nats;
+#[cfg(feature = "s3")]
+pub mod object;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod stdout;
@@ -31,7 +33,8 @@ pub fn preflight(config: &SinkConfig) -> Result<(), (&'static str, String)> {
         | SinkConfig::Kafka(_)
         | SinkConfig::Redis(_)
         | SinkConfig::Nats(_)
-        | SinkConfig::Http(_) => Ok(()),
+        | SinkConfig::Http(_)
+        | SinkConfig::S3(_) => Ok(()),
     }
 }
 
@@ -40,6 +43,8 @@ pub fn preflight(config: &SinkConfig) -> Result<(), (&'static str, String)> {
 pub struct SinkContext {
     pub pipeline: String,
     pub source_id: String,
+    /// `--data-dir`; a sink that stages files keeps them under it.
+    pub data_dir: std::path::PathBuf,
 }
 
 /// A sink type this build was compiled without.
@@ -49,7 +54,7 @@ pub struct NotBuilt(pub &'static str);
 
 /// Builds the sink a config describes. Connecting and recovery happen in
 /// `Sink::open`, which the coordinator calls.
-#[cfg_attr(not(any(feature = "kafka", feature = "redis")), allow(unused_variables))]
+#[cfg_attr(not(any(feature = "kafka", feature = "redis", feature = "s3")), allow(unused_variables))]
 pub fn build(config: &SinkConfig, context: &SinkContext) -> Result<Box<dyn Sink>, NotBuilt> {
     Ok(match config {
         SinkConfig::File(c) => Box::new(FileSink::new(&c.id, &c.path)),
@@ -70,6 +75,10 @@ pub fn build(config: &SinkConfig, context: &SinkContext) -> Result<Box<dyn Sink>
         SinkConfig::Http(c) => Box::new(http::HttpSink::new(c.clone())),
         #[cfg(not(feature = "http"))]
         SinkConfig::Http(_) => return Err(NotBuilt("http")),
+        #[cfg(feature = "s3")]
+        SinkConfig::S3(c) => Box::new(object::ObjectSink::new(c.clone(), &context.pipeline, &context.data_dir)),
+        #[cfg(not(feature = "s3"))]
+        SinkConfig::S3(_) => return Err(NotBuilt("s3")),
     })
 }
 

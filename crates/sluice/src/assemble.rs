@@ -43,7 +43,11 @@ pub fn pipeline(config: &PipelineConfig, store: Arc<EmbeddedStore>, data_dir: &P
         SourceConfig::Postgres(c) => Box::new(PostgresSource::new(c.clone())),
         SourceConfig::Mysql(c) => Box::new(MysqlSource::new(c.clone(), data_dir.join("mysql").join(&c.id))),
     };
-    let context = SinkContext { pipeline: config.name.clone(), source_id: config.source.id().to_string() };
+    let context = SinkContext {
+        pipeline: config.name.clone(),
+        source_id: config.source.id().to_string(),
+        data_dir: data_dir.to_path_buf(),
+    };
     let mut sinks = Vec::new();
     for sink in &config.sinks {
         let built = sluice_sinks::build(sink, &context).map_err(Failure::bad_input)?;

@@ -1,6 +1,7 @@
 //! `sluice dlq list|show|retry|purge`.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::anyhow;
@@ -70,7 +71,7 @@ pub fn dlq(args: DlqArgs) -> Result<(), Failure> {
                 .enable_all()
                 .build()
                 .map_err(|e| Failure::pipeline(anyhow!("cannot start the async runtime: {e}")))?;
-            let delivered = runtime.block_on(retry(&config, &letters));
+            let delivered = runtime.block_on(retry(&config, &run.data_dir, &letters));
             let keys: Vec<String> = delivered.iter().map(|l| l.key.clone()).collect();
             store.purge(&keys).map_err(Failure::pipeline)?;
             let kept = letters.len() - keys.len();
@@ -107,11 +108,11 @@ pub fn dlq(args: DlqArgs) -> Result<(), Failure> {
 type OpenSinks = HashMap<(String, String), (Box<dyn Sink>, Duration)>;
 
 /// Sends each letter to its sink; returns the letters delivered.
-async fn retry<'a>(config: &Config, letters: &'a [DeadLetter]) -> Vec<&'a DeadLetter> {
+async fn retry<'a>(config: &Config, data_dir: &Path, letters: &'a [DeadLetter]) -> Vec<&'a DeadLetter> {
     let mut sinks = OpenSinks::new();
     let mut delivered = Vec::new();
     for letter in letters {
-        match retry_one(config, letter, &mut sinks).await {
+        match retry_one(config, data_dir, letter, &mut sinks).await {
             Ok(()) => {
                 println!("delivered {}", letter.key);
                 delivered.push(letter);
@@ -125,7 +126,7 @@ async fn retry<'a>(config: &Config, letters: &'a [DeadLetter]) -> Vec<&'a DeadLe
     delivered
 }
 
-async fn retry_one(config: &Config, letter: &DeadLetter, sinks: &mut OpenSinks) -> anyhow::Result<()> {
+async fn retry_one(config: &Config, data_dir: &Path, letter: &DeadLetter, sinks: &mut OpenSinks) -> anyhow::Result<()> {
     let event = letter
         .decode_event()
         .map_err(|e| anyhow!("its stored event cannot be read back ({e}); it predates `dlq retry`, so purge it"))?;
@@ -143,7 +144,11 @@ async fn retry_one(config: &Config, letter: &DeadLetter, sinks: &mut OpenSinks) 
                     letter.source_id
                 )
             })?;
-        let context = SinkContext { pipeline: pipeline.name.clone(), source_id: pipeline.source.id().to_string() };
+        let context = SinkContext {
+            pipeline: pipeline.name.clone(),
+            source_id: pipeline.source.id().to_string(),
+            data_dir: data_dir.to_path_buf(),
+        };
         let built = sluice_sinks::build(sink, &context)?;
         sinks.insert(id.clone(), (built, Duration::from_secs(pipeline.sink_batch_deadline_secs)));
     }

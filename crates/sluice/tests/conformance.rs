@@ -127,7 +127,8 @@ fn file_positions(path: &std::path::Path) -> Vec<String> {
 
 /// The suite, for one sink.
 async fn conform(config: SinkConfig, read: impl FnOnce() -> Vec<String> + Send + 'static) {
-    let context = SinkContext { pipeline: unique("conf"), source_id: unique("src") };
+    let staging = tempfile::tempdir().unwrap();
+    let context = SinkContext { pipeline: unique("conf"), source_id: unique("src"), data_dir: staging.path().into() };
     let batches = batches();
     let mut sink = sluice_sinks::build(&config, &context).unwrap();
     let declared = config.guarantee();

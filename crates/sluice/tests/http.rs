@@ -44,7 +44,11 @@ fn sink_config(yaml: &str) -> SinkConfig {
 }
 
 fn build(config: &SinkConfig) -> Box<dyn sluice_core::Sink> {
-    sluice_sinks::build(config, &SinkContext { pipeline: "h".into(), source_id: "gen1".into() }).unwrap()
+    sluice_sinks::build(
+        config,
+        &SinkContext { pipeline: "h".into(), source_id: "gen1".into(), data_dir: std::env::temp_dir() },
+    )
+    .unwrap()
 }
 
 /// Answers from a list in turn, then 200.

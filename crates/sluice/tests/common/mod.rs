@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod lake;
 pub mod pg;
 pub mod receiver;
 

@@ -1,0 +1,84 @@
+//! JSON Lines files, optionally gzip or zstd compressed as a whole.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+use sluice_config::Compression;
+use sluice_core::{Envelope, Event, SinkError};
+
+/// Counts what reaches the file, for the size limit.
+struct Counted {
+    file: BufWriter<File>,
+    bytes: u64,
+}
+
+impl Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let written = self.file.write(buf)?;
+        self.bytes += written as u64;
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+enum Output {
+    Plain(Counted),
+    Gzip(flate2::write::GzEncoder<Counted>),
+    Zstd(zstd::Encoder<'static, Counted>),
+}
+
+pub(super) struct JsonlFile {
+    output: Output,
+    line: Vec<u8>,
+}
+
+impl JsonlFile {
+    pub fn create(path: &Path, compression: Compression) -> std::io::Result<Self> {
+        let counted = Counted { file: BufWriter::with_capacity(256 * 1024, File::create(path)?), bytes: 0 };
+        let output = match compression {
+            Compression::Gzip => Output::Gzip(flate2::write::GzEncoder::new(counted, flate2::Compression::default())),
+            Compression::Zstd => Output::Zstd(zstd::Encoder::new(counted, 3)?),
+            Compression::None | Compression::Snappy => Output::Plain(counted),
+        };
+        Ok(Self { output, line: Vec::new() })
+    }
+
+    pub fn push(&mut self, event: &Event) -> Result<(), SinkError> {
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, &Envelope::new(event)).map_err(|e| SinkError::Rejected {
+            detail: format!("cannot encode the event as JSON: {e}"),
+            position: event.position.clone(),
+        })?;
+        self.line.push(b'\n');
+        let written = match &mut self.output {
+            Output::Plain(out) => out.write_all(&self.line),
+            Output::Gzip(out) => out.write_all(&self.line),
+            Output::Zstd(out) => out.write_all(&self.line),
+        };
+        written.map_err(|e| SinkError::transient(format!("s3 sink: writing a staged file: {e}")))
+    }
+
+    /// Bytes in the file so far (compressed bytes for a compressed file).
+    pub fn bytes(&self) -> u64 {
+        match &self.output {
+            Output::Plain(out) => out.bytes,
+            Output::Gzip(out) => out.get_ref().bytes,
+            Output::Zstd(out) => out.get_ref().bytes,
+        }
+    }
+
+    /// Ends the compression stream and syncs the file to disk.
+    pub fn finish(self) -> std::io::Result<()> {
+        let counted = match self.output {
+            Output::Plain(out) => out,
+            Output::Gzip(out) => out.finish()?,
+            Output::Zstd(out) => out.finish()?,
+        };
+        let file = counted.file.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()
+    }
+}

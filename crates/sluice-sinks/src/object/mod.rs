@@ -1,0 +1,27 @@
+//! The object storage sink (`type: s3`): Parquet or JSON Lines files on S3
+//! or on local disk, exactly-once at file level.
+//!
+//! Events go to one open file per partition (`table=<t>/date=<day>`, by
+//! commit time in UTC), staged on local disk. A file is committed when it
+//! reaches `max_file_bytes`, `max_file_events` or `max_file_age_secs`, when
+//! its schema changes, and on flush: on S3 with one create-only PUT or a
+//! multipart upload, locally with a rename; before that no reader sees it.
+//! The sink reports as durable only what committed files hold, so the
+//! checkpoint never passes an event that is still in a staged file.
+//!
+//! After a crash, the coordinator replays from the checkpoint. The first
+//! time the sink meets a partition it lists its files: names carry the
+//! first and last position they hold, and within a partition committed
+//! files hold a prefix of its events, so every replayed event at or below
+//! the partition's highest committed position is skipped (adopted) rather
+//! than written again. A reader listing the prefix therefore never sees an
+//! event in two files. A multipart upload in flight at the crash is
+//! recorded in the staging folder and aborted on the next start.
+
+mod jsonl;
+mod names;
+mod parquet;
+mod sink;
+mod target;
+
+pub use sink::ObjectSink;

@@ -1,0 +1,291 @@
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use sluice_config::{FileFormat, S3SinkConfig};
+use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError, failpoint};
+
+use super::jsonl::JsonlFile;
+use super::names;
+use super::parquet::ParquetFile;
+use super::target::Target;
+
+/// One partition: events of one table with commit times on one UTC day.
+type PartitionKey = (Arc<str>, i64);
+
+const MICROS_PER_DAY: i64 = 86_400_000_000;
+
+enum Writer {
+    Jsonl(JsonlFile),
+    Parquet(Box<ParquetFile>),
+}
+
+/// A file being written in the staging folder.
+struct OpenFile {
+    dir: String,
+    staged: PathBuf,
+    writer: Writer,
+    first: String,
+    last: Position,
+    events: u64,
+    /// The last event the sink took before this file's first: the durable
+    /// watermark cannot pass it while this file is open.
+    before_first: Option<Position>,
+    opened: Instant,
+}
+
+/// What the sink knows of a partition's committed files.
+struct Committed {
+    /// Events up to this sort key are in committed files already: skip
+    /// them. `None` once the stream is past it.
+    skip_through: Option<String>,
+}
+
+pub struct ObjectSink {
+    config: S3SinkConfig,
+    target: Option<Target>,
+    staging: PathBuf,
+    open: HashMap<PartitionKey, OpenFile>,
+    committed: HashMap<PartitionKey, Committed>,
+    /// The last event taken (written or found committed already).
+    accepted: Option<Position>,
+    /// Everything at or below this is in committed files.
+    durable: Option<Position>,
+    next_file: u64,
+}
+
+impl ObjectSink {
+    /// Staged files live in `<local>/.sluice-staging/<sink>` for a local
+    /// target (same file system, so a rename commits them), and in
+    /// `<data dir>/s3/<pipeline>/<sink>` for S3.
+    pub fn new(config: S3SinkConfig, pipeline: &str, data_dir: &Path) -> Self {
+        let staging = match &config.local {
+            Some(root) => root.join(".sluice-staging").join(&config.id),
+            None => data_dir.join("s3").join(pipeline).join(&config.id),
+        };
+        Self {
+            config,
+            target: None,
+            staging,
+            open: HashMap::new(),
+            committed: HashMap::new(),
+            accepted: None,
+            durable: None,
+            next_file: 0,
+        }
+    }
+
+    fn extension(&self) -> &'static str {
+        use sluice_config::Compression::*;
+        match (self.config.format, self.config.compression()) {
+            (FileFormat::Parquet, _) => "parquet",
+            (FileFormat::Jsonl, Gzip) => "jsonl.gz",
+            (FileFormat::Jsonl, Zstd) => "jsonl.zst",
+            (FileFormat::Jsonl, _) => "jsonl",
+        }
+    }
+
+    fn target(&self) -> Result<&Target, SinkError> {
+        self.target.as_ref().ok_or_else(|| SinkError::transient("s3 sink is not open"))
+    }
+
+    /// Whether `event` is in a committed file already, listing its
+    /// partition the first time this process meets it.
+    async fn held(&mut self, key: &PartitionKey, event: &Event) -> Result<bool, SinkError> {
+        if !self.committed.contains_key(key) {
+            let dir = names::partition(&self.config.prefix, &key.0, event.commit_time_us);
+            let last = self.target()?.last_key_in(&dir, &self.config.id).await?;
+            self.committed.insert(key.clone(), Committed { skip_through: last });
+        }
+        let Some(committed) = self.committed.get_mut(key) else { return Ok(false) };
+        let Some(through) = &committed.skip_through else { return Ok(false) };
+        if event.position.sort_key() <= *through {
+            return Ok(true);
+        }
+        committed.skip_through = None;
+        Ok(false)
+    }
+
+    fn open_file(&mut self, key: &PartitionKey, event: &Event) -> Result<(), SinkError> {
+        std::fs::create_dir_all(&self.staging).map_err(|e| self.staging_error(&self.staging, e))?;
+        self.next_file += 1;
+        let staged = self.staging.join(format!("{}.staged", self.next_file));
+        let compression = self.config.compression();
+        let writer = match self.config.format {
+            FileFormat::Jsonl => JsonlFile::create(&staged, compression).map(Writer::Jsonl),
+            FileFormat::Parquet => ParquetFile::create(&staged, compression).map(|f| Writer::Parquet(Box::new(f))),
+        }
+        .map_err(|e| self.staging_error(&staged, e))?;
+        let file = OpenFile {
+            dir: names::partition(&self.config.prefix, &key.0, event.commit_time_us),
+            staged,
+            writer,
+            first: event.position.sort_key(),
+            last: event.position.clone(),
+            events: 0,
+            before_first: self.accepted.clone(),
+            opened: Instant::now(),
+        };
+        self.open.insert(key.clone(), file);
+        Ok(())
+    }
+
+    fn staging_error(&self, path: &Path, e: std::io::Error) -> SinkError {
+        SinkError::transient(format!("s3 sink {:?}: staging file {}: {e}", self.config.id, path.display()))
+    }
+
+    /// Finishes the partition's open file and makes it visible.
+    async fn commit(&mut self, key: &PartitionKey) -> Result<(), SinkError> {
+        let Some(file) = self.open.remove(key) else { return Ok(()) };
+        let finished = match file.writer {
+            Writer::Jsonl(writer) => writer.finish().map_err(|e| self.staging_error(&file.staged, e)),
+            Writer::Parquet(writer) => writer.finish(),
+        };
+        if let Err(error) = finished {
+            let _ = std::fs::remove_file(&file.staged);
+            return Err(error);
+        }
+        let last = file.last.sort_key();
+        let name = names::file_name(&file.first, &last, &self.config.id, self.extension());
+        let key_text = format!("{}/{name}", file.dir);
+        self.target()?.commit(&file.staged, &key_text, &self.staging).await?;
+        failpoint::hit("s3.after_commit");
+        tracing::debug!(file = %key_text, events = file.events, "committed a file");
+        self.durable = self.watermark();
+        Ok(())
+    }
+
+    /// The durable watermark: the last event taken, or, while files are
+    /// open, the last one taken before the oldest open file began.
+    fn watermark(&self) -> Option<Position> {
+        match self.open.values().map(|f| &f.before_first).min() {
+            Some(before) => before.clone(),
+            None => self.accepted.clone(),
+        }
+    }
+
+    fn discard_open_files(&mut self) {
+        for (_, file) in self.open.drain() {
+            drop(file.writer);
+            let _ = std::fs::remove_file(&file.staged);
+        }
+    }
+}
+
+fn too_big(file: &OpenFile, config: &S3SinkConfig) -> bool {
+    let bytes = match &file.writer {
+        Writer::Jsonl(w) => w.bytes(),
+        Writer::Parquet(w) => w.bytes(),
+    };
+    bytes >= config.max_file_bytes || file.events >= config.max_file_events
+}
+
+#[async_trait]
+impl Sink for ObjectSink {
+    fn id(&self) -> &str {
+        &self.config.id
+    }
+
+    fn guarantee(&self) -> Guarantee {
+        sluice_config::S3_GUARANTEE
+    }
+
+    /// Drops what was staged and not committed, aborts an upload a crash
+    /// left unfinished, and forgets what it knew of committed files, so
+    /// each partition is listed again. Reports what it knows is committed;
+    /// after a restart that is nothing, and the events the coordinator
+    /// replays that committed files hold already are skipped per partition.
+    async fn open(&mut self) -> Result<Option<Position>, SinkError> {
+        self.discard_open_files();
+        self.committed.clear();
+        if self.target.is_none() {
+            self.target = Some(Target::new(&self.config)?);
+        }
+        self.target()?.abort_leftover(&self.staging).await?;
+        match std::fs::read_dir(&self.staging) {
+            Ok(entries) => {
+                for entry in entries.flatten() {
+                    if entry.file_name().to_string_lossy().ends_with(".staged") {
+                        let _ = std::fs::remove_file(entry.path());
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(self.staging_error(&self.staging, e)),
+        }
+        self.accepted = self.durable.clone();
+        Ok(self.durable.clone())
+    }
+
+    async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
+        while let Some(chunk) = events.next_chunk().await? {
+            for event in chunk {
+                let key: PartitionKey = (event.table.clone(), event.commit_time_us.div_euclid(MICROS_PER_DAY));
+                if self.held(&key, event).await? {
+                    self.accepted = Some(event.position.clone());
+                    if self.open.is_empty() {
+                        self.durable = self.accepted.clone();
+                    }
+                    continue;
+                }
+                let fits = match self.open.get(&key).map(|f| &f.writer) {
+                    None => None,
+                    Some(Writer::Parquet(writer)) => Some(writer.accepts(event)),
+                    Some(Writer::Jsonl(_)) => Some(true),
+                };
+                match fits {
+                    None => self.open_file(&key, event)?,
+                    // Another schema: the file ends here, a new one begins.
+                    Some(false) => {
+                        self.commit(&key).await?;
+                        self.open_file(&key, event)?;
+                    }
+                    Some(true) => {}
+                }
+                let Some(file) = self.open.get_mut(&key) else { continue };
+                match &mut file.writer {
+                    Writer::Jsonl(writer) => writer.push(event)?,
+                    Writer::Parquet(writer) => writer.push(event)?,
+                }
+                file.last = event.position.clone();
+                file.events += 1;
+                self.accepted = Some(event.position.clone());
+                if too_big(file, &self.config) {
+                    self.commit(&key).await?;
+                }
+            }
+        }
+        let max_age = Duration::from_secs(self.config.max_file_age_secs);
+        let aged: Vec<PartitionKey> =
+            self.open.iter().filter(|(_, f)| f.opened.elapsed() >= max_age).map(|(k, _)| k.clone()).collect();
+        for key in aged {
+            self.commit(&key).await?;
+        }
+        self.durable = self.watermark();
+        Ok(self.durable.clone())
+    }
+
+    async fn flush(&mut self) -> Result<Option<Position>, SinkError> {
+        // Oldest first, so the watermark moves with each commit.
+        let mut keys: Vec<(Option<Position>, PartitionKey)> =
+            self.open.iter().map(|(k, f)| (f.before_first.clone(), k.clone())).collect();
+        keys.sort();
+        for (_, key) in keys {
+            self.commit(&key).await?;
+        }
+        self.durable = self.watermark();
+        Ok(self.durable.clone())
+    }
+
+    async fn close(&mut self) -> Result<(), SinkError> {
+        self.discard_open_files();
+        Ok(())
+    }
+
+    fn flush_due(&self) -> Option<std::time::Instant> {
+        let max_age = Duration::from_secs(self.config.max_file_age_secs);
+        self.open.values().map(|f| f.opened + max_age).min()
+    }
+}

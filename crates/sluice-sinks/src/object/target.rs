@@ -1,0 +1,227 @@
+//! Where committed files go: a local folder (rename into place) or an S3
+//! bucket (one conditional PUT, or a multipart upload whose id is recorded
+//! so a crash leaves no upload behind).
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::multipart::{MultipartStore, PartId};
+use object_store::path::Path as Key;
+use object_store::{ClientOptions, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig};
+use sluice_config::S3SinkConfig;
+use sluice_core::{SinkError, failpoint};
+
+use super::names;
+
+/// The record of a multipart upload in flight, in the staging folder.
+const UPLOAD_MARKER: &str = "upload-in-flight";
+
+pub(super) enum Target {
+    Local { root: PathBuf },
+    S3 { store: Arc<AmazonS3>, bucket: String, endpoint: String, part_bytes: u64 },
+}
+
+impl Target {
+    pub fn new(config: &S3SinkConfig) -> Result<Self, SinkError> {
+        if let Some(root) = &config.local {
+            return Ok(Target::Local { root: root.clone() });
+        }
+        let bucket = config.bucket.clone().unwrap_or_default();
+        let mut builder = AmazonS3Builder::from_env().with_bucket_name(&bucket);
+        let region = config
+            .region
+            .clone()
+            .or_else(|| std::env::var("AWS_REGION").ok())
+            .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
+            .unwrap_or_else(|| sluice_config::DEFAULT_S3_REGION.to_string());
+        builder = builder.with_region(region);
+        for (value, set) in [
+            (config.access_key_id.expose(), AmazonS3Builder::with_access_key_id as fn(_, _) -> _),
+            (config.secret_access_key.expose(), AmazonS3Builder::with_secret_access_key),
+            (config.session_token.expose(), AmazonS3Builder::with_token),
+        ] {
+            if !value.is_empty() {
+                builder = set(builder, value);
+            }
+        }
+        let endpoint = config.endpoint.clone().unwrap_or_else(|| "AWS S3".to_string());
+        let timeout = Duration::from_secs(config.timeout_secs);
+        let mut client = ClientOptions::new().with_timeout(timeout).with_connect_timeout(timeout);
+        if let Some(url) = &config.endpoint {
+            builder = builder.with_endpoint(url);
+            client = client.with_allow_http(url.starts_with("http://"));
+        }
+        builder = builder
+            .with_virtual_hosted_style_request(!config.path_style)
+            .with_client_options(client)
+            // The coordinator retries a failed write as a whole; keep the
+            // client's own retries within one call's deadline.
+            .with_retry(RetryConfig { max_retries: 2, retry_timeout: timeout, ..RetryConfig::default() });
+        let store = builder.build().map_err(|e| {
+            SinkError::permanent(
+                format!("s3 sink {:?}: {e}", config.id),
+                "check bucket, region, endpoint and the credentials (or AWS_* environment variables)",
+            )
+        })?;
+        Ok(Target::S3 { store: Arc::new(store), bucket, endpoint, part_bytes: config.part_size_bytes })
+    }
+
+    /// The highest last sort key among the files of sink `sink` in folder
+    /// `dir` (a partition), or `None` when it holds none.
+    pub async fn last_key_in(&self, dir: &str, sink: &str) -> Result<Option<String>, SinkError> {
+        let names: Vec<String> = match self {
+            Target::Local { root } => {
+                let folder = root.join(dir);
+                match std::fs::read_dir(&folder) {
+                    Ok(entries) => entries.filter_map(|entry| entry.ok()?.file_name().into_string().ok()).collect(),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                    Err(e) => {
+                        return Err(SinkError::transient(format!("s3 sink: cannot list {}: {e}", folder.display())));
+                    }
+                }
+            }
+            Target::S3 { store, .. } => {
+                let prefix = self.key(dir)?;
+                let listing =
+                    store.list_with_delimiter(Some(&prefix)).await.map_err(|e| self.error("listing", dir, e))?;
+                listing.objects.iter().filter_map(|o| o.location.filename().map(str::to_string)).collect()
+            }
+        };
+        Ok(names.iter().filter_map(|name| names::parse(name, sink)).map(|(_, last)| last.to_string()).max())
+    }
+
+    /// Makes the finished file `staged` visible as `key`: after this
+    /// returns, a kill -9 cannot take it back.
+    pub async fn commit(&self, staged: &Path, key: &str, staging: &Path) -> Result<(), SinkError> {
+        match self {
+            Target::Local { root } => {
+                let target = root.join(key);
+                let folder = target.parent().unwrap_or(root);
+                let io = |what: &str, e: std::io::Error| {
+                    SinkError::transient(format!("s3 sink: {what} {}: {e}", target.display()))
+                };
+                std::fs::create_dir_all(folder).map_err(|e| io("cannot create the folder of", e))?;
+                std::fs::rename(staged, &target).map_err(|e| io("cannot move the finished file to", e))?;
+                // The rename is durable once the folder is synced.
+                std::fs::File::open(folder).and_then(|f| f.sync_all()).map_err(|e| io("cannot sync the folder of", e))
+            }
+            Target::S3 { store, part_bytes, .. } => {
+                let part_bytes = *part_bytes;
+                let size = std::fs::metadata(staged)
+                    .map_err(|e| SinkError::transient(format!("s3 sink: staged file {}: {e}", staged.display())))?
+                    .len();
+                let location = self.key(key)?;
+                if size <= part_bytes {
+                    let body = read_part(staged, 0, size)?;
+                    // Create-only (If-None-Match: *): a second writer of the
+                    // same file fails instead of replacing it.
+                    let options = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
+                    store.put_opts(&location, body, options).await.map_err(|e| self.error("uploading", key, e))?;
+                } else {
+                    let id = store.create_multipart(&location).await.map_err(|e| self.error("starting", key, e))?;
+                    record_upload(staging, key, &id)?;
+                    let mut parts: Vec<PartId> = Vec::new();
+                    let mut offset = 0;
+                    while offset < size {
+                        let length = part_bytes.min(size - offset);
+                        let body = read_part(staged, offset, length)?;
+                        let part = store
+                            .put_part(&location, &id, parts.len(), body)
+                            .await
+                            .map_err(|e| self.error("uploading a part of", key, e))?;
+                        parts.push(part);
+                        offset += length;
+                        failpoint::hit("s3.after_part");
+                    }
+                    store
+                        .complete_multipart(&location, &id, parts)
+                        .await
+                        .map_err(|e| self.error("completing", key, e))?;
+                    let _ = std::fs::remove_file(staging.join(UPLOAD_MARKER));
+                }
+                let _ = std::fs::remove_file(staged);
+                Ok(())
+            }
+        }
+    }
+
+    /// Aborts the multipart upload a crash left in flight, if any.
+    pub async fn abort_leftover(&self, staging: &Path) -> Result<(), SinkError> {
+        let Target::S3 { store, .. } = self else { return Ok(()) };
+        let marker = staging.join(UPLOAD_MARKER);
+        let Ok(text) = std::fs::read_to_string(&marker) else { return Ok(()) };
+        if let Some((key, id)) = text.split_once('\n') {
+            let location = self.key(key)?;
+            match store.abort_multipart(&location, &id.trim().to_string()).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(self.error("aborting the unfinished upload of", key, e)),
+            }
+        }
+        let _ = std::fs::remove_file(&marker);
+        Ok(())
+    }
+
+    fn key(&self, key: &str) -> Result<Key, SinkError> {
+        Key::parse(key).map_err(|e| {
+            SinkError::permanent(format!("s3 sink: {key:?} is not a valid object key: {e}"), "change prefix")
+        })
+    }
+
+    fn error(&self, what: &str, key: &str, e: object_store::Error) -> SinkError {
+        let (bucket, endpoint) = match self {
+            Target::S3 { bucket, endpoint, .. } => (bucket.as_str(), endpoint.as_str()),
+            Target::Local { .. } => ("", ""),
+        };
+        let mut detail = format!("s3 sink: {what} s3://{bucket}/{key} at {endpoint}: {e}");
+        // The root cause (a refused connection, a TLS failure) sits at the
+        // end of the chain, and the top-level text often leaves it out.
+        let mut cause = std::error::Error::source(&e);
+        while let Some(inner) = cause {
+            let text = inner.to_string();
+            if !detail.contains(&text) {
+                detail.push_str(": ");
+                detail.push_str(&text);
+            }
+            cause = inner.source();
+        }
+        match &e {
+            object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. } => {
+                SinkError::permanent(
+                    detail,
+                    "another writer created this file: two pipelines (or sinks) write the same prefix; give each its own",
+                )
+            }
+            object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
+                SinkError::permanent(detail, "check the credentials and the bucket policy")
+            }
+            object_store::Error::NotFound { .. } => {
+                SinkError::permanent(detail, "check that the bucket exists and the endpoint is right")
+            }
+            _ => SinkError::transient(detail),
+        }
+    }
+}
+
+fn read_part(path: &Path, offset: u64, length: u64) -> Result<PutPayload, SinkError> {
+    let io = |e: std::io::Error| SinkError::transient(format!("s3 sink: reading staged file {}: {e}", path.display()));
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    file.seek(SeekFrom::Start(offset)).map_err(io)?;
+    let mut buffer = Vec::with_capacity(length as usize);
+    file.take(length).read_to_end(&mut buffer).map_err(io)?;
+    Ok(PutPayload::from(buffer))
+}
+
+/// Records the upload durably before any part is sent, so a restart can
+/// abort it.
+fn record_upload(staging: &Path, key: &str, id: &str) -> Result<(), SinkError> {
+    let marker = staging.join(UPLOAD_MARKER);
+    let write = || -> std::io::Result<()> {
+        let mut file = std::fs::File::create(&marker)?;
+        std::io::Write::write_all(&mut file, format!("{key}\n{id}").as_bytes())?;
+        file.sync_all()
+    };
+    write().map_err(|e| SinkError::transient(format!("s3 sink: cannot record the upload in {}: {e}", marker.display())))
+}
