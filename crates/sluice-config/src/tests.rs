@@ -282,3 +282,56 @@ fn http_sink_rules_name_the_field() {
         assert!(message.contains(field), "expected {field} in {message}");
     }
 }
+
+const S3: &str = r#"
+pipelines:
+  - name: lake
+    source: { type: generator, config: { id: gen1 } }
+    sinks:
+      - type: s3
+        config: { id: lake, bucket: my-lake, prefix: cdc/orders, secret_access_key: "hush", access_key_id: AKIA }
+"#;
+
+#[test]
+fn s3_sink_defaults_guarantee_and_secrets() {
+    let config = check(S3).unwrap();
+    let sink = &config.pipelines[0].sinks[0];
+    let SinkConfig::S3(s3) = sink else { panic!("s3 expected") };
+    assert_eq!(s3.format, FileFormat::Parquet);
+    assert_eq!(s3.compression(), Compression::Snappy);
+    assert_eq!(s3.max_file_bytes, DEFAULT_S3_MAX_FILE_BYTES);
+    assert_eq!(s3.max_file_age_secs, DEFAULT_S3_MAX_FILE_AGE_SECS);
+    assert_eq!(s3.part_size_bytes, DEFAULT_S3_PART_SIZE_BYTES);
+    assert_eq!(sink.guarantee().to_string(), "exactly-once (at file level; one writer per sink and prefix)");
+    let debug = format!("{config:?}");
+    assert!(!debug.contains("hush") && !debug.contains("AKIA"), "{debug}");
+    let local = check(&S3.replace(
+        "bucket: my-lake, prefix: cdc/orders, secret_access_key: \"hush\", access_key_id: AKIA",
+        "local: ./lake, format: jsonl",
+    ))
+    .unwrap();
+    let SinkConfig::S3(local) = &local.pipelines[0].sinks[0] else { panic!("s3 expected") };
+    assert_eq!(local.compression(), Compression::None);
+}
+
+#[test]
+fn s3_sink_rules_name_the_field() {
+    let cases = [
+        (S3.replace("bucket: my-lake,", "bucket: my-lake, local: ./lake,"), "config.bucket"),
+        (S3.replace("bucket: my-lake,", ""), "config.bucket"),
+        (S3.replace("my-lake", "My_Lake"), "config.bucket"),
+        (S3.replace("prefix: cdc/orders", "prefix: /cdc"), "config.prefix"),
+        (S3.replace("prefix: cdc/orders", "prefix: cdc/../x"), "config.prefix"),
+        (S3.replace("prefix: cdc/orders", "prefix: cdc, compression: gzip"), "config.compression"),
+        (S3.replace("prefix: cdc/orders", "prefix: cdc, format: jsonl, compression: snappy"), "config.compression"),
+        (S3.replace("prefix: cdc/orders", "prefix: cdc, max_file_bytes: 1000"), "config.max_file_bytes"),
+        (S3.replace("prefix: cdc/orders", "prefix: cdc, part_size_bytes: 1000"), "config.part_size_bytes"),
+        (S3.replace("prefix: cdc/orders", "prefix: cdc, max_file_age_secs: 0"), "config.max_file_age_secs"),
+        (S3.replace("prefix: cdc/orders", "prefix: cdc, endpoint: 127.0.0.1:9000"), "config.endpoint"),
+        (S3.replace("prefix: cdc/orders", "prefix: cdc, format: orc"), "unknown variant `orc`"),
+    ];
+    for (text, field) in cases {
+        let message = error_text(&text);
+        assert!(message.contains(field), "expected {field} in {message}");
+    }
+}

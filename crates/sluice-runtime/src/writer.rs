@@ -29,7 +29,7 @@ use crate::shutdown::Shutdown;
 /// Bytes of retained batches a writer keeps in memory; older ones move to
 /// spill files. A buffering sink (object storage) may hold minutes of
 /// events before they are durable, which must not all sit on the heap.
-pub(crate) const RETAINED_MEMORY_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const RETAINED_MEMORY_BYTES: usize = 16 * 1024 * 1024;
 
 /// What writers tell the checkpointer.
 #[derive(Debug)]

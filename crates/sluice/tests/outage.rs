@@ -1,5 +1,5 @@
 //! A sink's server stops answering for 20 seconds mid-stream (SIGSTOP on
-//! the private Redis or nats-server). A test binary of its own: the pause
+//! the private Redis, nats-server or S3 server). A test binary of its own: the pause
 //! would stall any test running beside it.
 
 mod common;
@@ -186,4 +186,31 @@ fn a_required_nats_sink_that_stops_answering_holds_the_pipeline_then_catches_up(
     assert!(log.contains("sink call failed; retrying"), "the pipeline waited and retried:\n{log}");
     assert_exactly_all(&nats_positions(&id), 6000);
     assert_eq!(line_count(&dir.path().join("out.jsonl")), 6000);
+}
+
+#[test]
+fn a_required_s3_sink_whose_server_stops_answering_retries_and_catches_up() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let prefix = unique("outs3");
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "pipelines:\n  - name: {prefix}\n    source: {{ type: generator, config: {{ id: gen1, tx_count: 2000, rows_per_tx: 10, events_per_sec: 2000 }} }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: out.jsonl }}\n      - type: s3\n        config: {{ id: lake, {}, prefix: {prefix}, max_file_events: 1000, timeout_secs: 2 }}\n    sink_batch_deadline_secs: 3\n",
+        common::lake::s3_target()
+    );
+    let config = write_config(dir.path(), &text);
+    let held =
+        || -> usize { common::lake::s3_files(&prefix).iter().map(|(n, b)| common::lake::positions(n, b).len()).sum() };
+    let mut child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    wait_until(Duration::from_secs(60), "committed files", || held() >= 2000);
+    {
+        let _paused = Paused::start("SLUICE_TEST_S3_PID_FILE");
+        std::thread::sleep(Duration::from_secs(20));
+    }
+    let status = child.wait_exit(Duration::from_secs(120));
+    let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("sink call failed; retrying"), "the pipeline waited and retried:\n{log}");
+    let expected: Vec<String> = (1..=2000).flat_map(|tx| (0..10).map(move |seq| format!("gen:{tx}:{seq}"))).collect();
+    common::lake::assert_exactly_once(&common::lake::s3_files(&prefix), "lake", &expected);
+    assert_eq!(line_count(&dir.path().join("out.jsonl")), 20_000);
 }

@@ -38,7 +38,7 @@ const BATCH_ROWS: usize = 8192;
 const ROW_GROUP_ROWS: usize = 128 * 1024;
 /// A row group is also cut at about this many buffered bytes, which bounds
 /// the writer's memory whatever the row width.
-const ROW_GROUP_BYTES: usize = 64 * 1024 * 1024;
+const ROW_GROUP_BYTES: usize = 32 * 1024 * 1024;
 /// Smallest scale of a decimal column, so values with a few more fraction
 /// digits than the first one still fit the file.
 const MIN_DECIMAL_SCALE: usize = 9;
