@@ -12,6 +12,10 @@ use super::names;
 use super::parquet::ParquetFile;
 use super::target::Target;
 
+/// The record of a commit whose outcome is not known yet: the object key
+/// and the staged file, in the staging folder.
+const IN_DOUBT: &str = "commit-in-doubt";
+
 /// One partition: events of one table with commit times on one UTC day.
 type PartitionKey = (Arc<str>, i64);
 
@@ -150,8 +154,17 @@ impl ObjectSink {
         let last = file.last.sort_key();
         let name = names::file_name(&file.first, &last, &self.config.id, self.extension());
         let key_text = format!("{}/{name}", file.dir);
+        // A request that failed on our side (a timeout, a kill -9) may
+        // still land on the server later. Until this commit is known to
+        // have happened, the staged file and its key are kept, and the
+        // next `open` commits that same file under that same key, so a
+        // late arrival can only meet its own copy.
+        let staged_name = file.staged.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        write_synced(&self.staging.join(IN_DOUBT), &format!("{key_text}\n{staged_name}"))
+            .map_err(|e| self.staging_error(&self.staging.join(IN_DOUBT), e))?;
         self.target()?.commit(&file.staged, &key_text, &self.staging).await?;
         failpoint::hit("s3.after_commit");
+        let _ = std::fs::remove_file(self.staging.join(IN_DOUBT));
         tracing::debug!(file = %key_text, events = file.events, "committed a file");
         self.durable = self.watermark();
         Ok(())
@@ -166,12 +179,34 @@ impl ObjectSink {
         }
     }
 
+    /// Commits again the file whose commit was in doubt, under its key.
+    async fn settle_in_doubt(&mut self) -> Result<(), SinkError> {
+        let record = self.staging.join(IN_DOUBT);
+        let Ok(text) = std::fs::read_to_string(&record) else { return Ok(()) };
+        if let Some((key, staged)) = text.split_once('\n') {
+            let staged = self.staging.join(staged);
+            // Without the staged file the commit happened (a local rename).
+            if !staged.as_os_str().is_empty() && staged.is_file() {
+                tracing::info!(file = key, "committing again a file whose commit was in doubt");
+                self.target()?.commit(&staged, key, &self.staging).await?;
+            }
+        }
+        let _ = std::fs::remove_file(&record);
+        Ok(())
+    }
+
     fn discard_open_files(&mut self) {
         for (_, file) in self.open.drain() {
             drop(file.writer);
             let _ = std::fs::remove_file(&file.staged);
         }
     }
+}
+
+fn write_synced(path: &Path, text: &str) -> std::io::Result<()> {
+    let mut file = std::fs::File::create(path)?;
+    std::io::Write::write_all(&mut file, text.as_bytes())?;
+    file.sync_all()
 }
 
 fn too_big(file: &OpenFile, config: &S3SinkConfig) -> bool {
@@ -204,6 +239,7 @@ impl Sink for ObjectSink {
             self.target = Some(Target::new(&self.config)?);
         }
         self.target()?.abort_leftover(&self.staging).await?;
+        self.settle_in_doubt().await?;
         match std::fs::read_dir(&self.staging) {
             Ok(entries) => {
                 for entry in entries.flatten() {

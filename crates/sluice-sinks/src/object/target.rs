@@ -119,7 +119,16 @@ impl Target {
                     // Create-only (If-None-Match: *): a second writer of the
                     // same file fails instead of replacing it.
                     let options = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
-                    store.put_opts(&location, body, options).await.map_err(|e| self.error("uploading", key, e))?;
+                    match store.put_opts(&location, body, options).await {
+                        Ok(_) => {}
+                        // Names are positions, so an object of this name
+                        // holds these very events: an earlier attempt whose
+                        // answer was lost landed after all.
+                        Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
+                            tracing::info!(key, "the file is there already (an earlier attempt landed); keeping it");
+                        }
+                        Err(e) => return Err(self.error("uploading", key, e)),
+                    }
                 } else {
                     let id = store.create_multipart(&location).await.map_err(|e| self.error("starting", key, e))?;
                     record_upload(staging, key, &id)?;
