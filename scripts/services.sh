@@ -255,6 +255,7 @@ LOG
   done
   cat >> "$DIR/env" <<ENV
 export SLUICE_TEST_KAFKA_BROKERS=127.0.0.1:$port
+export SLUICE_TEST_KAFKA_PID_FILE=$kafka/pid
 ENV
   log "kafka $KAFKA_VERSION (KRaft) on 127.0.0.1:$port (pid $(cat "$kafka/pid"))"
 }

@@ -78,3 +78,19 @@ fn another_writer_on_an_exclusive_stream_stops_the_pipeline() {
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr(&output).contains("was not written by Sluice"), "{}", stderr(&output));
 }
+
+/// One source transaction is one write; a write of more events than the
+/// client lets wait for acknowledgements (5,000) must still go through.
+#[test]
+fn a_transaction_larger_than_the_clients_pending_ack_limit_is_published() {
+    let id = unique("natsbig");
+    let dir = tempfile::tempdir().unwrap();
+    let text = pipeline(&id, 2).replace("rows_per_tx: 10, events_per_sec: 10000", "rows_per_tx: 12000");
+    let config = write_config(dir.path(), &text);
+    let mut child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    let status = child.wait_exit(Duration::from_secs(120));
+    assert!(status.success(), "{}", std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default());
+    let positions = stream_positions(&id);
+    assert_eq!(positions.len(), 24_000);
+    assert_eq!(positions.iter().collect::<BTreeSet<_>>().len(), 24_000, "duplicates in the stream");
+}

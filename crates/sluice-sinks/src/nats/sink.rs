@@ -1,6 +1,8 @@
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use async_nats::HeaderMap;
+use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::{self, Context};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -10,6 +12,9 @@ use sluice_core::{Envelope, EventChunks, Guarantee, Position, Sink, SinkError};
 use crate::template::Template;
 
 const POSITION_HEADER: &str = "Sluice-Position";
+/// Publishes in flight before the oldest acknowledgement is awaited; well
+/// under the client's own limit of 5,000 pending acks.
+const ACK_WINDOW: usize = 1024;
 
 pub struct NatsSink {
     config: NatsSinkConfig,
@@ -136,7 +141,7 @@ impl Sink for NatsSink {
         let jetstream = self.jetstream.clone().ok_or_else(|| SinkError::transient("nats sink is not open"))?;
         let mut subject = String::new();
         while let Some(chunk) = events.next_chunk().await? {
-            let mut acks = Vec::with_capacity(chunk.len());
+            let mut acks = VecDeque::with_capacity(ACK_WINDOW);
             // Published back to back, so each expects the one before it.
             for (expected, event) in (self.last_sequence..).zip(chunk.iter()) {
                 self.subject.render(event, &mut subject);
@@ -154,23 +159,18 @@ impl Sink for NatsSink {
                     .publish_with_headers(subject.clone(), headers, Bytes::from(payload))
                     .await
                     .map_err(|e| self.transient("publishing", e))?;
-                acks.push(ack);
-            }
-            for ack in acks {
-                match tokio::time::timeout(self.timeout, ack).await {
-                    Ok(Ok(ack)) => self.last_sequence = self.last_sequence.max(ack.sequence),
-                    Ok(Err(e)) if e.to_string().contains("wrong last sequence") => {
-                        return Err(SinkError::permanent(
-                            format!(
-                                "nats sink {:?}: another writer published to stream {:?}, which exactly-once needs to itself: {e}",
-                                self.config.id, self.config.stream
-                            ),
-                            "give this sink a stream of its own, or set exclusive: false (at-least-once)",
-                        ));
-                    }
-                    Ok(Err(e)) => return Err(self.transient("publish acknowledgement", e)),
-                    Err(_) => return Err(self.transient("publish acknowledgement", "timed out")),
+                acks.push_back(ack);
+                // The client holds a publish back once 5,000 acks are
+                // pending, and an ack is only released when awaited: so
+                // await the oldest ones as we go, never all at the end.
+                if acks.len() >= ACK_WINDOW
+                    && let Some(oldest) = acks.pop_front()
+                {
+                    self.settle(oldest).await?;
                 }
+            }
+            while let Some(ack) = acks.pop_front() {
+                self.settle(ack).await?;
             }
             if let Some(last) = chunk.last() {
                 self.held = Some(last.position.clone());
@@ -185,6 +185,26 @@ impl Sink for NatsSink {
 
     async fn close(&mut self) -> Result<(), SinkError> {
         self.jetstream = None;
+        Ok(())
+    }
+}
+
+impl NatsSink {
+    async fn settle(&mut self, ack: PublishAckFuture) -> Result<(), SinkError> {
+        match tokio::time::timeout(self.timeout, ack).await {
+            Ok(Ok(ack)) => self.last_sequence = self.last_sequence.max(ack.sequence),
+            Ok(Err(e)) if e.to_string().contains("wrong last sequence") => {
+                return Err(SinkError::permanent(
+                    format!(
+                        "nats sink {:?}: another writer published to stream {:?}, which exactly-once needs to itself: {e}",
+                        self.config.id, self.config.stream
+                    ),
+                    "give this sink a stream of its own, or set exclusive: false (at-least-once)",
+                ));
+            }
+            Ok(Err(e)) => return Err(self.transient("publish acknowledgement", e)),
+            Err(_) => return Err(self.transient("publish acknowledgement", "timed out")),
+        }
         Ok(())
     }
 }

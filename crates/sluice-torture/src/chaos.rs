@@ -1,0 +1,110 @@
+//! The random trouble: kill -9 and restart Sluice, pause a sink's server,
+//! cut or stall the connections through a proxy, restart PostgreSQL.
+
+use std::time::{Duration, Instant};
+
+use crate::Env;
+use crate::pipeline::Setup;
+use crate::rng::Rng;
+
+/// Servers that can be paused, by the env name of their PID file.
+const PAUSABLE: [(&str, &str); 4] = [
+    ("redis", "SLUICE_TEST_REDIS_PID_FILE"),
+    ("nats", "SLUICE_TEST_NATS_PID_FILE"),
+    ("s3", "SLUICE_TEST_S3_PID_FILE"),
+    ("kafka", "SLUICE_TEST_KAFKA_PID_FILE"),
+];
+
+pub struct Chaos {
+    rng: Rng,
+    every: Duration,
+    next: Instant,
+    /// A paused server: its PID file and when to resume it.
+    paused: Option<(String, Instant)>,
+    pub pauses: u64,
+    pub cuts: u64,
+    pub stalls: u64,
+    pub pg_restarts: u64,
+}
+
+impl Chaos {
+    pub fn new(seed: u64, every_secs: u64) -> Self {
+        let every = Duration::from_secs(every_secs.max(1));
+        Self {
+            rng: Rng::new(seed),
+            every,
+            next: Instant::now() + every,
+            paused: None,
+            pauses: 0,
+            cuts: 0,
+            stalls: 0,
+            pg_restarts: 0,
+        }
+    }
+
+    pub fn maybe_act(&mut self, env: &Env, setup: &mut Setup) -> anyhow::Result<()> {
+        if let Some((pid_file, until)) = &self.paused
+            && Instant::now() >= *until
+        {
+            signal(pid_file, "-CONT");
+            self.paused = None;
+        }
+        if Instant::now() < self.next {
+            return Ok(());
+        }
+        let spread = self.every.as_millis() as u64;
+        self.next = Instant::now() + Duration::from_millis(self.rng.range(spread / 2, spread * 3 / 2 + 1));
+        match self.rng.range(0, 100) {
+            0..=39 => setup.kill_and_restart()?,
+            40..=59 if self.paused.is_none() => {
+                let (_, pid_env) = PAUSABLE[self.rng.range(0, PAUSABLE.len() as u64) as usize];
+                if let Ok(pid_file) = env.get(pid_env) {
+                    signal(&pid_file, "-STOP");
+                    let pause = Duration::from_millis(self.rng.range(2_000, 8_000));
+                    self.paused = Some((pid_file, Instant::now() + pause));
+                    self.pauses += 1;
+                }
+            }
+            60..=74 => {
+                let index = self.rng.range(0, setup.proxies.len() as u64) as usize;
+                setup.proxies[index].cut();
+                self.cuts += 1;
+            }
+            75..=89 => {
+                let index = self.rng.range(0, setup.proxies.len() as u64) as usize;
+                setup.proxies[index].stall(Duration::from_millis(self.rng.range(1_000, 6_000)));
+                self.stalls += 1;
+            }
+            _ => {
+                let script = crate::repo_root().join("scripts/services.sh");
+                let status = std::process::Command::new("bash").arg(script).arg("restart-postgres").status()?;
+                anyhow::ensure!(status.success(), "restarting PostgreSQL failed");
+                self.pg_restarts += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Resumes whatever is paused; no more trouble after this.
+    pub fn calm(&mut self, setup: &mut Setup) {
+        if let Some((pid_file, _)) = self.paused.take() {
+            signal(&pid_file, "-CONT");
+        }
+        for proxy in &setup.proxies {
+            proxy.stall(Duration::ZERO);
+        }
+    }
+
+    pub fn summary(&self) -> String {
+        format!(
+            "{} pauses, {} cut, {} stalled, {} PostgreSQL restarts",
+            self.pauses, self.cuts, self.stalls, self.pg_restarts
+        )
+    }
+}
+
+fn signal(pid_file: &str, signal: &str) {
+    if let Ok(pid) = std::fs::read_to_string(pid_file) {
+        let _ = std::process::Command::new("kill").args([signal, pid.trim()]).status();
+    }
+}

@@ -1,0 +1,136 @@
+//! `sluice-torture`: runs a PostgreSQL write workload through one Sluice
+//! pipeline into every sink, while killing Sluice, pausing sink servers,
+//! cutting and stalling connections and restarting PostgreSQL at random;
+//! then drains and compares, sink by sink, what each holds with what the
+//! database committed. Exits 1 if any sink lost an event or an exactly-once
+//! sink holds a duplicate. A run replays from its `--seed`.
+
+mod chaos;
+mod pipeline;
+mod proxy;
+mod readers;
+#[path = "../../sluice/tests/common/receiver.rs"]
+#[allow(dead_code)]
+mod receiver;
+mod report;
+mod rng;
+mod workload;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(about = "Crash, outage and network torture of every sink, compared event by event")]
+struct Args {
+    /// How long the workload and the chaos run before the drain.
+    #[arg(long, default_value_t = 2.0)]
+    minutes: f64,
+    /// Replays a run; default: from the clock (printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// The sluice binary; default: target/release/sluice, else target/debug/sluice.
+    #[arg(long)]
+    sluice: Option<PathBuf>,
+    /// Average seconds between two chaos actions.
+    #[arg(long, default_value_t = 4)]
+    chaos_every_secs: u64,
+}
+
+/// The private services' settings, from the env file the services script writes.
+pub struct Env(HashMap<String, String>);
+
+impl Env {
+    pub fn get(&self, name: &str) -> anyhow::Result<String> {
+        self.0.get(name).cloned().with_context(|| format!("{name} is missing from the services env file"))
+    }
+}
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Starts the test services (or finds them running) and reads their env file.
+fn services() -> anyhow::Result<Env> {
+    let script = repo_root().join("scripts/services.sh");
+    let output = std::process::Command::new("bash").arg(&script).arg("start").output()?;
+    if !output.status.success() {
+        bail!("{} start failed:\n{}", script.display(), String::from_utf8_lossy(&output.stderr));
+    }
+    let path = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    let vars = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Ok(Env(vars))
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("torture: cannot start the runtime: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::from(1),
+        Err(e) => {
+            eprintln!("torture: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<bool> {
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+    });
+    println!("torture: seed {seed} (replay with --seed {seed})");
+    let sluice = match args.sluice {
+        Some(path) => path,
+        None => ["release", "debug"]
+            .iter()
+            .map(|p| repo_root().join("target").join(p).join("sluice"))
+            .find(|p| p.exists())
+            .context("no sluice binary; build one, or pass --sluice")?,
+    };
+    let sluice = std::fs::canonicalize(&sluice).with_context(|| format!("{}", sluice.display()))?;
+    let env = services()?;
+    let run_id = format!("{}", seed % 1_000_000_000);
+    let mut setup = pipeline::Setup::start(&env, &run_id, sluice).await?;
+    let mut workload = workload::Workload::new(&env, pipeline::DATABASE, seed)?;
+    let mut chaos = chaos::Chaos::new(seed ^ 0x5eed, args.chaos_every_secs);
+    let mut conn = None;
+    let end = Instant::now() + Duration::from_secs_f64(args.minutes * 60.0);
+    let mut rng = rng::Rng::new(seed ^ 0xbeef);
+    while Instant::now() < end {
+        workload.step(&mut conn).await?;
+        chaos.maybe_act(&env, &mut setup)?;
+        setup.keep_running()?;
+        tokio::time::sleep(Duration::from_millis(rng.range(2, 15))).await;
+    }
+    chaos.calm(&mut setup);
+    println!(
+        "torture: workload done: {} transactions, {} changes, {} commits in doubt resolved; chaos: {} kills, {}",
+        workload.transactions,
+        workload.committed.len(),
+        workload.in_doubt_resolved,
+        setup.kills,
+        chaos.summary()
+    );
+    let expected = workload.committed;
+    setup.drain(&env, &expected, Duration::from_secs(300)).await?;
+    let held = setup.read_all(&env).await?;
+    let passed = report::print(&expected, &held);
+    setup.finish(passed);
+    Ok(passed)
+}

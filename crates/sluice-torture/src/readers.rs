@@ -1,0 +1,159 @@
+//! What each sink holds, as changes in the order the sink holds them.
+
+use std::path::Path;
+use std::time::Duration;
+
+use arrow_array::Array;
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use object_store::ObjectStore;
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path as Key;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use crate::Env;
+use crate::workload::{Change, TABLES};
+
+/// The change an event envelope describes.
+pub fn change_of(event: &serde_json::Value) -> Option<Change> {
+    let op = event["op"].as_str()?.chars().next()?;
+    let row = if op == 'd' { &event["before"] } else { &event["after"] };
+    Some(Change {
+        table: event["table"].as_str()?.trim_start_matches("public.").to_string(),
+        op,
+        id: row["id"].as_i64()?,
+        change: row["change"].as_i64()?,
+    })
+}
+
+fn parse(bytes: &[u8]) -> Option<Change> {
+    change_of(&serde_json::from_slice(bytes).ok()?)
+}
+
+pub fn file(path: &Path) -> Vec<Change> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().filter_map(|l| parse(l.as_bytes())).collect()
+}
+
+/// Every record of the topics, partition after partition, read committed.
+pub fn kafka(brokers: &str, topics: &[String]) -> anyhow::Result<Vec<Change>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "sluice-torture")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()?;
+    let mut assignment = TopicPartitionList::new();
+    for topic in topics {
+        let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+        for t in metadata.topics() {
+            for p in t.partitions() {
+                assignment.add_partition_offset(topic, p.id(), Offset::Beginning)?;
+            }
+        }
+    }
+    consumer.assign(&assignment)?;
+    let mut by_partition: std::collections::BTreeMap<(String, i32), Vec<Change>> = Default::default();
+    let mut idle = 0;
+    while idle < 20 {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(message)) => {
+                idle = 0;
+                if let Some(change) = message.payload().and_then(parse) {
+                    by_partition.entry((message.topic().to_string(), message.partition())).or_default().push(change);
+                }
+            }
+            Some(Err(e)) => anyhow::bail!("reading kafka: {e}"),
+            None => idle += 1,
+        }
+    }
+    Ok(by_partition.into_values().flatten().collect())
+}
+
+/// XRANGE's answer: entry id and field/value pairs.
+type StreamEntries = Vec<(String, Vec<(String, Vec<u8>)>)>;
+
+pub async fn redis(env: &Env, streams: &[String]) -> anyhow::Result<Vec<Change>> {
+    let client = redis::Client::open(env.get("SLUICE_TEST_REDIS_URL")?)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let mut all = Vec::new();
+    for stream in streams {
+        let entries: StreamEntries = redis::cmd("XRANGE").arg(stream).arg("-").arg("+").query_async(&mut conn).await?;
+        for (_, fields) in entries {
+            if let Some((_, payload)) = fields.iter().find(|(k, _)| k == "payload") {
+                all.extend(parse(payload));
+            }
+        }
+    }
+    Ok(all)
+}
+
+pub async fn nats(env: &Env, stream: &str) -> anyhow::Result<Vec<Change>> {
+    let client = async_nats::connect(env.get("SLUICE_TEST_NATS_URL")?).await?;
+    let context = async_nats::jetstream::new(client);
+    let Ok(mut handle) = context.get_stream(stream).await else { return Ok(Vec::new()) };
+    let last = handle.info().await?.state.last_sequence;
+    let mut all = Vec::new();
+    for sequence in 1..=last {
+        if let Ok(message) = handle.get_raw_message(sequence).await {
+            all.extend(parse(&message.payload));
+        }
+    }
+    Ok(all)
+}
+
+pub fn http(receiver: &crate::receiver::Receiver) -> Vec<Change> {
+    receiver.delivered().iter().flat_map(|r| r.events()).filter_map(|e| change_of(&e)).collect()
+}
+
+/// Every Parquet file under `prefix`, in key order (per partition, that
+/// is stream order).
+pub async fn s3(env: &Env, prefix: &str) -> anyhow::Result<Vec<Change>> {
+    let store = AmazonS3Builder::new()
+        .with_bucket_name(env.get("SLUICE_TEST_S3_BUCKET")?)
+        .with_endpoint(env.get("SLUICE_TEST_S3_ENDPOINT")?)
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_access_key_id(env.get("SLUICE_TEST_S3_ACCESS_KEY")?)
+        .with_secret_access_key(env.get("SLUICE_TEST_S3_SECRET_KEY")?)
+        .build()?;
+    let mut pending = vec![Key::parse(prefix)?];
+    let mut keys = Vec::new();
+    while let Some(dir) = pending.pop() {
+        let listing = store.list_with_delimiter(Some(&dir)).await?;
+        pending.extend(listing.common_prefixes);
+        keys.extend(listing.objects.into_iter().map(|o| o.location));
+    }
+    keys.sort();
+    let mut all = Vec::new();
+    for key in keys.iter().filter(|k| k.as_ref().ends_with(".parquet")) {
+        let table = TABLES.iter().find(|t| key.as_ref().contains(&format!("table=public.{t}/"))).copied();
+        let bytes = store.get(key).await?.bytes().await?;
+        for batch in ParquetRecordBatchReaderBuilder::try_new(bytes)?.build()? {
+            let batch = batch?;
+            let (Some(op), Some(id), Some(change)) =
+                (batch.column_by_name("sluice_op"), batch.column_by_name("id"), batch.column_by_name("change"))
+            else {
+                continue;
+            };
+            let (op, id, change) =
+                (op.as_string::<i32>(), id.as_primitive::<Int64Type>(), change.as_primitive::<Int64Type>());
+            for row in 0..batch.num_rows() {
+                if id.is_null(row) || change.is_null(row) {
+                    continue;
+                }
+                all.push(Change {
+                    table: table.unwrap_or("?").to_string(),
+                    op: op.value(row).chars().next().unwrap_or('?'),
+                    id: id.value(row),
+                    change: change.value(row),
+                });
+            }
+        }
+    }
+    Ok(all)
+}

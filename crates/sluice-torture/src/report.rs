@@ -1,0 +1,47 @@
+//! The comparison: per sink, expected, delivered, lost, duplicated, and the
+//! longest run of replayed events.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::pipeline::Held;
+use crate::workload::Change;
+
+/// Prints the table; true when no sink lost anything and no exactly-once
+/// sink holds a duplicate.
+pub fn print(expected: &[Change], held: &[Held]) -> bool {
+    let wanted: BTreeSet<&Change> = expected.iter().collect();
+    let mut ok = true;
+    println!(
+        "{:<10} {:<58} {:>9} {:>9} {:>6} {:>10} {:>8}",
+        "SINK", "GUARANTEE", "EXPECTED", "DELIVERED", "LOST", "DUPLICATED", "MAX GAP"
+    );
+    for sink in held {
+        let mut counts: BTreeMap<&Change, u64> = BTreeMap::new();
+        let (mut run, mut max_run) = (0u64, 0u64);
+        for change in &sink.changes {
+            let count = counts.entry(change).or_insert(0);
+            *count += 1;
+            run = if *count > 1 { run + 1 } else { 0 };
+            max_run = max_run.max(run);
+        }
+        let lost = wanted.iter().filter(|c| !counts.contains_key(*c)).count();
+        let duplicated: u64 = counts.values().map(|n| n - 1).sum();
+        let foreign = counts.keys().filter(|c| !wanted.contains(*c)).count();
+        let exactly_once = sink.guarantee.starts_with("exactly-once");
+        let failed = lost > 0 || foreign > 0 || (exactly_once && duplicated > 0);
+        ok &= !failed;
+        println!(
+            "{:<10} {:<58} {:>9} {:>9} {:>6} {:>10} {:>8}{}",
+            sink.sink,
+            sink.guarantee,
+            wanted.len(),
+            sink.changes.len(),
+            lost,
+            duplicated,
+            max_run,
+            if foreign > 0 { format!("  ({foreign} never committed!)") } else { String::new() },
+        );
+    }
+    println!("torture: {}", if ok { "PASS" } else { "FAIL" });
+    ok
+}
