@@ -41,6 +41,30 @@ pub enum Value {
 }
 
 impl Value {
+    /// The value as plain text: text-like values as they are, JSON as its
+    /// document, anything else as its JSON form without quotes (`null`,
+    /// `12`, `NaN`, base64 bytes). For names built from values (topics,
+    /// URLs) and for string columns.
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+        use std::borrow::Cow;
+        match self {
+            Value::Text(s)
+            | Value::Decimal(s)
+            | Value::Date(s)
+            | Value::Time(s)
+            | Value::Timestamp(s)
+            | Value::TimestampTz(s) => Cow::Borrowed(s),
+            Value::Json(json) => Cow::Borrowed(json.as_str()),
+            Value::Int(i) => Cow::Owned(i.to_string()),
+            Value::UInt(u) => Cow::Owned(u.to_string()),
+            other => match serde_json::to_value(other) {
+                Ok(serde_json::Value::String(s)) => Cow::Owned(s),
+                Ok(json) => Cow::Owned(json.to_string()),
+                Err(_) => Cow::Borrowed(""),
+            },
+        }
+    }
+
     /// A rough count of the heap and inline bytes, for batch size limits.
     pub fn approx_byte_size(&self) -> usize {
         match self {
@@ -169,6 +193,10 @@ mod tests {
         assert_eq!(json(&Value::Float(f64::NEG_INFINITY)), "\"-Infinity\"");
         assert_eq!(json(&Value::Bytes(vec![0, 255])), "\"AP8=\"");
         assert_eq!(json(&Value::Unchanged), "{\"unchanged\":true}");
+        assert_eq!(Value::Null.text(), "null");
+        assert_eq!(Value::Float(f64::NAN).text(), "NaN");
+        assert_eq!(Value::Bytes(vec![0, 255]).text(), "AP8=");
+        assert_eq!(Value::Decimal("1.50".into()).text(), "1.50");
         assert_eq!(json(&Value::Null), "null");
         let doc = JsonText::parse("{\"a\": [1, 2]}".into()).unwrap();
         assert_eq!(json(&Value::Json(doc)), "{\"a\": [1, 2]}");

@@ -16,9 +16,14 @@
 //! checkpoint, so the server keeps every transaction a sink still lacks; a
 //! transaction at that LSN is sent again after a restart and filtered.
 //! When every event read so far is checkpointed by every sink and no
-//! transaction is open, nothing lies between that and the position the
-//! server has sent up to, so the flush position moves there: an idle
-//! source does not make the server keep WAL.
+//! transaction is open, the flush position moves on to the end of the last
+//! COMMIT received, or to the last heartbeat message received: decoding
+//! runs in WAL order, so every transaction that committed before either
+//! has been sent. Never to the server's WAL end from a keepalive: the
+//! server may still be decoding a large transaction that committed before
+//! it, and a slot confirmed past that transaction skips it after a
+//! reconnect. With `heartbeat_secs`, an idle source does not make the
+//! server keep WAL.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -197,6 +202,7 @@ impl Source for PostgresSource {
             floor: start_lsn,
             flushed: Lsn(0),
             server_wal_end: 0,
+            sent_through: Lsn(0),
             last_emitted: None,
             last_received: Instant::now(),
         };
@@ -238,6 +244,8 @@ struct Reader {
     floor: Lsn,
     flushed: Lsn,
     server_wal_end: u64,
+    /// Every transaction that committed before this was sent.
+    sent_through: Lsn,
     last_emitted: Option<Position>,
     last_received: Instant,
 }
@@ -298,6 +306,13 @@ impl Reader {
                 Frame::XLogData { wal_end, data } => {
                     self.server_wal_end = self.server_wal_end.max(wal_end);
                     let message = pgoutput::parse_message(data).map_err(malformed)?;
+                    match &message {
+                        Message::Commit { end_lsn, .. } => self.sent_through = self.sent_through.max(Lsn(*end_lsn)),
+                        Message::Message { transactional: false, lsn, .. } => {
+                            self.sent_through = self.sent_through.max(Lsn(*lsn));
+                        }
+                        _ => {}
+                    }
                     if let Message::Relation(relation) = &message {
                         let unknown = self.decoder.unknown_types(relation);
                         if !unknown.is_empty() {
@@ -350,7 +365,7 @@ impl Reader {
             (Some(_), None) => false,
         };
         if nothing_ready && all_acked && !self.decoder.in_transaction() {
-            flush = flush.max(Lsn(self.server_wal_end));
+            flush = flush.max(self.sent_through);
         }
         flush
     }

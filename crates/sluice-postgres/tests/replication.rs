@@ -216,11 +216,11 @@ async fn a_heartbeat_moves_an_idle_slot_forward() {
     let slot = cfg.slot_name();
     let source = started(cfg, None, AckWatermark::default()).await;
     let first = wait_for_slot("t_heartbeat", &slot, "slot exists", |_| true).await;
-    // No change to any watched table, yet the slot moves: nothing lies between.
+    // No change to any watched table, yet the slot moves: each heartbeat,
+    // once received, proves every earlier commit was sent.
     let second = wait_for_slot("t_heartbeat", &slot, "a first heartbeat", |lsn| lsn > first).await;
     wait_for_slot("t_heartbeat", &slot, "a later heartbeat", |lsn| lsn > second).await;
     assert!(source.stats().heartbeats_sent.load(std::sync::atomic::Ordering::Relaxed) >= 2);
-    assert!(source.stats().slot_lag_bytes() < 1024 * 1024);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

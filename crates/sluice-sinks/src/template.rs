@@ -5,7 +5,7 @@
 // some of them leaves the rest unused.
 #![allow(dead_code)]
 
-use sluice_core::{Event, Row, Value};
+use sluice_core::{Event, Row};
 
 /// A template split into literal text and placeholders.
 #[derive(Debug, Clone)]
@@ -61,26 +61,11 @@ impl Template {
                 Part::Op => escape(event.op.code(), out),
                 Part::Key(column) => {
                     if let Some(value) = event.key.as_ref().and_then(|k| k.get(column)) {
-                        escape(&value_text(value), out);
+                        escape(&value.text(), out);
                     }
                 }
             }
         }
-    }
-}
-
-fn value_text(value: &Value) -> std::borrow::Cow<'_, str> {
-    match value {
-        Value::Text(s)
-        | Value::Decimal(s)
-        | Value::Date(s)
-        | Value::Time(s)
-        | Value::Timestamp(s)
-        | Value::TimestampTz(s) => s.as_str().into(),
-        Value::Int(i) => i.to_string().into(),
-        Value::UInt(u) => u.to_string().into(),
-        Value::Null => "null".into(),
-        other => serde_json::to_string(other).unwrap_or_default().into(),
     }
 }
 

@@ -14,7 +14,6 @@
 //! | binary | BINARY |
 //! | text, JSON, time of day, arrays, and values a typed column cannot hold (`NaN` decimals, `infinity` dates) | STRING |
 
-use std::borrow::Cow;
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
@@ -408,7 +407,7 @@ fn append(column: &mut Column, value: &Value) {
             b.append_option(if let Value::Decimal(t) = value { decimal_value(t, *scale) } else { None });
         }
         Column::Text(b) if null => b.append_null(),
-        Column::Text(b) => b.append_value(text_of(value)),
+        Column::Text(b) => b.append_value(value.text()),
         Column::Bytes(b) => match value {
             Value::Bytes(v) => b.append_value(v),
             _ => b.append_null(),
@@ -439,24 +438,6 @@ fn finish(column: &mut Column) -> ArrayRef {
     }
 }
 
-/// A value as text, for a string column: its JSON form, unquoted.
-fn text_of(value: &Value) -> Cow<'_, str> {
-    match value {
-        Value::Text(s)
-        | Value::Decimal(s)
-        | Value::Date(s)
-        | Value::Time(s)
-        | Value::Timestamp(s)
-        | Value::TimestampTz(s) => Cow::Borrowed(s),
-        Value::Json(json) => Cow::Borrowed(json.as_str()),
-        other => match serde_json::to_value(other) {
-            Ok(serde_json::Value::String(s)) => Cow::Owned(s),
-            Ok(json) => Cow::Owned(json.to_string()),
-            Err(_) => Cow::Borrowed(""),
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,7 +462,5 @@ mod tests {
         assert_eq!(kind_of(&Value::TimestampTz("2024-01-01T00:00:00Z".into())), Some(Kind::TimestampTz));
         assert!(fits(Kind::Text, &Value::Int(3)));
         assert!(!fits(Kind::Int, &Value::Text("3".into())));
-        assert_eq!(text_of(&Value::Float(f64::NAN)), "NaN");
-        assert_eq!(text_of(&Value::Bytes(vec![0, 255])), "AP8=");
     }
 }

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Every benchmark in one run, and one table: scenario, Sluice events/s, the
+# ceiling measured in this same run (generator alone, pg_recvlogical,
+# mariadb-binlog), their ratio, and Sluice's peak RSS. Prints Markdown;
+# docs/benchmarks.md holds the latest output.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+started_services=no
+if [ ! -f "${SLUICE_SERVICES_DIR:-/tmp/sluice-services}/env" ]; then
+  started_services=yes
+  scripts/services.sh start >/dev/null
+fi
+out=$(mktemp -d)
+cleanup() {
+  rm -rf "$out"
+  if [ "$started_services" = yes ]; then scripts/services.sh stop; fi
+}
+trap cleanup EXIT
+
+for bench in bench bench-postgres bench-mysql bench-kafka bench-s3; do
+  echo "running scripts/$bench.sh" >&2
+  "scripts/$bench.sh" > "$out/$bench.txt" 2> "$out/$bench.err" || { cat "$out/$bench.err" >&2; exit 1; }
+done
+
+# The figures each script prints, by the labels it prints them with.
+field() { awk -v label="$2" -v column="$3" 'index($0, label) == 1 { print $(NF - column) }' "$out/$1.txt" | head -1; }
+best() { awk -v label="$2" -v column="$3" 'index($0, label) == 1 { print $(NF - column) }' "$out/$1.txt" | sort -n | tail -1; }
+generator=$(field bench generator-only 1)
+pg=$(best bench-postgres "pg_recvlogical" 1)
+my=$(best bench-mysql "mariadb-binlog" 1)
+pg_rss=$(awk '/sluice peak RSS/ { print $4 }' "$out/bench-postgres.txt")
+my_rss=$(awk '/sluice peak RSS/ { print $4 }' "$out/bench-mysql.txt")
+
+row() { # scenario, sluice events/s, ceiling name, ceiling events/s, peak RSS MB
+  printf '| %s | %.0f | %s %.0f | %.2f | %s |\n' "$1" "$2" "$3" "$4" "$(awk "BEGIN { print $2 / $4 }")" "$5"
+}
+echo "| scenario | Sluice events/s | ceiling (same run) events/s | ratio | peak RSS MB |"
+echo "|---|---|---|---|---|"
+row "generator → memory sink" "$(field bench generator-to-memory 1)" "generator alone" "$generator" "$(field bench generator-to-memory 0)"
+row "generator → file sink" "$(field bench generator-to-file 1)" "generator alone" "$generator" "$(field bench generator-to-file 0)"
+row "PostgreSQL → file sink" "$(field bench-postgres "sluice postgres" 1)" "pg_recvlogical" "$pg" "$pg_rss"
+row "MariaDB → file sink" "$(field bench-mysql "sluice mysql" 1)" "mariadb-binlog" "$my" "$my_rss"
+for mode in at-least-once exactly-once; do
+  row "generator → Kafka, $mode" "$(field bench-kafka "generator -> kafka, $mode" 2)" "generator alone" "$generator" "$(field bench-kafka "generator -> kafka, $mode" 0)"
+  row "PostgreSQL → Kafka, $mode" "$(field bench-kafka "postgres -> kafka, $mode" 2)" "pg_recvlogical" "$pg" "$(field bench-kafka "postgres -> kafka, $mode" 0)"
+done
+for scenario in "s3 parquet" "local parquet" "s3 json lines"; do
+  row "generator → ${scenario/s3/S3}" "$(field bench-s3 "generator -> $scenario" 3)" "pg_recvlogical" "$pg" "$(field bench-s3 "generator -> $scenario" 0)"
+done
