@@ -42,6 +42,14 @@ pub fn print(expected: &[Change], held: &[Held]) -> bool {
             if foreign > 0 { format!("  ({foreign} never committed!)") } else { String::new() },
         );
     }
+    if !ok {
+        for sink in held.iter().take(1) {
+            let seen: BTreeSet<&Change> = sink.changes.iter().collect();
+            let lost: Vec<&&Change> = wanted.iter().filter(|c| !seen.contains(**c)).take(5).collect();
+            let foreign: Vec<&&Change> = seen.iter().filter(|c| !wanted.contains(**c)).take(5).collect();
+            println!("torture: {} e.g. lost {lost:?}, never committed {foreign:?}", sink.sink);
+        }
+    }
     println!("torture: {}", if ok { "PASS" } else { "FAIL" });
     ok
 }

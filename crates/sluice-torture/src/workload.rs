@@ -128,7 +128,12 @@ impl Workload {
             *conn = None;
             let rows = execute(&self.params, &format!("SELECT count(*) AS n FROM tx_log WHERE tx = {tx}")).await?;
             self.in_doubt_resolved += 1;
-            rows.first("n") == Some("1")
+            let committed = rows.first("n") == Some("1");
+            println!(
+                "torture: transaction {tx} was in doubt; it {}",
+                if committed { "committed" } else { "did not commit" }
+            );
+            committed
         };
         if conn.is_none() {
             *conn = Connection::connect(&self.params, false).await.ok();
