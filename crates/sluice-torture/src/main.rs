@@ -128,7 +128,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         chaos.summary()
     );
     let expected = workload.committed;
-    setup.drain(&env, &expected, Duration::from_secs(300)).await?;
+    setup.drain(&env, &expected, Duration::from_secs(600)).await?;
     let held = setup.read_all(&env).await?;
     let passed = report::print(&expected, &held);
     setup.finish(passed);

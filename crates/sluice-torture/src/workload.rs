@@ -80,6 +80,11 @@ pub async fn prepare(env: &Env, database: &str, source_id: &str) -> anyhow::Resu
     .await?;
     execute(&admin, &format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)")).await?;
     execute(&admin, &format!("CREATE DATABASE {database}")).await?;
+    // The test server runs with synchronous_commit off, and restarts in
+    // immediate mode: a commit it acknowledged could then vanish, and the
+    // harness would expect changes that never happened. Here a commit
+    // returns only once its WAL is written.
+    execute(&admin, &format!("ALTER DATABASE {database} SET synchronous_commit = on")).await?;
     let db = params(env, database)?;
     let mut ddl = String::from("CREATE TABLE tx_log (tx bigint PRIMARY KEY);");
     for table in TABLES {
@@ -113,6 +118,14 @@ impl Workload {
     /// Writes one transaction. An error during it leaves the outcome in
     /// doubt until the `tx_log` row says whether it committed.
     pub async fn step(&mut self, conn: &mut Option<Connection>) -> anyhow::Result<()> {
+        if conn.is_none() {
+            *conn = Connection::connect(&self.params, false).await.ok();
+            if conn.is_none() {
+                // The server is away (a restart): nothing was sent.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return Ok(());
+            }
+        }
         let mut undo = Vec::new();
         let (sql, changes) = self.plan(&mut undo);
         let tx = self.next_tx;
