@@ -5,42 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --release --locked -p sluice >&2
-SLUICE="$PWD/target/release/sluice"
+# shellcheck source=scripts/bench-common.sh
+. scripts/bench-common.sh
 
-started_services=no
-if [ ! -f "${SLUICE_SERVICES_DIR:-/tmp/sluice-services}/env" ]; then
-  started_services=yes
-fi
-env_file=$(scripts/services.sh start)
-# shellcheck source=/dev/null
-. "$env_file"
-work=$(mktemp -d)
-cleanup() {
-  rm -rf "$work"
-  if [ "$started_services" = yes ]; then scripts/services.sh stop; fi
-}
-trap cleanup EXIT
-run_id=$$
-now() { date +%s.%N; }
-calc() { awk "BEGIN { print $1 }"; }
-
-# Runs sluice until `done_check` succeeds (or it exits); prints "seconds peak_kib".
-measure() {
-  local config=$1 done_check=$2 start pid peak=0
-  start=$(now)
-  RUST_LOG=info,sluice_runtime::checkpointer=debug "$SLUICE" run -c "$config" --data-dir "$work/data-$RANDOM" \
-    2> "$work/sluice.log" &
-  pid=$!
-  while kill -0 "$pid" 2>/dev/null; do
-    peak=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo "$peak")
-    if $done_check; then kill -TERM "$pid"; break; fi
-    sleep 0.05
-  done
-  wait "$pid" || { cat "$work/sluice.log" >&2; exit 1; }
-  echo "$(calc "$(now) - $start") $peak"
-}
-never() { false; }
 
 printf '%-40s %12s %10s %12s\n' "run" "events/s" "seconds" "peak RSS MB"
 for mode in false true; do

@@ -13,23 +13,8 @@ ROWS_PER_TX=10000
 TX_COUNT=100
 TOTAL=$((ROWS_PER_TX * TX_COUNT))
 
-cargo build --release --locked -p sluice >&2
-SLUICE="$PWD/target/release/sluice"
-
-started_services=no
-if [ ! -f "${SLUICE_SERVICES_DIR:-/tmp/sluice-services}/env" ]; then
-  started_services=yes
-fi
-env_file=$(scripts/services.sh start)
-# shellcheck source=/dev/null
-. "$env_file"
-work=$(mktemp -d)
-cleanup() {
-  [ -n "${sluice_pid:-}" ] && kill "$sluice_pid" 2>/dev/null || true
-  rm -rf "$work"
-  if [ "$started_services" = yes ]; then scripts/services.sh stop; fi
-}
-trap cleanup EXIT
+# shellcheck source=scripts/bench-common.sh
+. scripts/bench-common.sh
 
 my() { mariadb -h 127.0.0.1 -P "$SLUICE_TEST_MY_PORT" -u "$SLUICE_TEST_MY_USER" -p"$SLUICE_TEST_MY_PASSWORD" "$@"; }
 my -e "DROP DATABASE IF EXISTS bench_my; CREATE DATABASE bench_my;
@@ -43,8 +28,6 @@ for tx in $(seq 0 $((TX_COUNT - 1))); do
 done | my bench_my
 read -r end_file end_offset < <(my -N -e "SHOW MASTER STATUS" | awk '{print $1, $2}')
 
-now() { date +%s.%N; }
-calc() { awk "BEGIN { print $1 }"; }
 # The ceiling runs before and after Sluice, and the faster run counts.
 ceiling() {
   local start

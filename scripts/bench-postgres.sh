@@ -13,23 +13,8 @@ ROWS_PER_TX=10000
 TX_COUNT=100
 TOTAL=$((ROWS_PER_TX * TX_COUNT))
 
-cargo build --release --locked -p sluice >&2
-SLUICE="$PWD/target/release/sluice"
-
-started_services=no
-if [ ! -f "${SLUICE_SERVICES_DIR:-/tmp/sluice-services}/env" ]; then
-  started_services=yes
-fi
-env_file=$(scripts/services.sh start)
-# shellcheck source=/dev/null
-. "$env_file"
-work=$(mktemp -d)
-cleanup() {
-  [ -n "${sluice_pid:-}" ] && kill "$sluice_pid" 2>/dev/null || true
-  rm -rf "$work"
-  if [ "$started_services" = yes ]; then scripts/services.sh stop; fi
-}
-trap cleanup EXIT
+# shellcheck source=scripts/bench-common.sh
+. scripts/bench-common.sh
 
 export PGPASSWORD="$SLUICE_TEST_PG_PASSWORD"
 psql_db() { psql -X -q -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -v ON_ERROR_STOP=1 "$@"; }
@@ -49,8 +34,6 @@ for tx in $(seq 0 $((TX_COUNT - 1))); do
 done | psql_db -d bench_pg
 end_lsn=$(psql_db -d bench_pg -At -c "SELECT pg_current_wal_lsn()")
 
-now() { date +%s.%N; }
-calc() { awk "BEGIN { print $1 }"; }
 # The ceiling runs before and after Sluice, and the faster run counts, so
 # neither side gains from a warmer cache.
 ceiling() {

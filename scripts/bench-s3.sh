@@ -12,39 +12,9 @@ TX_COUNT=200000
 ROWS_PER_TX=10
 TOTAL=$((TX_COUNT * ROWS_PER_TX))
 
-cargo build --release --locked -p sluice >&2
-SLUICE="$PWD/target/release/sluice"
+# shellcheck source=scripts/bench-common.sh
+. scripts/bench-common.sh
 
-started_services=no
-if [ ! -f "${SLUICE_SERVICES_DIR:-/tmp/sluice-services}/env" ]; then
-  started_services=yes
-fi
-env_file=$(scripts/services.sh start)
-# shellcheck source=/dev/null
-. "$env_file"
-work=$(mktemp -d)
-cleanup() {
-  rm -rf "$work"
-  if [ "$started_services" = yes ]; then scripts/services.sh stop; fi
-}
-trap cleanup EXIT
-run_id=$$
-now() { date +%s.%N; }
-calc() { awk "BEGIN { print $1 }"; }
-
-# Runs a pipeline to its end; prints "seconds peak_kib".
-measure() {
-  local config=$1 start pid peak=0
-  start=$(now)
-  "$SLUICE" run -c "$config" --data-dir "$work/data-$RANDOM" 2> "$work/sluice.log" &
-  pid=$!
-  while kill -0 "$pid" 2>/dev/null; do
-    peak=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo "$peak")
-    sleep 0.05
-  done
-  wait "$pid" || { cat "$work/sluice.log" >&2; exit 1; }
-  echo "$(calc "$(now) - $start") $peak"
-}
 
 s3="bucket: $SLUICE_TEST_S3_BUCKET, endpoint: \"$SLUICE_TEST_S3_ENDPOINT\", path_style: true, access_key_id: $SLUICE_TEST_S3_ACCESS_KEY, secret_access_key: $SLUICE_TEST_S3_SECRET_KEY"
 scenarios=(
@@ -66,7 +36,7 @@ pipelines:
       - $kind
         $settings
 YAML
-  read -r secs peak < <(measure "$work/bench.yaml")
+  read -r secs peak < <(measure "$work/bench.yaml" never)
   bytes=$(du -sb --exclude=.sluice-staging "$output" | cut -f1)
   printf '%-40s %12.0f %10.2f %10.1f %12.1f\n' "$label" "$(calc "$TOTAL / $secs")" "$secs" \
     "$(calc "$bytes / 1048576 / $secs")" "$(calc "$peak / 1024")"

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::unique;
+use common::{env, nats_positions, redis_positions, unique};
 
 use std::time::Duration;
 
@@ -20,11 +20,6 @@ use sluice_config::{GeneratorConfig, KafkaSinkConfig, NatsSinkConfig, RedisSinkC
 use sluice_core::{Event, Position, SliceChunks};
 use sluice_generator::GeneratorSource;
 use sluice_sinks::SinkContext;
-
-fn env(name: &str) -> String {
-    std::env::var(name)
-        .unwrap_or_else(|_| panic!("{name} is not set: run `scripts/services.sh start` and source its env file"))
-}
 
 /// Three batches of whole transactions from the generator.
 fn batches() -> Vec<Vec<Event>> {
@@ -90,31 +85,6 @@ fn kafka_positions(topic: &str) -> Vec<String> {
     let mut merged: Vec<String> = positions.into_iter().map(|(_, p)| p).collect();
     merged.sort_by_key(|p| order(p));
     merged
-}
-
-fn redis_positions(stream: &str) -> Vec<String> {
-    let mut conn = redis::Client::open(env("SLUICE_TEST_REDIS_URL")).unwrap().get_connection().unwrap();
-    let entries: Vec<(String, Vec<(String, String)>)> =
-        redis::cmd("XRANGE").arg(stream).arg("-").arg("+").query(&mut conn).unwrap();
-    entries
-        .into_iter()
-        .map(|(_, f)| serde_json::from_str::<serde_json::Value>(&f.iter().find(|(k, _)| k == "payload").unwrap().1).unwrap()["position"].as_str().unwrap().to_string())
-        .collect()
-}
-
-fn nats_positions(stream: &str) -> Vec<String> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
-        let context = async_nats::jetstream::new(async_nats::connect(env("SLUICE_TEST_NATS_URL")).await.unwrap());
-        let mut handle = context.get_stream(stream).await.unwrap();
-        let last = handle.info().await.unwrap().state.last_sequence;
-        let mut positions = Vec::new();
-        for sequence in 1..=last {
-            let message = handle.get_raw_message(sequence).await.unwrap();
-            positions.push(message.headers.get("Sluice-Position").unwrap().as_str().to_string());
-        }
-        positions
-    })
 }
 
 fn file_positions(path: &std::path::Path) -> Vec<String> {

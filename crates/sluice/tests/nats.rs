@@ -8,34 +8,10 @@ use std::time::Duration;
 use async_nats::jetstream;
 use common::*;
 
-fn nats_url() -> String {
-    std::env::var("SLUICE_TEST_NATS_URL").unwrap_or_else(|_| {
-        panic!("SLUICE_TEST_NATS_URL is not set: run `scripts/services.sh start` and source its env file")
-    })
-}
-
-/// The `Sluice-Position` of every message of a stream, in order.
-fn stream_positions(stream: &str) -> Vec<String> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
-        let client = async_nats::connect(nats_url()).await.unwrap();
-        let context = jetstream::new(client);
-        let Ok(mut handle) = context.get_stream(stream).await else { return Vec::new() };
-        let last = handle.info().await.unwrap().state.last_sequence;
-        let mut positions = Vec::new();
-        for sequence in 1..=last {
-            if let Ok(message) = handle.get_raw_message(sequence).await {
-                positions.push(message.headers.get("Sluice-Position").unwrap().as_str().to_string());
-            }
-        }
-        positions
-    })
-}
-
 fn pipeline(id: &str, tx_count: u64) -> String {
     format!(
         "pipelines:\n  - name: {id}\n    source: {{ type: generator, config: {{ id: {id}, tx_count: {tx_count}, rows_per_tx: 10, events_per_sec: 10000 }} }}\n    sinks:\n      - type: nats\n        config: {{ id: n, url: \"{}\", subject: \"{id}.${{table}}\", stream: {id} }}\n    batch: {{ max_events: 200 }}\n",
-        nats_url()
+        env("SLUICE_TEST_NATS_URL")
     )
 }
 
@@ -49,12 +25,12 @@ fn kill_9_never_duplicates_or_loses_a_message_in_an_exclusive_stream() {
     assert!(String::from_utf8_lossy(&validate.stdout).contains("exactly-once (stream written only by this sink)"));
     for round in 1..=3 {
         let mut child = spawn(&["run", "-c", config], dir.path());
-        wait_until(Duration::from_secs(60), "messages", || stream_positions(&id).len() >= round * 1500);
+        wait_until(Duration::from_secs(60), "messages", || nats_positions(&id).len() >= round * 1500);
         child.kill9();
     }
     let output = run(&["run", "-c", config], dir.path());
     assert!(output.status.success(), "{}", std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default());
-    let positions = stream_positions(&id);
+    let positions = nats_positions(&id);
     let unique_positions: BTreeSet<&String> = positions.iter().collect();
     assert_eq!(positions.len(), unique_positions.len(), "duplicates in the stream");
     assert_eq!(positions.len(), 8000, "messages missing");
@@ -69,7 +45,7 @@ fn another_writer_on_an_exclusive_stream_stops_the_pipeline() {
     // A foreign message lands in the stream.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        let context = jetstream::new(async_nats::connect(nats_url()).await.unwrap());
+        let context = jetstream::new(async_nats::connect(env("SLUICE_TEST_NATS_URL")).await.unwrap());
         context.publish(format!("{id}.orders"), "intruder".into()).await.unwrap().await.unwrap();
     });
     let more = pipeline(&id, 10);
@@ -90,7 +66,7 @@ fn a_transaction_larger_than_the_clients_pending_ack_limit_is_published() {
     let mut child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
     let status = child.wait_exit(Duration::from_secs(120));
     assert!(status.success(), "{}", std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default());
-    let positions = stream_positions(&id);
+    let positions = nats_positions(&id);
     assert_eq!(positions.len(), 24_000);
     assert_eq!(positions.iter().collect::<BTreeSet<_>>().len(), 24_000, "duplicates in the stream");
 }

@@ -12,11 +12,6 @@ use common::*;
 /// Both tests pause the one Redis, so they take turns.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn env(name: &str) -> String {
-    std::env::var(name)
-        .unwrap_or_else(|_| panic!("{name} is not set: run `scripts/services.sh start` and source its env file"))
-}
-
 fn signal(pid_file: &str, signal: &str) {
     let pid = std::fs::read_to_string(env(pid_file)).unwrap();
     let status = std::process::Command::new("kill").args([signal, pid.trim()]).status().unwrap();
@@ -37,20 +32,6 @@ impl Drop for Paused {
     fn drop(&mut self) {
         signal(self.0, "-CONT");
     }
-}
-
-fn positions_in(stream: &str) -> Vec<String> {
-    let client = redis::Client::open(env("SLUICE_TEST_REDIS_URL")).unwrap();
-    let mut conn = client.get_connection().unwrap();
-    let entries: Vec<(String, Vec<(String, String)>)> =
-        redis::cmd("XRANGE").arg(stream).arg("-").arg("+").query(&mut conn).unwrap();
-    entries
-        .into_iter()
-        .map(|(_, fields)| {
-            let payload = &fields.iter().find(|(k, _)| k == "payload").unwrap().1;
-            serde_json::from_str::<serde_json::Value>(payload).unwrap()["position"].as_str().unwrap().to_string()
-        })
-        .collect()
 }
 
 fn config(id: &str, redis_required: bool) -> String {
@@ -74,7 +55,7 @@ fn a_required_sink_that_stops_answering_holds_the_pipeline_then_catches_up() {
     let config = write_config(dir.path(), &config(&id, true));
     let stream = format!("{id}.orders");
     let mut child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
-    wait_until(Duration::from_secs(60), "entries", || positions_in(&stream).len() >= 2000);
+    wait_until(Duration::from_secs(60), "entries", || redis_positions(&stream).len() >= 2000);
     {
         let _paused = Paused::start("SLUICE_TEST_REDIS_PID_FILE");
         std::thread::sleep(Duration::from_secs(20));
@@ -83,7 +64,7 @@ fn a_required_sink_that_stops_answering_holds_the_pipeline_then_catches_up() {
     let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
     assert!(status.success(), "{log}");
     assert!(log.contains("sink call failed; retrying"), "the pipeline waited and retried:\n{log}");
-    assert_exactly_all(&positions_in(&stream), 20_000);
+    assert_exactly_all(&redis_positions(&stream), 20_000);
     assert_eq!(line_count(&dir.path().join("out.jsonl")), 20_000);
 }
 
@@ -95,7 +76,7 @@ fn an_optional_sink_that_stops_answering_lets_the_others_flow_and_catches_up_lat
     let config = write_config(dir.path(), &config(&id, false));
     let stream = format!("{id}.orders");
     let mut child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
-    wait_until(Duration::from_secs(60), "entries", || positions_in(&stream).len() >= 2000);
+    wait_until(Duration::from_secs(60), "entries", || redis_positions(&stream).len() >= 2000);
     {
         let _paused = Paused::start("SLUICE_TEST_REDIS_PID_FILE");
         // The file sink finishes the whole stream while Redis is paused.
@@ -105,29 +86,13 @@ fn an_optional_sink_that_stops_answering_lets_the_others_flow_and_catches_up_lat
         assert!(log.contains("optional sink detached"), "{log}");
         assert_eq!(line_count(&dir.path().join("out.jsonl")), 20_000);
     }
-    let partial = positions_in(&stream).len();
+    let partial = redis_positions(&stream).len();
     assert!(partial < 20_000, "Redis held {partial} when the run ended");
     // The next start catches Redis up from its own checkpoint.
     let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
     assert!(output.status.success());
-    assert_exactly_all(&positions_in(&stream), 20_000);
+    assert_exactly_all(&redis_positions(&stream), 20_000);
     assert_eq!(line_count(&dir.path().join("out.jsonl")), 20_000, "the file sink got no replay");
-}
-
-fn nats_positions(stream: &str) -> Vec<String> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
-        let context = async_nats::jetstream::new(async_nats::connect(env("SLUICE_TEST_NATS_URL")).await.unwrap());
-        let Ok(mut handle) = context.get_stream(stream).await else { return Vec::new() };
-        let last = handle.info().await.unwrap().state.last_sequence;
-        let mut positions = Vec::new();
-        for sequence in 1..=last {
-            if let Ok(message) = handle.get_raw_message(sequence).await {
-                positions.push(message.headers.get("Sluice-Position").unwrap().as_str().to_string());
-            }
-        }
-        positions
-    })
 }
 
 /// A generator at 1000 events/s into a file and a NATS stream named `id`.

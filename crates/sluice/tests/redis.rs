@@ -7,32 +7,6 @@ use std::time::Duration;
 
 use common::*;
 
-fn redis_url() -> String {
-    std::env::var("SLUICE_TEST_REDIS_URL").unwrap_or_else(|_| {
-        panic!("SLUICE_TEST_REDIS_URL is not set: run `scripts/services.sh start` and source its env file")
-    })
-}
-
-/// The position of every entry of a stream, in stream order.
-fn stream_positions(stream: &str) -> Vec<String> {
-    let client = redis::Client::open(redis_url()).unwrap();
-    let mut conn = client.get_connection().unwrap();
-    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
-        .arg(stream)
-        .arg("-")
-        .arg("+")
-        .query::<redis::Value>(&mut conn)
-        .map(|value| redis::from_redis_value(&value).unwrap())
-        .unwrap();
-    entries
-        .into_iter()
-        .map(|(_, fields)| {
-            let payload = &fields.iter().find(|(k, _)| k == "payload").unwrap().1;
-            serde_json::from_str::<serde_json::Value>(payload).unwrap()["position"].as_str().unwrap().to_string()
-        })
-        .collect()
-}
-
 #[test]
 fn kill_9_never_duplicates_or_loses_a_stream_entry() {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
@@ -40,7 +14,7 @@ fn kill_9_never_duplicates_or_loses_a_stream_entry() {
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
         "pipelines:\n  - name: {id}\n    source: {{ type: generator, config: {{ id: {id}, tx_count: 3000, rows_per_tx: 10, events_per_sec: 20000 }} }}\n    sinks:\n      - type: redis\n        config: {{ id: r, url: \"{}\", stream: \"{id}.${{table}}\" }}\n    batch: {{ max_events: 200 }}\n",
-        redis_url()
+        env("SLUICE_TEST_REDIS_URL")
     );
     let config = write_config(dir.path(), &config);
     let config = config.to_str().unwrap();
@@ -49,12 +23,12 @@ fn kill_9_never_duplicates_or_loses_a_stream_entry() {
     let stream = format!("{id}.orders");
     for round in 1..=4 {
         let mut child = spawn(&["run", "-c", config], dir.path());
-        wait_until(Duration::from_secs(60), "entries", || stream_positions(&stream).len() >= round * 5000);
+        wait_until(Duration::from_secs(60), "entries", || redis_positions(&stream).len() >= round * 5000);
         child.kill9();
     }
     let output = run(&["run", "-c", config], dir.path());
     assert!(output.status.success(), "{}", std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default());
-    let positions = stream_positions(&stream);
+    let positions = redis_positions(&stream);
     let unique: BTreeSet<&String> = positions.iter().collect();
     assert_eq!(positions.len(), unique.len(), "duplicates in the stream");
     assert_eq!(positions.len(), 30_000, "entries missing");

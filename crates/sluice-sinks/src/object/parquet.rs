@@ -14,6 +14,7 @@
 //! | binary | BINARY |
 //! | text, JSON, time of day, arrays, and values a typed column cannot hold (`NaN` decimals, `infinity` dates) | STRING |
 
+use std::fmt::Write as _;
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
@@ -29,7 +30,7 @@ use parquet::basic::{Compression as ParquetCompression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use sluice_config::Compression;
 use sluice_core::time::{parse_iso_date, parse_iso_timestamp};
-use sluice_core::{Envelope, Event, Op, Row, SinkError, Value};
+use sluice_core::{Event, Op, Row, SinkError, Value};
 
 /// Rows per record batch handed to the Parquet writer.
 const BATCH_ROWS: usize = 8192;
@@ -197,10 +198,12 @@ impl ParquetFile {
             append(column, value);
         }
         let meta = &mut self.meta;
-        let envelope = Envelope::new(event);
         meta.op.append_value(event.op.code());
-        meta.id.append_value(&envelope.id);
-        meta.position.append_value(event.position.to_string());
+        // Formatted straight into the column's buffer: no string per event.
+        let _ = write!(meta.id, "{}", event.id());
+        meta.id.append_value("");
+        let _ = write!(meta.position, "{}", event.position);
+        meta.position.append_value("");
         meta.tx_id.append_value(&*event.tx_id);
         meta.commit_time.append_value(event.commit_time_us);
         meta.schema_version.append_value(event.schema_version);

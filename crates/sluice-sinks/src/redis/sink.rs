@@ -173,12 +173,13 @@ impl Sink for RedisSink {
                 args.push(event.position.sort_key().into_bytes());
                 args.push((index + 2).to_string().into_bytes());
                 let envelope = Envelope::new(event);
-                args.push(envelope.id.clone().into_bytes());
+                let payload = serde_json::to_vec(&envelope).map_err(|e| {
+                    SinkError::permanent_from("redis sink: cannot encode an event", "report this as a bug", e)
+                })?;
+                args.push(envelope.id.into_bytes());
                 args.push(key.clone());
                 args.push(event.op.code().as_bytes().to_vec());
-                args.push(serde_json::to_vec(&envelope).map_err(|e| {
-                    SinkError::permanent_from("redis sink: cannot encode an event", "report this as a bug", e)
-                })?);
+                args.push(payload);
             }
             for name in &streams {
                 invocation.key(name);

@@ -11,30 +11,25 @@ use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as Key;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-pub fn s3_env(name: &str) -> String {
-    std::env::var(name)
-        .unwrap_or_else(|_| panic!("{name} is not set: run `scripts/services.sh start` and source its env file"))
-}
-
 /// The sink config fields that reach the test S3 server.
 pub fn s3_target() -> String {
     format!(
         "bucket: {}, endpoint: \"{}\", path_style: true, access_key_id: {}, secret_access_key: {}",
-        s3_env("SLUICE_TEST_S3_BUCKET"),
-        s3_env("SLUICE_TEST_S3_ENDPOINT"),
-        s3_env("SLUICE_TEST_S3_ACCESS_KEY"),
-        s3_env("SLUICE_TEST_S3_SECRET_KEY")
+        super::env("SLUICE_TEST_S3_BUCKET"),
+        super::env("SLUICE_TEST_S3_ENDPOINT"),
+        super::env("SLUICE_TEST_S3_ACCESS_KEY"),
+        super::env("SLUICE_TEST_S3_SECRET_KEY")
     )
 }
 
 fn store() -> AmazonS3 {
     AmazonS3Builder::new()
-        .with_bucket_name(s3_env("SLUICE_TEST_S3_BUCKET"))
-        .with_endpoint(s3_env("SLUICE_TEST_S3_ENDPOINT"))
+        .with_bucket_name(super::env("SLUICE_TEST_S3_BUCKET"))
+        .with_endpoint(super::env("SLUICE_TEST_S3_ENDPOINT"))
         .with_allow_http(true)
         .with_region("us-east-1")
-        .with_access_key_id(s3_env("SLUICE_TEST_S3_ACCESS_KEY"))
-        .with_secret_access_key(s3_env("SLUICE_TEST_S3_SECRET_KEY"))
+        .with_access_key_id(super::env("SLUICE_TEST_S3_ACCESS_KEY"))
+        .with_secret_access_key(super::env("SLUICE_TEST_S3_SECRET_KEY"))
         .build()
         .unwrap()
 }

@@ -133,3 +133,41 @@ pub fn unique(name: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
     format!("{name}{}x{nanos}", std::process::id())
 }
+
+/// A setting of the private services, from the env file `scripts/services.sh start` writes.
+pub fn env(name: &str) -> String {
+    std::env::var(name)
+        .unwrap_or_else(|_| panic!("{name} is not set: run `scripts/services.sh start` and source its env file"))
+}
+
+/// The `position` of every entry of a Redis stream, in stream order.
+pub fn redis_positions(stream: &str) -> Vec<String> {
+    let mut conn = redis::Client::open(env("SLUICE_TEST_REDIS_URL")).unwrap().get_connection().unwrap();
+    let entries: Vec<(String, Vec<(String, String)>)> =
+        redis::cmd("XRANGE").arg(stream).arg("-").arg("+").query(&mut conn).unwrap();
+    entries
+        .into_iter()
+        .map(|(_, fields)| {
+            let payload = &fields.iter().find(|(k, _)| k == "payload").unwrap().1;
+            serde_json::from_str::<serde_json::Value>(payload).unwrap()["position"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// The `Sluice-Position` of every message of a JetStream stream, in order
+/// (none when the stream does not exist yet).
+pub fn nats_positions(stream: &str) -> Vec<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let context = async_nats::jetstream::new(async_nats::connect(env("SLUICE_TEST_NATS_URL")).await.unwrap());
+        let Ok(mut handle) = context.get_stream(stream).await else { return Vec::new() };
+        let last = handle.info().await.unwrap().state.last_sequence;
+        let mut positions = Vec::new();
+        for sequence in 1..=last {
+            if let Ok(message) = handle.get_raw_message(sequence).await {
+                positions.push(message.headers.get("Sluice-Position").unwrap().as_str().to_string());
+            }
+        }
+        positions
+    })
+}
