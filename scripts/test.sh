@@ -15,3 +15,8 @@ trap 'scripts/services.sh stop' EXIT
 cargo test --workspace --locked
 
 
+
+# The short torture run (README, "Torture"): two minutes of workload
+# through every sink under kills, outages, cut connections and PostgreSQL
+# restarts, compared event by event. Debug builds: the pace suits them.
+cargo run --locked -p sluice-torture -- --minutes 2 --sluice target/debug/sluice

@@ -190,6 +190,7 @@ impl Source for PostgresSource {
         info!(slot, publication, from = %start_lsn, tables = tables.len(), "replication started");
 
         let (tx, rx) = mpsc::channel(CHUNK_QUEUE);
+        let acked_now = acked.get();
         let reader = Reader {
             conn: replication,
             sql,
@@ -199,11 +200,13 @@ impl Source for PostgresSource {
             status_interval: Duration::from_secs(config.status_interval_secs),
             heartbeat: config.heartbeat_secs.map(Duration::from_secs),
             stats: self.stats.clone(),
-            floor: start_lsn,
+            floor: floor(start_lsn, acked_now.as_ref()),
             flushed: Lsn(0),
             server_wal_end: 0,
             sent_through: Lsn(0),
-            last_emitted: None,
+            // A restart inside a running pipeline starts after events the
+            // sinks may not hold yet: they count as read.
+            last_emitted: from,
             last_received: Instant::now(),
         };
         let task = tokio::spawn(reader.run());
@@ -240,7 +243,7 @@ struct Reader {
     status_interval: Duration,
     heartbeat: Option<Duration>,
     stats: Arc<SourceStats>,
-    /// Where streaming started: a flush position known to be safe.
+    /// A flush position known to be safe: see [`floor`].
     floor: Lsn,
     flushed: Lsn,
     server_wal_end: u64,
@@ -354,20 +357,13 @@ impl Reader {
 
     /// The flush position: see the module docs.
     fn flush_position(&self, nothing_ready: bool) -> Lsn {
-        let acked = self.acked.get();
-        let mut flush = self.floor;
-        if let Some(Position::Postgres { commit_lsn, .. }) = &acked {
-            flush = flush.max(*commit_lsn);
-        }
-        let all_acked = match (&self.last_emitted, &acked) {
-            (None, _) => true,
-            (Some(emitted), Some(acked)) => acked >= emitted,
-            (Some(_), None) => false,
-        };
-        if nothing_ready && all_acked && !self.decoder.in_transaction() {
-            flush = flush.max(self.sent_through);
-        }
-        flush
+        flush_position(&Progress {
+            floor: self.floor,
+            acked: self.acked.get(),
+            last_emitted: self.last_emitted.as_ref(),
+            sent_through: self.sent_through,
+            idle: nothing_ready && !self.decoder.in_transaction(),
+        })
     }
 
     async fn send_status(&mut self, nothing_ready: bool) -> Result<(), SourceError> {
@@ -385,9 +381,91 @@ impl Reader {
     }
 }
 
+/// The lowest flush position the reader ever reports: the start when
+/// every sink holds everything before it (a fresh start from the lowest
+/// checkpoint), else the lowest checkpoint. A restart inside a running
+/// pipeline starts after the last event read, which sinks may not hold
+/// yet; reporting that start confirmed the slot past them, and a kill then
+/// lost those events for good (the torture harness caught it).
+fn floor(start: Lsn, acked: Option<&Position>) -> Lsn {
+    match acked {
+        Some(Position::Postgres { commit_lsn, .. }) => start.min(*commit_lsn),
+        _ => Lsn(0),
+    }
+}
+
+struct Progress<'a> {
+    floor: Lsn,
+    acked: Option<Position>,
+    last_emitted: Option<&'a Position>,
+    sent_through: Lsn,
+    /// Nothing is waiting to go to the coordinator and no transaction is open.
+    idle: bool,
+}
+
+fn flush_position(p: &Progress<'_>) -> Lsn {
+    let mut flush = p.floor;
+    if let Some(Position::Postgres { commit_lsn, .. }) = &p.acked {
+        flush = flush.max(*commit_lsn);
+    }
+    let all_acked = match (p.last_emitted, &p.acked) {
+        (None, _) => true,
+        (Some(emitted), Some(acked)) => acked >= emitted,
+        (Some(_), None) => false,
+    };
+    if p.idle && all_acked {
+        flush = flush.max(p.sent_through);
+    }
+    flush
+}
+
 fn malformed(err: pgoutput::Malformed) -> SourceError {
     SourceError::permanent(
         format!("the server sent a replication message Sluice cannot read: {err}"),
         "report this with the server version; Sluice speaks pgoutput protocol version 1",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(lsn: u64, seq: u32) -> Position {
+        Position::Postgres { commit_lsn: Lsn(lsn), seq }
+    }
+
+    fn progress(floor: Lsn, acked: Option<Position>, last_emitted: Option<&Position>, idle: bool) -> Progress<'_> {
+        Progress { floor, acked, last_emitted, sent_through: Lsn(900), idle }
+    }
+
+    #[test]
+    fn a_fresh_start_from_the_lowest_checkpoint_starts_at_that_checkpoint() {
+        let from = at(100, 3);
+        let floor = floor(Lsn(100), Some(&from));
+        assert_eq!(floor, Lsn(100));
+        // Everything read is acked: an idle reader moves on to the last commit sent.
+        assert_eq!(flush_position(&progress(floor, Some(from.clone()), Some(&from), true)), Lsn(900));
+        assert_eq!(flush_position(&progress(floor, Some(from.clone()), Some(&from), false)), Lsn(100));
+    }
+
+    #[test]
+    fn a_restart_after_events_the_sinks_lack_never_confirms_past_them() {
+        // The pipeline read up to 500 and restarts the source there, while
+        // the sinks hold only up to 100.
+        let (acked, read) = (at(100, 0), at(500, 7));
+        let floor = floor(Lsn(500), Some(&acked));
+        assert_eq!(floor, Lsn(100));
+        // Nothing new read yet, a heartbeat past 500 arrived: still the checkpoint.
+        assert_eq!(flush_position(&progress(floor, Some(acked.clone()), Some(&read), true)), Lsn(100));
+        // Once the sinks hold what was read, the heartbeat counts.
+        assert_eq!(flush_position(&progress(floor, Some(read.clone()), Some(&read), true)), Lsn(900));
+    }
+
+    #[test]
+    fn with_no_checkpoint_nothing_is_confirmed_until_the_sinks_hold_events() {
+        assert_eq!(floor(Lsn(500), None), Lsn(0));
+        let read = at(500, 0);
+        assert_eq!(flush_position(&progress(Lsn(0), None, Some(&read), true)), Lsn(0));
+        assert_eq!(flush_position(&progress(Lsn(0), None, None, true)), Lsn(900));
+    }
 }

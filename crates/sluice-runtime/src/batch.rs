@@ -17,6 +17,7 @@ use sluice_config::BatchConfig;
 use sluice_core::{Event, EventChunks, Position, SinkError};
 use tokio::time::{Duration, Instant};
 
+use crate::latency::Latency;
 use crate::spill::{SPILL_CHUNK_EVENTS, SpillError, SpillFile, SpillReader, SpillWriter};
 
 /// Contiguous events in source order, shared by every sink writer.
@@ -28,6 +29,9 @@ pub struct Batch {
     pub byte_size: usize,
     first: Position,
     last: Position,
+    /// The commit time of the last event; what latency is measured from
+    /// for a spilled batch, whose events are not at hand.
+    last_commit_us: i64,
     body: Body,
 }
 
@@ -41,7 +45,8 @@ impl Batch {
     fn in_memory(seq: u64, events: Vec<Event>, byte_size: usize) -> Option<Self> {
         let first = events.first()?.position.clone();
         let last = events.last()?.position.clone();
-        Some(Self { seq, byte_size, first, last, body: Body::Memory(events) })
+        let last_commit_us = events.last()?.commit_time_us;
+        Some(Self { seq, byte_size, first, last, last_commit_us, body: Body::Memory(events) })
     }
 
     pub fn first(&self) -> &Position {
@@ -50,6 +55,23 @@ impl Batch {
 
     pub fn last(&self) -> &Position {
         &self.last
+    }
+
+    /// Records in `latency` each event's time from commit to `now_us`.
+    pub fn record_latency(&self, latency: &Latency, now_us: i64) {
+        let Body::Memory(events) = &self.body else {
+            latency.record(self.last_commit_us, now_us, self.event_count() as u64);
+            return;
+        };
+        // Events of one transaction share their commit time: one record each.
+        let mut events = events.iter().peekable();
+        while let Some(event) = events.next() {
+            let mut count = 1;
+            while events.next_if(|e| e.commit_time_us == event.commit_time_us).is_some() {
+                count += 1;
+            }
+            latency.record(event.commit_time_us, now_us, count);
+        }
     }
 
     pub fn event_count(&self) -> usize {
@@ -78,6 +100,7 @@ impl Batch {
             byte_size: self.byte_size,
             first: self.first.clone(),
             last: self.last.clone(),
+            last_commit_us: self.last_commit_us,
             body: Body::Spilled(file),
         }))
     }
@@ -169,7 +192,8 @@ pub struct Batcher {
     spill_dir: PathBuf,
     current: Vec<Event>,
     /// Set while the open batch is one transaction growing on disk.
-    spill: Option<(SpillWriter, Position)>,
+    /// The spill file of one huge transaction, its last position and commit time.
+    spill: Option<(SpillWriter, Position, i64)>,
     byte_size: usize,
     /// Length of the prefix of `current` that ends on a transaction end.
     whole_tx_len: usize,
@@ -219,8 +243,9 @@ impl Batcher {
         }
         self.byte_size += event.approx_byte_size();
         let tx_end = event.tx_end;
-        if let Some((writer, last)) = &mut self.spill {
+        if let Some((writer, last, commit_us)) = &mut self.spill {
             writer.push(&event)?;
+            *commit_us = event.commit_time_us;
             *last = event.position;
             return if tx_end { self.cut_spilled().map(Some) } else { Ok(None) };
         }
@@ -267,17 +292,17 @@ impl Batcher {
         for event in &self.current {
             writer.push(event)?;
         }
-        let last = self.current.last().map(|e| e.position.clone());
+        let last = self.current.last().map(|e| (e.position.clone(), e.commit_time_us));
         self.current.clear();
         self.current.shrink_to(self.limits.max_events.min(1 << 16));
-        if let Some(last) = last {
-            self.spill = Some((writer, last));
+        if let Some((last, commit_us)) = last {
+            self.spill = Some((writer, last, commit_us));
         }
         Ok(())
     }
 
     fn cut_spilled(&mut self) -> Result<Arc<Batch>, SpillError> {
-        let (writer, last) = self.spill.take().expect("called only while spilling");
+        let (writer, last, last_commit_us) = self.spill.take().expect("called only while spilling");
         let file = writer.finish()?;
         let first = file_first(&file)?;
         let seq = self.next_seq;
@@ -285,7 +310,7 @@ impl Batcher {
         let byte_size = std::mem::take(&mut self.byte_size);
         self.opened_at = None;
         self.age_expired = false;
-        Ok(Arc::new(Batch { seq, byte_size, first, last, body: Body::Spilled(file) }))
+        Ok(Arc::new(Batch { seq, byte_size, first, last, last_commit_us, body: Body::Spilled(file) }))
     }
 
     fn take(&mut self, len: usize) -> Option<Arc<Batch>> {

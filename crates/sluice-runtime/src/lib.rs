@@ -11,6 +11,7 @@ mod checkpointer;
 mod dispatch;
 mod error;
 mod intake;
+pub mod latency;
 pub mod pipeline;
 pub mod policy;
 mod shutdown;

@@ -24,6 +24,7 @@ use tracing::{error, info, warn};
 
 use crate::backoff::Backoff;
 use crate::batch::Batch;
+use crate::latency::{Latency, now_us};
 use crate::shutdown::Shutdown;
 
 /// Bytes of retained batches a writer keeps in memory; older ones move to
@@ -76,6 +77,10 @@ struct State {
     position: Option<Position>,
     durable: Option<Position>,
     retained: VecDeque<Arc<Batch>>,
+    /// Where the sink stood when it opened: batches past it were written
+    /// by this run, and only their latency is measured.
+    opened_at: Option<Position>,
+    latency: Latency,
 }
 
 impl SinkWriter {
@@ -85,8 +90,11 @@ impl SinkWriter {
             durable: self.stored.clone(),
             retained: VecDeque::new(),
             skip: BTreeSet::new(),
+            opened_at: None,
+            latency: Latency::default(),
         };
         let outcome = self.work(&mut state).await;
+        log_latency(&state.latency);
         match outcome {
             Ok(()) => {
                 self.close().await;
@@ -239,6 +247,7 @@ impl SinkWriter {
                     }
                     let start = state.durable.clone().max(holds);
                     state.position = start.clone();
+                    state.opened_at = start.clone();
                     state.durable = start;
                     return Ok(());
                 }
@@ -372,8 +381,27 @@ fn prune(state: &mut State) {
         return;
     };
     state.skip.retain(|p| p > durable);
-    while state.retained.front().is_some_and(|b| b.last() <= durable) {
+    let now = now_us();
+    while let Some(batch) = state.retained.front()
+        && batch.last() <= durable
+    {
+        if state.opened_at.as_ref().is_none_or(|o| batch.first() > o) {
+            batch.record_latency(&state.latency, now);
+        }
         state.retained.pop_front();
+    }
+}
+
+fn log_latency(latency: &Latency) {
+    let ms = |q: f64| latency.quantile_us(q).map_or(0.0, |us| us as f64 / 1000.0);
+    if latency.count() > 0 {
+        info!(
+            events = latency.count(),
+            p50_ms = ms(0.5),
+            p99_ms = ms(0.99),
+            max_ms = latency.max_us() as f64 / 1000.0,
+            "latency from source commit to durable in the sink"
+        );
     }
 }
 

@@ -35,6 +35,13 @@ struct Args {
     /// The sluice binary; default: target/release/sluice, else target/debug/sluice.
     #[arg(long)]
     sluice: Option<PathBuf>,
+    /// The workload's pace, in committed changes per second on average
+    /// (a very large transaction is followed by a quiet spell).
+    #[arg(long, default_value_t = 2_000)]
+    changes_per_sec: u64,
+    /// How long the drain may take before the run is judged as it stands.
+    #[arg(long, default_value_t = 600)]
+    drain_limit_secs: u64,
     /// Average seconds between two chaos actions.
     #[arg(long, default_value_t = 4)]
     chaos_every_secs: u64,
@@ -110,13 +117,17 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let mut workload = workload::Workload::new(&env, pipeline::DATABASE, seed)?;
     let mut chaos = chaos::Chaos::new(seed ^ 0x5eed, args.chaos_every_secs);
     let mut conn = None;
-    let end = Instant::now() + Duration::from_secs_f64(args.minutes * 60.0);
+    let started = Instant::now();
+    let end = started + Duration::from_secs_f64(args.minutes * 60.0);
     let mut rng = rng::Rng::new(seed ^ 0xbeef);
+    let pace = args.changes_per_sec.max(1) as f64;
     while Instant::now() < end {
-        workload.step(&mut conn).await?;
+        if started.elapsed() >= Duration::from_secs_f64(workload.committed.len() as f64 / pace) {
+            workload.step(&mut conn).await?;
+        }
         chaos.maybe_act(&env, &mut setup)?;
         setup.keep_running()?;
-        tokio::time::sleep(Duration::from_millis(rng.range(2, 15))).await;
+        tokio::time::sleep(Duration::from_millis(rng.range(1, 5))).await;
     }
     chaos.calm(&mut setup);
     println!(
@@ -128,7 +139,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         chaos.summary()
     );
     let expected = workload.committed;
-    setup.drain(&env, &expected, Duration::from_secs(600)).await?;
+    setup.drain(&env, Duration::from_secs(args.drain_limit_secs)).await?;
     let held = setup.read_all(&env).await?;
     let passed = report::print(&expected, &held);
     setup.finish(passed);

@@ -11,8 +11,10 @@ use crate::workload::Change;
 pub fn print(expected: &[Change], held: &[Held]) -> bool {
     let wanted: BTreeSet<&Change> = expected.iter().collect();
     let mut ok = true;
+    let mut examples = Vec::new();
+    let width = held.iter().map(|h| h.guarantee.len()).max().unwrap_or(9);
     println!(
-        "{:<10} {:<58} {:>9} {:>9} {:>6} {:>10} {:>8}",
+        "{:<10} {:<width$} {:>9} {:>9} {:>6} {:>10} {:>8}",
         "SINK", "GUARANTEE", "EXPECTED", "DELIVERED", "LOST", "DUPLICATED", "MAX GAP"
     );
     for sink in held {
@@ -30,8 +32,13 @@ pub fn print(expected: &[Change], held: &[Held]) -> bool {
         let exactly_once = sink.guarantee.starts_with("exactly-once");
         let failed = lost > 0 || foreign > 0 || (exactly_once && duplicated > 0);
         ok &= !failed;
+        if failed {
+            let lost: Vec<&&Change> = wanted.iter().filter(|c| !counts.contains_key(**c)).take(5).collect();
+            let foreign: Vec<&&Change> = counts.keys().filter(|c| !wanted.contains(*c)).take(5).collect();
+            examples.push(format!("torture: {} e.g. lost {lost:?}, never committed {foreign:?}", sink.sink));
+        }
         println!(
-            "{:<10} {:<58} {:>9} {:>9} {:>6} {:>10} {:>8}{}",
+            "{:<10} {:<width$} {:>9} {:>9} {:>6} {:>10} {:>8}{}",
             sink.sink,
             sink.guarantee,
             wanted.len(),
@@ -42,13 +49,8 @@ pub fn print(expected: &[Change], held: &[Held]) -> bool {
             if foreign > 0 { format!("  ({foreign} never committed!)") } else { String::new() },
         );
     }
-    if !ok {
-        for sink in held.iter().take(1) {
-            let seen: BTreeSet<&Change> = sink.changes.iter().collect();
-            let lost: Vec<&&Change> = wanted.iter().filter(|c| !seen.contains(**c)).take(5).collect();
-            let foreign: Vec<&&Change> = seen.iter().filter(|c| !wanted.contains(**c)).take(5).collect();
-            println!("torture: {} e.g. lost {lost:?}, never committed {foreign:?}", sink.sink);
-        }
+    for example in examples {
+        println!("{example}");
     }
     println!("torture: {}", if ok { "PASS" } else { "FAIL" });
     ok
