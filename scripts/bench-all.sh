@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Every benchmark in one run, and one table: scenario, Sluice events/s, the
 # ceiling measured in this same run (generator alone, pg_recvlogical,
-# mariadb-binlog), their ratio, and Sluice's peak RSS. Prints Markdown;
+# mariadb-binlog), their ratio, Sluice's peak RSS, and for the PostgreSQL
+# source the end-to-end latency at a steady 10k events/s (p50 / p99,
+# bench-latency.sh); then that latency for every sink. Prints Markdown;
 # docs/benchmarks.md holds the latest output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +20,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for bench in bench bench-postgres bench-mysql bench-kafka bench-s3; do
+for bench in bench bench-postgres bench-mysql bench-kafka bench-s3 bench-latency; do
   echo "running scripts/$bench.sh" >&2
   "scripts/$bench.sh" > "$out/$bench.txt" 2> "$out/$bench.err" || { cat "$out/$bench.err" >&2; exit 1; }
 done
@@ -32,19 +34,32 @@ my=$(best bench-mysql "mariadb-binlog" 1)
 pg_rss=$(awk '/sluice peak RSS/ { print $4 }' "$out/bench-postgres.txt")
 my_rss=$(awk '/sluice peak RSS/ { print $4 }' "$out/bench-mysql.txt")
 
-row() { # scenario, sluice events/s, ceiling name, ceiling events/s, peak RSS MB
-  printf '| %s | %.0f | %s %.0f | %.2f | %s |\n' "$1" "$2" "$3" "$4" "$(awk "BEGIN { print $2 / $4 }")" "$5"
+# A sink's "p50 / p99" ms from bench-latency.sh; "n/a" where not measured.
+latency() {
+  awk -v sink="$1" '$1 == sink { printf "%.0f / %.0f", $4, $5; found = 1 } END { if (!found) printf "n/a" }' \
+    "$out/bench-latency.txt"
 }
-echo "| scenario | Sluice events/s | ceiling (same run) events/s | ratio | peak RSS MB |"
-echo "|---|---|---|---|---|"
+row() { # scenario, sluice events/s, ceiling name, ceiling events/s, peak RSS MB[, latency sink]
+  printf '| %s | %.0f | %s %.0f | %.2f | %s | %s |\n' "$1" "$2" "$3" "$4" "$(awk "BEGIN { print $2 / $4 }")" "$5" \
+    "$(latency "${6:-none}")"
+}
+echo "| scenario | Sluice events/s | ceiling (same run) events/s | ratio | peak RSS MB | latency p50 / p99 ms at 10k events/s |"
+echo "|---|---|---|---|---|---|"
 row "generator → memory sink" "$(field bench generator-to-memory 1)" "generator alone" "$generator" "$(field bench generator-to-memory 0)"
 row "generator → file sink" "$(field bench generator-to-file 1)" "generator alone" "$generator" "$(field bench generator-to-file 0)"
-row "PostgreSQL → file sink" "$(field bench-postgres "sluice postgres" 1)" "pg_recvlogical" "$pg" "$pg_rss"
+row "PostgreSQL → file sink" "$(field bench-postgres "sluice postgres" 1)" "pg_recvlogical" "$pg" "$pg_rss" file
 row "MariaDB → file sink" "$(field bench-mysql "sluice mysql" 1)" "mariadb-binlog" "$my" "$my_rss"
 for mode in at-least-once exactly-once; do
   row "generator → Kafka, $mode" "$(field bench-kafka "generator -> kafka, $mode" 2)" "generator alone" "$generator" "$(field bench-kafka "generator -> kafka, $mode" 0)"
-  row "PostgreSQL → Kafka, $mode" "$(field bench-kafka "postgres -> kafka, $mode" 2)" "pg_recvlogical" "$pg" "$(field bench-kafka "postgres -> kafka, $mode" 0)"
+  sink=kafka_alo; [ "$mode" = exactly-once ] && sink=kafka_eos
+  row "PostgreSQL → Kafka, $mode" "$(field bench-kafka "postgres -> kafka, $mode" 2)" "pg_recvlogical" "$pg" "$(field bench-kafka "postgres -> kafka, $mode" 0)" "$sink"
 done
 for scenario in "s3 parquet" "local parquet" "s3 json lines"; do
   row "generator → ${scenario/s3/S3}" "$(field bench-s3 "generator -> $scenario" 3)" "pg_recvlogical" "$pg" "$(field bench-s3 "generator -> $scenario" 0)"
 done
+echo
+echo "End-to-end latency, PostgreSQL source, pgbench at a steady 1,000 transactions of 10 rows a second, one sink per run:"
+echo
+echo "| sink | events/s reached | events | p50 ms | p99 ms | max ms |"
+echo "|---|---|---|---|---|---|"
+awk 'NR > 1 { printf "| %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6 }' "$out/bench-latency.txt"

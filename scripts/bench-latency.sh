@@ -3,7 +3,10 @@
 #
 # pgbench writes 1,000 transactions of 10 rows a second (a Poisson
 # schedule, `--rate`) into the private PostgreSQL for SECONDS seconds while
-# `sluice run` streams them into one sink. Each sink writer measures, for
+# `sluice run` streams them into one sink. The database commits
+# synchronously, as production servers do: the test server's default
+# (synchronous_commit off) leaves commits in memory for up to 200 ms, and
+# the server sends only flushed WAL to replication clients. Each sink writer measures, for
 # every event this run wrote, the time from the source commit to the
 # moment the sink made it durable, and logs p50 and p99 when it stops;
 # the figures are at most 1/16 above the true value (histogram buckets).
@@ -29,8 +32,9 @@ echo "INSERT INTO ticks (note) SELECT 'tick' FROM generate_series(1, $ROWS_PER_T
 run_sink() {
   local name=$1 sink=$2 db="bench_lat_$1" end_lsn
   psql_db -d postgres -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '$db'" >/dev/null
-  psql_db -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
-  psql_db -d "$db" <<SQL
+  psql_db -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" \
+    -c "CREATE DATABASE $db" -c "ALTER DATABASE $db SET synchronous_commit = on"
+  psql_db -d "$db" >/dev/null <<SQL
 CREATE TABLE ticks (id bigserial PRIMARY KEY, note text, at timestamptz NOT NULL DEFAULT now());
 CREATE PUBLICATION sluice_lat_$name FOR TABLE ticks;
 SELECT 'slot' FROM pg_create_logical_replication_slot('sluice_lat_$name', 'pgoutput');

@@ -1,5 +1,6 @@
 //! The random trouble: kill -9 and restart Sluice, pause a sink's server,
-//! cut or stall the connections through a proxy, restart PostgreSQL.
+//! cut or stall the connections through a proxy, restart PostgreSQL or
+//! MariaDB.
 
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,7 @@ pub struct Chaos {
     pub cuts: u64,
     pub stalls: u64,
     pub pg_restarts: u64,
+    pub my_restarts: u64,
 }
 
 impl Chaos {
@@ -39,6 +41,7 @@ impl Chaos {
             cuts: 0,
             stalls: 0,
             pg_restarts: 0,
+            my_restarts: 0,
         }
     }
 
@@ -75,11 +78,13 @@ impl Chaos {
                 setup.proxies[index].stall(Duration::from_millis(self.rng.range(1_000, 6_000)));
                 self.stalls += 1;
             }
-            _ => {
-                let script = crate::repo_root().join("scripts/services.sh");
-                let status = std::process::Command::new("bash").arg(script).arg("restart-postgres").status()?;
-                anyhow::ensure!(status.success(), "restarting PostgreSQL failed");
+            90..=94 => {
+                restart("restart-postgres")?;
                 self.pg_restarts += 1;
+            }
+            _ => {
+                restart("restart-mariadb")?;
+                self.my_restarts += 1;
             }
         }
         Ok(())
@@ -97,10 +102,19 @@ impl Chaos {
 
     pub fn summary(&self) -> String {
         format!(
-            "{} pauses, {} cut, {} stalled, {} PostgreSQL restarts",
-            self.pauses, self.cuts, self.stalls, self.pg_restarts
+            "{} pauses, {} cut, {} stalled, {} PostgreSQL restarts, {} MariaDB restarts",
+            self.pauses, self.cuts, self.stalls, self.pg_restarts, self.my_restarts
         )
     }
+}
+
+/// A database restart through the services script: PostgreSQL in
+/// immediate mode (a crash), MariaDB with a clean shutdown.
+fn restart(action: &str) -> anyhow::Result<()> {
+    let script = crate::repo_root().join("scripts/services.sh");
+    let status = std::process::Command::new("bash").arg(script).arg(action).status()?;
+    anyhow::ensure!(status.success(), "scripts/services.sh {action} failed");
+    Ok(())
 }
 
 fn signal(pid_file: &str, signal: &str) {

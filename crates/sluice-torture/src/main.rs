@@ -1,11 +1,12 @@
-//! `sluice-torture`: runs a PostgreSQL write workload through one Sluice
-//! pipeline into every sink, while killing Sluice, pausing sink servers,
-//! cutting and stalling connections and restarting PostgreSQL at random;
-//! then drains and compares, sink by sink, what each holds with what the
+//! `sluice-torture`: runs a write workload on PostgreSQL and on MariaDB,
+//! through one Sluice pipeline each into every sink, while killing
+//! Sluice, pausing sink servers, cutting and stalling connections and
+//! restarting the databases at random; then drains and compares, sink by sink, what each holds with what the
 //! database committed. Exits 1 if any sink lost an event or an exactly-once
 //! sink holds a duplicate. A run replays from its `--seed`.
 
 mod chaos;
+mod db;
 mod pipeline;
 mod proxy;
 mod readers;
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use db::Kind;
 
 #[derive(Debug, Parser)]
 #[command(about = "Crash, outage and network torture of every sink, compared event by event")]
@@ -114,33 +116,48 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let env = services()?;
     let run_id = format!("{}", seed % 1_000_000_000);
     let mut setup = pipeline::Setup::start(&env, &run_id, sluice).await?;
-    let mut workload = workload::Workload::new(&env, pipeline::DATABASE, seed)?;
+    let mut workloads = [
+        (workload::Workload::new(&env, Kind::Postgres, pipeline::DATABASE, seed)?, None),
+        (workload::Workload::new(&env, Kind::MariaDb, pipeline::DATABASE, seed ^ 0x3a1e)?, None),
+    ];
     let mut chaos = chaos::Chaos::new(seed ^ 0x5eed, args.chaos_every_secs);
-    let mut conn = None;
     let started = Instant::now();
     let end = started + Duration::from_secs_f64(args.minutes * 60.0);
     let mut rng = rng::Rng::new(seed ^ 0xbeef);
-    let pace = args.changes_per_sec.max(1) as f64;
+    // Each database gets half the pace.
+    let pace = args.changes_per_sec.max(2) as f64 / 2.0;
     while Instant::now() < end {
-        if started.elapsed() >= Duration::from_secs_f64(workload.committed.len() as f64 / pace) {
-            workload.step(&mut conn).await?;
+        for (workload, conn) in &mut workloads {
+            if started.elapsed() >= Duration::from_secs_f64(workload.committed.len() as f64 / pace) {
+                workload.step(conn).await?;
+            }
         }
         chaos.maybe_act(&env, &mut setup)?;
         setup.keep_running()?;
         tokio::time::sleep(Duration::from_millis(rng.range(1, 5))).await;
     }
     chaos.calm(&mut setup);
-    println!(
-        "torture: workload done: {} transactions, {} changes, {} commits in doubt resolved; chaos: {} kills, {}",
-        workload.transactions,
-        workload.committed.len(),
-        workload.in_doubt_resolved,
-        setup.kills,
-        chaos.summary()
-    );
-    let expected = workload.committed;
-    setup.drain(&env, Duration::from_secs(args.drain_limit_secs)).await?;
+    // MariaDB has no slot to follow: one more transaction, written after
+    // this binlog position, marks how far every MariaDB sink must get.
+    let [(pg, _), (my, my_conn)] = &mut workloads;
+    let binlog_end = workload::binlog_end(my.db()).await?;
+    let done = my.transactions;
+    while my.transactions == done {
+        my.step(my_conn).await?;
+    }
+    for (kind, workload) in [(Kind::Postgres, &*pg), (Kind::MariaDb, &*my)] {
+        println!(
+            "torture: {kind:?} workload done: {} transactions, {} changes, {} commits in doubt resolved",
+            workload.transactions,
+            workload.committed.len(),
+            workload.in_doubt_resolved,
+        );
+    }
+    println!("torture: chaos: {} kills, {}", setup.kills, chaos.summary());
+    setup.drain(&env, binlog_end, Duration::from_secs(args.drain_limit_secs)).await?;
     let held = setup.read_all(&env).await?;
+    let [(pg, _), (my, _)] = workloads;
+    let expected = [(Kind::Postgres, pg.committed), (Kind::MariaDb, my.committed)];
     let passed = report::print(&expected, &held);
     setup.finish(passed);
     Ok(passed)

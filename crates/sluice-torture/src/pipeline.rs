@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+use crate::db::{Db, Kind};
 use crate::proxy::Proxy;
 use crate::receiver::Receiver;
 use crate::workload::{Change, TABLES};
@@ -14,8 +15,9 @@ use crate::{Env, readers};
 
 pub const DATABASE: &str = "torture";
 
-/// One sink under test: its id and what it holds.
+/// One sink of one pipeline: its id and what it holds.
 pub struct Held {
+    pub source: Kind,
     pub sink: String,
     pub guarantee: String,
     pub changes: Vec<Change>,
@@ -23,7 +25,6 @@ pub struct Held {
 
 pub struct Setup {
     pub run_id: String,
-    source_id: String,
     pub proxies: Vec<Proxy>,
     receiver: Receiver,
     dir: PathBuf,
@@ -38,14 +39,97 @@ fn host_port(url: &str) -> String {
     rest.split('/').next().unwrap_or(rest).to_string()
 }
 
+/// The sinks of one pipeline, each writing under names of its own.
+fn sinks(env: &Env, run: &str, kind: Kind, port: impl Fn(&str) -> u16) -> anyhow::Result<String> {
+    let tag = kind.tag();
+    Ok(format!(
+        r#"    sinks:
+      - type: file
+        config: {{ id: file, path: out-{tag}.jsonl }}
+      - type: kafka
+        config: {{ id: kafka_eos, brokers: "{brokers}", topic: "tt{run}{tag}e.${{table}}", exactly_once: true, timeout_secs: 10 }}
+      - type: kafka
+        config: {{ id: kafka_alo, brokers: "{brokers}", topic: "tt{run}{tag}a.${{table}}", timeout_secs: 10 }}
+      - type: redis
+        config: {{ id: redis, url: "redis://127.0.0.1:{redis}/0", stream: "tt{run}{tag}:${{table}}", timeout_secs: 5 }}
+      - type: nats
+        config: {{ id: nats, url: "nats://127.0.0.1:{nats}", stream: TT{run}{tag}, subject: "tt{run}{tag}.${{table}}", stream_subjects: ["tt{run}{tag}.>"], timeout_secs: 5 }}
+      - type: http
+        config: {{ id: http, url: "http://127.0.0.1:{http}/{tag}", mode: batch, batch_max_events: 200, timeout_secs: 5 }}
+      - type: s3
+        config: {{ id: s3, bucket: {bucket}, endpoint: "http://127.0.0.1:{s3}", path_style: true, access_key_id: {access}, secret_access_key: {secret}, prefix: tt{run}{tag}, max_file_events: 20000, max_file_age_secs: 5, timeout_secs: 5 }}
+"#,
+        brokers = env.get("SLUICE_TEST_KAFKA_BROKERS")?,
+        redis = port("redis"),
+        nats = port("nats"),
+        http = port("http"),
+        s3 = port("s3"),
+        bucket = env.get("SLUICE_TEST_S3_BUCKET")?,
+        access = env.get("SLUICE_TEST_S3_ACCESS_KEY")?,
+        secret = env.get("SLUICE_TEST_S3_SECRET_KEY")?,
+    ))
+}
+
+/// The sink ids of each pipeline, as in [`sinks`].
+const SINK_IDS: [&str; 7] = ["file", "kafka_eos", "kafka_alo", "redis", "nats", "http", "s3"];
+
+/// The binlog file's number (`mariadb-bin.000012` → 12).
+fn binlog_index(file: &str) -> u64 {
+    file.rsplit('.').next().and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+/// The highest checkpoint each key reached, from the checkpointer's log
+/// lines, read on from where the last call stopped.
+#[derive(Default)]
+struct Checkpoints {
+    read_to: u64,
+    highest: std::collections::HashMap<String, (u64, u64)>,
+}
+
+impl Checkpoints {
+    fn read(&mut self, log: &std::path::Path) -> anyhow::Result<()> {
+        use std::io::{Read, Seek};
+        let mut file = std::fs::File::open(log)?;
+        file.seek(std::io::SeekFrom::Start(self.read_to))?;
+        let mut text = String::new();
+        file.read_to_string(&mut text)?;
+        // Only whole lines; a partial last line is read next time.
+        let whole = text.rfind('\n').map_or(0, |i| i + 1);
+        self.read_to += whole as u64;
+        for line in text[..whole].lines().filter(|l| l.contains("checkpoint stored")) {
+            let field = |name: &str| line.split(name).nth(1).and_then(|rest| rest.split_whitespace().next());
+            let (Some(key), Some(position)) = (field(" key="), field(" position=")) else { continue };
+            // my:FILE:OFFSET:SEQ[:GTID]
+            let mut parts = position.strip_prefix("my:").unwrap_or_default().split(':');
+            let (Some(file), Some(Ok(offset))) = (parts.next(), parts.next().map(str::parse::<u64>)) else { continue };
+            let at = (binlog_index(file), offset);
+            let best = self.highest.entry(key.to_string()).or_insert(at);
+            *best = (*best).max(at);
+        }
+        Ok(())
+    }
+
+    fn of(&self, key: &str) -> Option<(u64, u64)> {
+        self.highest.get(key).copied()
+    }
+}
+
+/// The source id of a kind's pipeline.
+pub fn source_id(run: &str, kind: Kind) -> String {
+    format!("torture{run}{}", kind.tag())
+}
+
 impl Setup {
     pub async fn start(env: &Env, run_id: &str, sluice: PathBuf) -> anyhow::Result<Self> {
-        let source_id = format!("torture{run_id}");
-        crate::workload::prepare(env, DATABASE, &source_id).await?;
+        let (pg_id, my_id) = (source_id(run_id, Kind::Postgres), source_id(run_id, Kind::MariaDb));
+        crate::workload::prepare_postgres(env, DATABASE, &pg_id).await?;
+        let (binlog_file, binlog_offset) = crate::workload::prepare_mariadb(env, DATABASE).await?;
         let receiver = Receiver::start();
-        let pg = format!("{}:{}", env.get("SLUICE_TEST_PG_HOST")?, env.get("SLUICE_TEST_PG_PORT")?);
+        let server =
+            |host: &str, port: &str| -> anyhow::Result<String> { Ok(format!("{}:{}", env.get(host)?, env.get(port)?)) };
         let proxies = vec![
-            Proxy::start("postgres", pg).await?,
+            Proxy::start("postgres", server("SLUICE_TEST_PG_HOST", "SLUICE_TEST_PG_PORT")?).await?,
+            Proxy::start("mariadb", server("SLUICE_TEST_MY_HOST", "SLUICE_TEST_MY_PORT")?).await?,
             Proxy::start("redis", host_port(&env.get("SLUICE_TEST_REDIS_URL")?)).await?,
             Proxy::start("nats", host_port(&env.get("SLUICE_TEST_NATS_URL")?)).await?,
             Proxy::start("s3", host_port(&env.get("SLUICE_TEST_S3_ENDPOINT")?)).await?,
@@ -57,44 +141,30 @@ impl Setup {
         std::fs::create_dir_all(&dir)?;
         let config = format!(
             r#"pipelines:
-  - name: torture{run_id}
+  - name: torture{run_id}pg
     source:
       type: postgres
-      config: {{ id: {source_id}, host: 127.0.0.1, port: {pg}, database: {DATABASE}, user: {user}, password: "{password}", ssl_mode: disable, status_interval_secs: 1, heartbeat_secs: 1, tables: [public.t1, public.t2, public.t3] }}
+      config: {{ id: {pg_id}, host: 127.0.0.1, port: {pg}, database: {DATABASE}, user: {pg_user}, password: "{pg_password}", ssl_mode: disable, status_interval_secs: 1, heartbeat_secs: 1, tables: [public.t1, public.t2, public.t3] }}
     sink_batch_deadline_secs: 20
-    sinks:
-      - type: file
-        config: {{ id: file, path: out.jsonl }}
-      - type: kafka
-        config: {{ id: kafka_eos, brokers: "{brokers}", topic: "tt{run_id}e.${{table}}", exactly_once: true, timeout_secs: 10 }}
-      - type: kafka
-        config: {{ id: kafka_alo, brokers: "{brokers}", topic: "tt{run_id}a.${{table}}", timeout_secs: 10 }}
-      - type: redis
-        config: {{ id: redis, url: "redis://127.0.0.1:{redis}/0", stream: "tt{run_id}:${{table}}", timeout_secs: 5 }}
-      - type: nats
-        config: {{ id: nats, url: "nats://127.0.0.1:{nats}", stream: TT{run_id}, subject: "tt{run_id}.${{table}}", stream_subjects: ["tt{run_id}.>"], timeout_secs: 5 }}
-      - type: http
-        config: {{ id: http, url: "http://127.0.0.1:{http}/hook", mode: batch, batch_max_events: 200, timeout_secs: 5 }}
-      - type: s3
-        config: {{ id: s3, bucket: {bucket}, endpoint: "http://127.0.0.1:{s3}", path_style: true, access_key_id: {access}, secret_access_key: {secret}, prefix: tt{run_id}, max_file_events: 20000, max_file_age_secs: 5, timeout_secs: 5 }}
-"#,
+{pg_sinks}  - name: torture{run_id}my
+    source:
+      type: mysql
+      config: {{ id: {my_id}, host: 127.0.0.1, port: {my}, user: {my_user}, password: "{my_password}", tables: [{DATABASE}.t1, {DATABASE}.t2, {DATABASE}.t3], gtid: true, start: {{ file: {binlog_file}, offset: {binlog_offset} }}, heartbeat_secs: 1 }}
+    sink_batch_deadline_secs: 20
+{my_sinks}"#,
             pg = port("postgres"),
-            user = env.get("SLUICE_TEST_PG_USER")?,
-            password = env.get("SLUICE_TEST_PG_PASSWORD")?,
-            brokers = env.get("SLUICE_TEST_KAFKA_BROKERS")?,
-            redis = port("redis"),
-            nats = port("nats"),
-            http = port("http"),
-            s3 = port("s3"),
-            bucket = env.get("SLUICE_TEST_S3_BUCKET")?,
-            access = env.get("SLUICE_TEST_S3_ACCESS_KEY")?,
-            secret = env.get("SLUICE_TEST_S3_SECRET_KEY")?,
+            pg_user = env.get("SLUICE_TEST_PG_USER")?,
+            pg_password = env.get("SLUICE_TEST_PG_PASSWORD")?,
+            pg_sinks = sinks(env, run_id, Kind::Postgres, port)?,
+            my = port("mariadb"),
+            my_user = env.get("SLUICE_TEST_MY_USER")?,
+            my_password = env.get("SLUICE_TEST_MY_PASSWORD")?,
+            my_sinks = sinks(env, run_id, Kind::MariaDb, port)?,
         );
         let config_path = dir.join("torture.yaml");
         std::fs::write(&config_path, config)?;
         let mut setup = Setup {
             run_id: run_id.to_string(),
-            source_id,
             proxies,
             receiver,
             dir,
@@ -113,7 +183,8 @@ impl Setup {
             .args(["run", "-c"])
             .arg(&self.config)
             .current_dir(&self.dir)
-            .env_remove("RUST_LOG")
+            // The drain follows the checkpoints the MariaDB pipeline stores.
+            .env("RUST_LOG", "info,sluice_runtime::checkpointer=debug")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -141,41 +212,60 @@ impl Setup {
         Ok(())
     }
 
-    /// Waits until the slot's acknowledged position passes the WAL end
-    /// at the time the workload stopped (or `limit`), then stops Sluice.
-    /// Sluice acknowledges the slot only up to what every sink has made
-    /// durable, and with `heartbeat_secs` past the last commit once all
-    /// of it is; so then every sink holds every committed change. Asking
-    /// PostgreSQL costs nothing, where reading every sink again and again
-    /// took the CPU Sluice needed to catch up.
-    pub async fn drain(&mut self, env: &Env, limit: Duration) -> anyhow::Result<()> {
-        let db = crate::workload::params(env, DATABASE)?;
-        let end = crate::workload::execute(&db, "SELECT pg_current_wal_lsn() AS lsn").await?;
-        let end = end.first("lsn").context("no WAL position")?.to_string();
+    /// Waits until every sink of both pipelines holds everything the
+    /// workload committed (or `limit`), then stops Sluice.
+    ///
+    /// PostgreSQL: the slot's acknowledged position passes the WAL end of
+    /// this moment. Sluice acknowledges the slot only up to what every sink
+    /// has made durable, and with `heartbeat_secs` past the last commit once
+    /// all of it is. MariaDB has no slot: `binlog_end` is where the
+    /// workload's last transaction began, and every MariaDB sink's stored
+    /// checkpoint must reach it (the checkpointer logs each one). Asking
+    /// costs nothing, where reading every sink again and again took the CPU
+    /// Sluice needed to catch up.
+    pub async fn drain(&mut self, env: &Env, binlog_end: (String, u64), limit: Duration) -> anyhow::Result<()> {
+        let db = Db::new(env, Kind::Postgres, DATABASE)?;
+        let end = db.value("SELECT pg_current_wal_lsn()").await?.context("no WAL position")?;
         let query = format!(
-            "SELECT pg_wal_lsn_diff('{end}', confirmed_flush_lsn) AS behind FROM pg_replication_slots \
-             WHERE slot_name = 'sluice_{}'",
-            self.source_id
+            "SELECT pg_wal_lsn_diff('{end}', confirmed_flush_lsn) FROM pg_replication_slots WHERE slot_name = 'sluice_{}'",
+            source_id(&self.run_id, Kind::Postgres)
         );
+        let binlog_target = (binlog_index(&binlog_end.0), binlog_end.1);
+        let my_prefix = format!("{}::sink::", source_id(&self.run_id, Kind::MariaDb));
+        let mut checkpoints = Checkpoints::default();
         let start = Instant::now();
         let mut said = Instant::now();
         loop {
             self.keep_running()?;
-            let rows = crate::workload::execute(&db, &query).await?;
-            let behind: f64 = rows.first("behind").and_then(|b| b.parse().ok()).context("the slot is gone")?;
-            if behind <= 0.0 {
+            let behind: f64 = db.value(&query).await?.and_then(|b| b.parse().ok()).context("the slot is gone")?;
+            checkpoints.read(&self.dir.join("sluice.log"))?;
+            let my_behind: Vec<&str> = SINK_IDS
+                .iter()
+                .filter(|id| checkpoints.of(&format!("{my_prefix}{id}")).is_none_or(|at| at < binlog_target))
+                .copied()
+                .collect();
+            if behind <= 0.0 && my_behind.is_empty() {
                 println!(
-                    "torture: drained in {:.0} s: the slot is acknowledged past {end}",
-                    start.elapsed().as_secs_f64()
+                    "torture: drained in {:.0} s: the slot is acknowledged past {end}, every MariaDB sink's checkpoint past {}:{}",
+                    start.elapsed().as_secs_f64(),
+                    binlog_end.0,
+                    binlog_end.1
                 );
                 break;
             }
+            let status = format!(
+                "the slot is {:.1} MB before {end}; MariaDB sinks short of {}:{}: {}",
+                behind.max(0.0) / 1e6,
+                binlog_end.0,
+                binlog_end.1,
+                if my_behind.is_empty() { "none".to_string() } else { my_behind.join(", ") }
+            );
             if start.elapsed() > limit {
-                println!("torture: drain timed out after {limit:?}: the slot is still {behind} bytes before {end}");
+                println!("torture: drain timed out after {limit:?}: {status}");
                 break;
             }
             if said.elapsed() > Duration::from_secs(15) {
-                println!("torture: draining: the slot is {:.1} MB before {end}", behind / 1e6);
+                println!("torture: draining: {status}");
                 said = Instant::now();
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -197,41 +287,36 @@ impl Setup {
         }
     }
 
+    /// What every sink of both pipelines holds.
     pub async fn read_all(&self, env: &Env) -> anyhow::Result<Vec<Held>> {
-        let run = &self.run_id;
-        let topics =
-            |mode: char| -> Vec<String> { TABLES.iter().map(|t| format!("tt{run}{mode}.public.{t}")).collect() };
-        let streams: Vec<String> = TABLES.iter().map(|t| format!("tt{run}:public.{t}")).collect();
         let guarantees = self.guarantees()?;
-        let guarantee =
-            |sink: &str| guarantees.iter().find(|(s, _)| s == sink).map(|(_, g)| g.clone()).unwrap_or_default();
-        let brokers = env.get("SLUICE_TEST_KAFKA_BROKERS")?;
-        let kafka = |topics: Vec<String>| {
-            let brokers = brokers.clone();
-            tokio::task::spawn_blocking(move || readers::kafka(&brokers, &topics))
-        };
-        let (eos, alo) = (kafka(topics('e')).await??, kafka(topics('a')).await??);
-        let mut held = vec![
-            Held {
-                sink: "file".into(),
-                guarantee: guarantee("file"),
-                changes: readers::file(&self.dir.join("out.jsonl")),
-            },
-            Held { sink: "kafka_eos".into(), guarantee: guarantee("kafka_eos"), changes: eos },
-            Held { sink: "kafka_alo".into(), guarantee: guarantee("kafka_alo"), changes: alo },
-            Held { sink: "redis".into(), guarantee: guarantee("redis"), changes: readers::redis(env, &streams).await? },
-            Held {
-                sink: "nats".into(),
-                guarantee: guarantee("nats"),
-                changes: readers::nats(env, &format!("TT{run}")).await?,
-            },
-            Held { sink: "http".into(), guarantee: guarantee("http"), changes: readers::http(&self.receiver) },
-        ];
-        held.push(Held {
-            sink: "s3".into(),
-            guarantee: guarantee("s3"),
-            changes: readers::s3(env, &format!("tt{run}")).await?,
-        });
+        let mut held = Vec::new();
+        for kind in [Kind::Postgres, Kind::MariaDb] {
+            let (run, tag, schema) = (&self.run_id, kind.tag(), kind.schema());
+            let names = |pattern: &str| -> Vec<String> {
+                TABLES.iter().map(|t| pattern.replace("{table}", &format!("{schema}.{t}"))).collect()
+            };
+            let brokers = env.get("SLUICE_TEST_KAFKA_BROKERS")?;
+            let kafka = |topics: Vec<String>| {
+                let brokers = brokers.clone();
+                tokio::task::spawn_blocking(move || readers::kafka(&brokers, &topics))
+            };
+            let eos = kafka(names(&format!("tt{run}{tag}e.{{table}}"))).await??;
+            let alo = kafka(names(&format!("tt{run}{tag}a.{{table}}"))).await??;
+            let sources = [
+                ("file", readers::file(&self.dir.join(format!("out-{tag}.jsonl")))),
+                ("kafka_eos", eos),
+                ("kafka_alo", alo),
+                ("redis", readers::redis(env, &names(&format!("tt{run}{tag}:{{table}}"))).await?),
+                ("nats", readers::nats(env, &format!("TT{run}{tag}")).await?),
+                ("http", readers::http(&self.receiver, &source_id(run, kind))),
+                ("s3", readers::s3(env, &format!("tt{run}{tag}")).await?),
+            ];
+            for (sink, changes) in sources {
+                let guarantee = guarantees.iter().find(|(s, _)| s == sink).map(|(_, g)| g.clone()).unwrap_or_default();
+                held.push(Held { source: kind, sink: sink.to_string(), guarantee, changes });
+            }
+        }
         Ok(held)
     }
 

@@ -23,10 +23,10 @@ pub fn change_of(event: &serde_json::Value) -> Option<Change> {
     let op = event["op"].as_str()?.chars().next()?;
     let row = if op == 'd' { &event["before"] } else { &event["after"] };
     Some(Change {
-        table: event["table"].as_str()?.trim_start_matches("public.").to_string(),
+        table: event["table"].as_str()?.rsplit('.').next()?.to_string(),
         op,
         id: row["id"].as_i64()?,
-        change: row["change"].as_i64()?,
+        change: row["change_no"].as_i64()?,
     })
 }
 
@@ -122,8 +122,15 @@ pub async fn nats(env: &Env, stream: &str) -> anyhow::Result<Vec<Change>> {
     Ok(all)
 }
 
-pub fn http(receiver: &crate::receiver::Receiver) -> Vec<Change> {
-    receiver.delivered().iter().flat_map(|r| r.events()).filter_map(|e| change_of(&e)).collect()
+/// The events of one source the receiver took, in the order it took them.
+pub fn http(receiver: &crate::receiver::Receiver, source_id: &str) -> Vec<Change> {
+    receiver
+        .delivered()
+        .iter()
+        .flat_map(|r| r.events())
+        .filter(|e| e["source"].as_str() == Some(source_id))
+        .filter_map(|e| change_of(&e))
+        .collect()
 }
 
 /// Every Parquet file under `prefix`, in key order (per partition, that
@@ -147,12 +154,12 @@ pub async fn s3(env: &Env, prefix: &str) -> anyhow::Result<Vec<Change>> {
     keys.sort();
     let mut all = Vec::new();
     for key in keys.iter().filter(|k| k.as_ref().ends_with(".parquet")) {
-        let table = TABLES.iter().find(|t| key.as_ref().contains(&format!("table=public.{t}/"))).copied();
+        let table = TABLES.iter().find(|t| key.as_ref().contains(&format!(".{t}/"))).copied();
         let bytes = store.get(key).await?.bytes().await?;
         for batch in ParquetRecordBatchReaderBuilder::try_new(bytes)?.build()? {
             let batch = batch?;
             let (Some(op), Some(id), Some(change)) =
-                (batch.column_by_name("sluice_op"), batch.column_by_name("id"), batch.column_by_name("change"))
+                (batch.column_by_name("sluice_op"), batch.column_by_name("id"), batch.column_by_name("change_no"))
             else {
                 continue;
             };

@@ -3,21 +3,23 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::db::Kind;
 use crate::pipeline::Held;
 use crate::workload::Change;
 
 /// Prints the table; true when no sink lost anything and no exactly-once
-/// sink holds a duplicate.
-pub fn print(expected: &[Change], held: &[Held]) -> bool {
-    let wanted: BTreeSet<&Change> = expected.iter().collect();
+/// sink holds a duplicate. `expected` holds what each source committed.
+pub fn print(expected: &[(Kind, Vec<Change>)], held: &[Held]) -> bool {
     let mut ok = true;
     let mut examples = Vec::new();
     let width = held.iter().map(|h| h.guarantee.len()).max().unwrap_or(9);
     println!(
-        "{:<10} {:<width$} {:>9} {:>9} {:>6} {:>10} {:>8}",
-        "SINK", "GUARANTEE", "EXPECTED", "DELIVERED", "LOST", "DUPLICATED", "MAX GAP"
+        "{:<6} {:<10} {:<width$} {:>9} {:>9} {:>6} {:>10} {:>8}",
+        "SOURCE", "SINK", "GUARANTEE", "EXPECTED", "DELIVERED", "LOST", "DUPLICATED", "MAX GAP"
     );
     for sink in held {
+        let wanted: BTreeSet<&Change> =
+            expected.iter().filter(|(k, _)| *k == sink.source).flat_map(|(_, c)| c.iter()).collect();
         let mut counts: BTreeMap<&Change, u64> = BTreeMap::new();
         let (mut run, mut max_run) = (0u64, 0u64);
         for change in &sink.changes {
@@ -35,10 +37,15 @@ pub fn print(expected: &[Change], held: &[Held]) -> bool {
         if failed {
             let lost: Vec<&&Change> = wanted.iter().filter(|c| !counts.contains_key(**c)).take(5).collect();
             let foreign: Vec<&&Change> = counts.keys().filter(|c| !wanted.contains(*c)).take(5).collect();
-            examples.push(format!("torture: {} e.g. lost {lost:?}, never committed {foreign:?}", sink.sink));
+            examples.push(format!(
+                "torture: {}/{} e.g. lost {lost:?}, never committed {foreign:?}",
+                sink.source.tag(),
+                sink.sink
+            ));
         }
         println!(
-            "{:<10} {:<width$} {:>9} {:>9} {:>6} {:>10} {:>8}{}",
+            "{:<6} {:<10} {:<width$} {:>9} {:>9} {:>6} {:>10} {:>8}{}",
+            sink.source.tag(),
             sink.sink,
             sink.guarantee,
             wanted.len(),

@@ -6,17 +6,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-
-use crate::Env;
-use sluice_config::{Secret, SslMode};
-use sluice_postgres::wire::{ConnectParams, Connection};
-
+use crate::db::{Conn, Db, Kind};
 use crate::rng::Rng;
 
 pub const TABLES: [&str; 3] = ["t1", "t2", "t3"];
 
-/// One row change, as every sink must show it: `change` is unique per
+/// One row change, as every sink must show it: `change_no` is unique per
 /// write, so a change seen twice is a duplicate, never a second update.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Change {
@@ -27,7 +22,7 @@ pub struct Change {
 }
 
 pub struct Workload {
-    params: ConnectParams,
+    db: Db,
     rng: Rng,
     /// Live rows per table: id → its last change number.
     rows: Vec<BTreeMap<i64, i64>>,
@@ -39,71 +34,64 @@ pub struct Workload {
     pub in_doubt_resolved: u64,
 }
 
-pub fn params(env: &Env, database: &str) -> anyhow::Result<ConnectParams> {
-    Ok(ConnectParams {
-        host: env.get("SLUICE_TEST_PG_HOST")?,
-        port: env.get("SLUICE_TEST_PG_PORT")?.parse()?,
-        database: database.into(),
-        user: env.get("SLUICE_TEST_PG_USER")?,
-        password: Secret::new(env.get("SLUICE_TEST_PG_PASSWORD")?),
-        ssl_mode: SslMode::Prefer,
-        ca_file: None,
-        connect_timeout: Duration::from_secs(5),
-    })
-}
-
-/// Runs SQL, reconnecting while the server restarts (up to a minute).
-pub async fn execute(params: &ConnectParams, sql: &str) -> anyhow::Result<sluice_postgres::wire::Rows> {
-    let mut last = None;
-    for _ in 0..300 {
-        match Connection::connect(params, false).await {
-            Ok(mut conn) => {
-                let rows = conn.simple_query(sql).await;
-                conn.close().await;
-                return rows.with_context(|| format!("running {sql}"));
-            }
-            Err(e) => last = Some(e),
+fn table_ddl(kind: Kind) -> String {
+    let mut ddl = String::from("CREATE TABLE tx_log (tx bigint PRIMARY KEY);");
+    for table in TABLES {
+        ddl.push_str(&format!("CREATE TABLE {table} (id bigint PRIMARY KEY, change_no bigint NOT NULL, note text);"));
+        if kind == Kind::Postgres {
+            ddl.push_str(&format!("ALTER TABLE {table} REPLICA IDENTITY FULL;"));
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    bail!("cannot connect to PostgreSQL: {last:?}")
+    ddl
 }
 
-/// A fresh database with the tables, the publication and the slot (made
-/// before the first write, so nothing committed is missed).
-pub async fn prepare(env: &Env, database: &str, source_id: &str) -> anyhow::Result<()> {
-    let admin = params(env, "postgres")?;
-    execute(
-        &admin,
-        &format!("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '{database}'"),
-    )
-    .await?;
-    execute(&admin, &format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)")).await?;
-    execute(&admin, &format!("CREATE DATABASE {database}")).await?;
+/// A fresh PostgreSQL database with the tables, the publication and the
+/// slot (made before the first write, so nothing committed is missed).
+pub async fn prepare_postgres(env: &crate::Env, database: &str, source_id: &str) -> anyhow::Result<()> {
+    let admin = Db::new(env, Kind::Postgres, "postgres")?;
+    admin
+        .execute(&format!(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '{database}'"
+        ))
+        .await?;
+    admin.execute(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)")).await?;
+    admin.execute(&format!("CREATE DATABASE {database}")).await?;
     // The test server runs with synchronous_commit off, and restarts in
     // immediate mode: a commit it acknowledged could then vanish, and the
     // harness would expect changes that never happened. Here a commit
     // returns only once its WAL is written.
-    execute(&admin, &format!("ALTER DATABASE {database} SET synchronous_commit = on")).await?;
-    let db = params(env, database)?;
-    let mut ddl = String::from("CREATE TABLE tx_log (tx bigint PRIMARY KEY);");
-    for table in TABLES {
-        ddl.push_str(&format!(
-            "CREATE TABLE {table} (id bigint PRIMARY KEY, change bigint NOT NULL, note text); \
-             ALTER TABLE {table} REPLICA IDENTITY FULL;"
-        ));
-    }
-    ddl.push_str(&format!("CREATE PUBLICATION sluice_{source_id} FOR TABLE {};", TABLES.join(", ")));
-    execute(&db, &ddl).await?;
+    admin.execute(&format!("ALTER DATABASE {database} SET synchronous_commit = on")).await?;
+    let db = Db::new(env, Kind::Postgres, database)?;
+    let ddl = table_ddl(Kind::Postgres);
+    db.execute(&format!("{ddl} CREATE PUBLICATION sluice_{source_id} FOR TABLE {}", TABLES.join(", "))).await?;
     // A slot cannot be made in a transaction that wrote: its own statement.
-    execute(&db, &format!("SELECT pg_create_logical_replication_slot('sluice_{source_id}', 'pgoutput')")).await?;
+    db.execute(&format!("SELECT pg_create_logical_replication_slot('sluice_{source_id}', 'pgoutput')")).await?;
     Ok(())
 }
 
+/// A fresh MariaDB database with the tables; returns the binlog file and
+/// offset to start from, taken before the first write.
+pub async fn prepare_mariadb(env: &crate::Env, database: &str) -> anyhow::Result<(String, u64)> {
+    let admin = Db::new(env, Kind::MariaDb, "")?;
+    admin.execute(&format!("DROP DATABASE IF EXISTS {database}")).await?;
+    admin.execute(&format!("CREATE DATABASE {database}")).await?;
+    Db::new(env, Kind::MariaDb, database)?.execute(table_ddl(Kind::MariaDb).trim_end_matches(';')).await?;
+    binlog_end(&admin).await
+}
+
+/// The binlog file and offset the next write will go to.
+pub async fn binlog_end(db: &Db) -> anyhow::Result<(String, u64)> {
+    let row = db.first_row("SHOW MASTER STATUS").await?;
+    match (row.first().cloned().flatten(), row.get(1).cloned().flatten().and_then(|o| o.parse().ok())) {
+        (Some(file), Some(offset)) => Ok((file, offset)),
+        _ => anyhow::bail!("SHOW MASTER STATUS returned nothing: is the binlog on?"),
+    }
+}
+
 impl Workload {
-    pub fn new(env: &Env, database: &str, seed: u64) -> anyhow::Result<Self> {
+    pub fn new(env: &crate::Env, kind: Kind, database: &str, seed: u64) -> anyhow::Result<Self> {
         Ok(Self {
-            params: params(env, database)?,
+            db: Db::new(env, kind, database)?,
             rng: Rng::new(seed),
             rows: vec![BTreeMap::new(); TABLES.len()],
             next_id: 1,
@@ -115,11 +103,15 @@ impl Workload {
         })
     }
 
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
     /// Writes one transaction. An error during it leaves the outcome in
     /// doubt until the `tx_log` row says whether it committed.
-    pub async fn step(&mut self, conn: &mut Option<Connection>) -> anyhow::Result<()> {
+    pub async fn step(&mut self, conn: &mut Option<Conn>) -> anyhow::Result<()> {
         if conn.is_none() {
-            *conn = Connection::connect(&self.params, false).await.ok();
+            *conn = self.db.connect().await.ok();
             if conn.is_none() {
                 // The server is away (a restart): nothing was sent.
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -132,24 +124,28 @@ impl Workload {
         self.next_tx += 1;
         let statement = format!("BEGIN; {sql} INSERT INTO tx_log VALUES ({tx}); COMMIT;");
         let succeeded = match conn.as_mut() {
-            Some(c) => c.simple_query(&statement).await.is_ok(),
+            Some(c) => c.run(&statement).await.is_ok(),
             None => false,
         };
         let committed = if succeeded {
             true
         } else {
-            *conn = None;
-            let rows = execute(&self.params, &format!("SELECT count(*) AS n FROM tx_log WHERE tx = {tx}")).await?;
+            // Dropping the connection rolls back whatever is still open.
+            if let Some(c) = conn.take() {
+                c.close().await;
+            }
+            let n = self.db.value(&format!("SELECT count(*) FROM tx_log WHERE tx = {tx}")).await?;
             self.in_doubt_resolved += 1;
-            let committed = rows.first("n") == Some("1");
+            let committed = n.as_deref() == Some("1");
             println!(
-                "torture: transaction {tx} was in doubt; it {}",
+                "torture: {:?} transaction {tx} was in doubt; it {}",
+                self.db.kind(),
                 if committed { "committed" } else { "did not commit" }
             );
             committed
         };
         if conn.is_none() {
-            *conn = Connection::connect(&self.params, false).await.ok();
+            *conn = self.db.connect().await.ok();
         }
         if committed {
             self.committed.extend(changes);
@@ -175,13 +171,18 @@ impl Workload {
             // A very large transaction: thousands of inserts in one statement.
             let t = self.rng.range(0, 3) as usize;
             let count = self.rng.range(2_000, 12_000) as i64;
-            let (first_id, first_change) = (self.next_id, self.next_change);
-            sql.push_str(&format!(
-                "INSERT INTO {} SELECT g, {} + g - {first_id}, 'bulk' FROM generate_series({first_id}, {}) g;",
-                TABLES[t],
-                first_change,
-                first_id + count - 1
-            ));
+            let (first_id, first_change, last_id) = (self.next_id, self.next_change, self.next_id + count - 1);
+            let table = TABLES[t];
+            sql.push_str(&match self.db.kind() {
+                Kind::Postgres => format!(
+                    "INSERT INTO {table} SELECT g, {first_change} + g - {first_id}, 'bulk' \
+                     FROM generate_series({first_id}, {last_id}) g;"
+                ),
+                // MariaDB's Sequence engine: a table of the numbers in its name.
+                Kind::MariaDb => format!(
+                    "INSERT INTO {table} SELECT seq, {first_change} + seq - {first_id}, 'bulk' FROM seq_{first_id}_to_{last_id};"
+                ),
+            });
             for offset in 0..count {
                 let (id, change) = (first_id + offset, first_change + offset);
                 undo.push((t, id, self.rows[t].insert(id, change)));
@@ -207,7 +208,9 @@ impl Workload {
                     changes.push(Change { table: table.into(), op: 'c', id, change });
                 }
                 (6..=7, Some((id, _))) => {
-                    sql.push_str(&format!("UPDATE {table} SET change = {change}, note = 'u{change}' WHERE id = {id};"));
+                    sql.push_str(&format!(
+                        "UPDATE {table} SET change_no = {change}, note = 'u{change}' WHERE id = {id};"
+                    ));
                     undo.push((t, id, self.rows[t].insert(id, change)));
                     changes.push(Change { table: table.into(), op: 'u', id, change });
                 }

@@ -1,0 +1,150 @@
+//! The two databases the workload writes to, behind one small interface:
+//! connect, run a batch of statements, and look a value up while the
+//! server may be restarting.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use mysql_async::prelude::Queryable;
+use sluice_config::{Secret, SslMode};
+use sluice_postgres::wire::{ConnectParams, Connection};
+
+use crate::Env;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Postgres,
+    MariaDb,
+}
+
+impl Kind {
+    /// The schema part of the tables' names in events (`public.t1`, `torture.t1`).
+    pub fn schema(self) -> &'static str {
+        match self {
+            Kind::Postgres => "public",
+            Kind::MariaDb => crate::pipeline::DATABASE,
+        }
+    }
+
+    /// A short tag for names: topics, streams, files.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Kind::Postgres => "pg",
+            Kind::MariaDb => "my",
+        }
+    }
+}
+
+#[derive(Clone)]
+pub enum Db {
+    Postgres(ConnectParams),
+    MariaDb(mysql_async::Opts),
+}
+
+pub enum Conn {
+    Postgres(Connection),
+    MariaDb(mysql_async::Conn),
+}
+
+impl Db {
+    pub fn new(env: &Env, kind: Kind, database: &str) -> anyhow::Result<Self> {
+        Ok(match kind {
+            Kind::Postgres => Db::Postgres(ConnectParams {
+                host: env.get("SLUICE_TEST_PG_HOST")?,
+                port: env.get("SLUICE_TEST_PG_PORT")?.parse()?,
+                database: database.into(),
+                user: env.get("SLUICE_TEST_PG_USER")?,
+                password: Secret::new(env.get("SLUICE_TEST_PG_PASSWORD")?),
+                ssl_mode: SslMode::Prefer,
+                ca_file: None,
+                connect_timeout: Duration::from_secs(5),
+            }),
+            Kind::MariaDb => Db::MariaDb(
+                mysql_async::OptsBuilder::default()
+                    .ip_or_hostname(env.get("SLUICE_TEST_MY_HOST")?)
+                    .tcp_port(env.get("SLUICE_TEST_MY_PORT")?.parse()?)
+                    .user(Some(env.get("SLUICE_TEST_MY_USER")?))
+                    .pass(Some(env.get("SLUICE_TEST_MY_PASSWORD")?))
+                    .db_name((!database.is_empty()).then(|| database.to_string()))
+                    .into(),
+            ),
+        })
+    }
+
+    pub fn kind(&self) -> Kind {
+        match self {
+            Db::Postgres(_) => Kind::Postgres,
+            Db::MariaDb(_) => Kind::MariaDb,
+        }
+    }
+
+    pub async fn connect(&self) -> anyhow::Result<Conn> {
+        Ok(match self {
+            Db::Postgres(params) => Conn::Postgres(Connection::connect(params, false).await?),
+            Db::MariaDb(opts) => Conn::MariaDb(mysql_async::Conn::new(opts.clone()).await?),
+        })
+    }
+
+    /// The first column of the first row `sql` returns, reconnecting while
+    /// the server restarts (up to a minute).
+    pub async fn value(&self, sql: &str) -> anyhow::Result<Option<String>> {
+        Ok(self.first_row(sql).await?.into_iter().next().flatten())
+    }
+
+    /// The first row of the last result `sql` returns, reconnecting while
+    /// the server restarts (up to a minute).
+    pub async fn first_row(&self, sql: &str) -> anyhow::Result<Vec<Option<String>>> {
+        let mut last = None;
+        for _ in 0..300 {
+            match self.connect().await {
+                Ok(mut conn) => {
+                    let row = conn.first_row(sql).await;
+                    conn.close().await;
+                    return row.with_context(|| format!("running {sql}"));
+                }
+                Err(e) => last = Some(e),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        bail!("cannot connect to {:?}: {last:?}", self.kind())
+    }
+
+    /// Runs statements that return nothing, reconnecting while the server restarts.
+    pub async fn execute(&self, sql: &str) -> anyhow::Result<()> {
+        self.first_row(sql).await.map(drop)
+    }
+}
+
+impl Conn {
+    /// Runs one or more statements.
+    pub async fn run(&mut self, sql: &str) -> anyhow::Result<()> {
+        match self {
+            Conn::Postgres(conn) => conn.simple_query(sql).await.map(drop).map_err(Into::into),
+            Conn::MariaDb(conn) => conn.query_drop(sql).await.map_err(Into::into),
+        }
+    }
+
+    async fn first_row(&mut self, sql: &str) -> anyhow::Result<Vec<Option<String>>> {
+        match self {
+            Conn::Postgres(conn) => Ok(conn.simple_query(sql).await?.rows.into_iter().next().unwrap_or_default()),
+            Conn::MariaDb(conn) => {
+                let mut result = conn.query_iter(sql).await?;
+                let mut first = Vec::new();
+                while !result.is_empty() {
+                    let rows: Vec<mysql_async::Row> = result.collect().await?;
+                    if let Some(row) = rows.first() {
+                        first = (0..row.len()).map(|i| row.get::<Option<String>, _>(i).flatten()).collect();
+                    }
+                }
+                Ok(first)
+            }
+        }
+    }
+
+    pub async fn close(self) {
+        match self {
+            Conn::Postgres(conn) => conn.close().await,
+            Conn::MariaDb(conn) => drop(conn.disconnect().await),
+        }
+    }
+}
