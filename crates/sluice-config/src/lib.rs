@@ -13,6 +13,7 @@ mod postgres;
 mod redis;
 mod s3;
 mod secret;
+mod snapshot;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -28,6 +29,7 @@ pub use postgres::*;
 pub use redis::*;
 pub use s3::*;
 pub use secret::Secret;
+pub use snapshot::*;
 pub use validate::{MAX_ID_LEN, validate};
 
 /// Whether `text` matches a table pattern: `*` matches any run of

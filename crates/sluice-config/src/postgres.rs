@@ -74,6 +74,9 @@ pub struct PostgresConfig {
     pub status_interval_secs: u64,
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout_secs: u64,
+    /// Read the rows already in the tables before streaming.
+    #[serde(default)]
+    pub snapshot: crate::SnapshotConfig,
 }
 
 impl PostgresConfig {

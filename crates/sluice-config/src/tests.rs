@@ -173,6 +173,21 @@ fn postgres_source_defaults_and_secret_redaction() {
 }
 
 #[test]
+fn a_postgres_snapshot_is_off_unless_asked_for() {
+    let config = check(POSTGRES).unwrap();
+    let SourceConfig::Postgres(pg) = &config.pipelines[0].source else { panic!("not postgres") };
+    assert_eq!(pg.snapshot, SnapshotConfig::default());
+    assert_eq!(pg.snapshot.mode, SnapshotMode::Never);
+    let text = POSTGRES.replace("user: sluice", "user: sluice, snapshot: { mode: initial, chunk_size: 500 }");
+    let config = check(&text).unwrap();
+    let SourceConfig::Postgres(pg) = &config.pipelines[0].source else { panic!("not postgres") };
+    assert_eq!(
+        (pg.snapshot.mode, pg.snapshot.chunk_size, pg.snapshot.max_parallel_tables),
+        (SnapshotMode::Initial, 500, DEFAULT_SNAPSHOT_MAX_PARALLEL_TABLES)
+    );
+}
+
+#[test]
 fn postgres_source_rules_name_the_field() {
     let cases = [
         (POSTGRES.replace("user: sluice", "user: sluice, ssl_mode: verify-full"), "config.ca_file"),
@@ -182,6 +197,13 @@ fn postgres_source_rules_name_the_field() {
         (POSTGRES.replace("user: sluice", "user: sluice, heartbeat_secs: 0"), "config.heartbeat_secs"),
         (POSTGRES.replace("host: 127.0.0.1", "host: \"\""), "config.host"),
         (POSTGRES.replace("user: sluice", "user: sluice, pasword: x"), "unknown field `pasword`"),
+        (POSTGRES.replace("user: sluice", "user: sluice, snapshot: { mode: always }"), "`initial`"),
+        (POSTGRES.replace("user: sluice", "user: sluice, snapshot: { chunk_size: 0 }"), "config.snapshot.chunk_size"),
+        (
+            POSTGRES.replace("user: sluice", "user: sluice, snapshot: { max_parallel_tables: 0 }"),
+            "config.snapshot.max_parallel_tables",
+        ),
+        (POSTGRES.replace("user: sluice", "user: sluice, snapshot: { mood: initial }"), "unknown field `mood`"),
     ];
     for (text, field) in cases {
         let message = error_text(&text);

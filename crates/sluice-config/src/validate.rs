@@ -11,6 +11,7 @@ use crate::pipeline::{BatchConfig, CommitPolicy, Config, PipelineConfig, PolicyM
 use crate::postgres::{PostgresConfig, SslMode};
 use crate::redis::RedisSinkConfig;
 use crate::s3::{Compression, FileFormat, MIN_S3_PART_SIZE_BYTES, S3SinkConfig};
+use crate::snapshot::SnapshotConfig;
 
 /// The longest id or name. Ids end up in checkpoint keys, file names and
 /// Kafka transactional ids, so they stay short and plain.
@@ -248,6 +249,24 @@ fn validate_postgres(at: &str, c: &PostgresConfig) -> Result<(), Invalid> {
     check_seconds(at, "connect_timeout_secs", c.connect_timeout_secs, 3600)?;
     if let Some(heartbeat) = c.heartbeat_secs {
         check_seconds(at, "heartbeat_secs", heartbeat, 86_400)?;
+    }
+    check_snapshot(&format!("{at}.snapshot"), &c.snapshot)
+}
+
+fn check_snapshot(at: &str, c: &SnapshotConfig) -> Result<(), Invalid> {
+    if !(1..=1_000_000).contains(&c.chunk_size) {
+        return Err(Invalid::new(
+            format!("{at}.chunk_size"),
+            format!("{} is outside 1..=1000000", c.chunk_size),
+            "set chunk_size to the rows one query reads, e.g. 10000",
+        ));
+    }
+    if !(1..=64).contains(&c.max_parallel_tables) {
+        return Err(Invalid::new(
+            format!("{at}.max_parallel_tables"),
+            format!("{} is outside 1..=64", c.max_parallel_tables),
+            "set max_parallel_tables to the tables read at once (one connection each), e.g. 2",
+        ));
     }
     Ok(())
 }

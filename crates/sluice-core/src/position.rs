@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::snapshot::SnapshotPos;
+
 /// A PostgreSQL log sequence number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Lsn(pub u64);
@@ -102,6 +104,9 @@ impl Ord for BinlogPos {
 /// order is then arbitrary but still total.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Position {
+    /// A row read by a snapshot; first, so a snapshot orders before the
+    /// log stream that follows it.
+    Snapshot(SnapshotPos),
     /// The synthetic generator: transaction number (from 1) and event index.
     Generator { tx: u64, seq: u32 },
     /// PostgreSQL: the commit LSN of the transaction and the event index in it.
@@ -118,6 +123,7 @@ impl Position {
             Position::Generator { tx, seq } => format!("g{tx:020}{seq:010}"),
             Position::Postgres { commit_lsn, seq } => format!("p{:016X}{seq:010}", commit_lsn.0),
             Position::Mysql(pos) => format!("m{:020}{:020}{:010}", pos.file_index(), pos.offset, pos.seq),
+            Position::Snapshot(pos) => pos.sort_key(),
         }
     }
 
@@ -126,6 +132,7 @@ impl Position {
         match self {
             Position::Generator { seq, .. } | Position::Postgres { seq, .. } => *seq,
             Position::Mysql(pos) => pos.seq,
+            Position::Snapshot(_) => 0,
         }
     }
 }
@@ -142,6 +149,7 @@ impl fmt::Display for Position {
                     None => Ok(()),
                 }
             }
+            Position::Snapshot(pos) => write!(f, "snap:{pos}"),
         }
     }
 }
@@ -152,6 +160,11 @@ impl FromStr for Position {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if let Some(rest) = s.strip_prefix("my:") {
             return parse_binlog(s, rest);
+        }
+        if let Some(rest) = s.strip_prefix("snap:") {
+            return SnapshotPos::parse(rest)
+                .map(Position::Snapshot)
+                .ok_or_else(|| PositionParseError::new(s, "expected snap:TABLE_HEX:KEY_HEX:STREAM_FROM"));
         }
         let mut parts = s.split(':');
         let kind = parts.next().unwrap_or_default();
@@ -287,6 +300,21 @@ mod tests {
                 assert!(pair[0] < pair[1] && pair[0].sort_key() < pair[1].sort_key(), "{} {}", pair[0], pair[1]);
             }
         }
+    }
+
+    #[test]
+    fn a_snapshot_orders_before_the_stream_and_round_trips() {
+        use crate::snapshot::{KeyPart, encode_key};
+        let snapshot = Position::Snapshot(SnapshotPos {
+            table: "public.orders".into(),
+            key: encode_key(&[KeyPart::Int(i64::MAX)]).into(),
+            stream_from: "0/16B3748".into(),
+        });
+        assert!(snapshot < Position::Postgres { commit_lsn: Lsn(0), seq: 0 });
+        assert!(snapshot < binlog("bin.000001", 4, 0, None));
+        assert_eq!(snapshot.to_string().parse::<Position>().unwrap(), snapshot);
+        assert!(snapshot.to_string().starts_with("snap:7075626c69632e6f7264657273:ff"), "{snapshot}");
+        assert!("snap:7:00:x".parse::<Position>().is_err());
     }
 
     #[test]

@@ -325,7 +325,7 @@ fn key_of(info: &RelationInfo, tuple: &Tuple) -> Result<Option<Row>, DecodeError
 /// A stable fingerprint of a table's shape (FNV-1a over names, types and
 /// key flags): the same schema always gives the same number, across
 /// restarts, so replayed events are identical to the originals.
-fn fingerprint(relation: &Relation) -> u32 {
+pub(crate) fn fingerprint(relation: &Relation) -> u32 {
     let mut hash: u32 = 0x811C_9DC5;
     let mut feed = |bytes: &[u8]| {
         for byte in bytes {

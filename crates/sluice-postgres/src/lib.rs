@@ -4,6 +4,7 @@
 mod catalog;
 pub mod decode;
 pub mod pgoutput;
+mod snapshot;
 mod source;
 pub mod types;
 pub mod wire;

@@ -30,16 +30,17 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sluice_config::PostgresConfig;
+use sluice_config::{PostgresConfig, SnapshotMode};
 use sluice_core::{AckWatermark, Event, Lsn, Position, Source, SourceError, SourceStatus};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::catalog::{self, quote_ident, quote_literal, source_error};
 use crate::decode::{Decoder, HEARTBEAT_PREFIX};
 use crate::pgoutput::{self, Frame, Message};
+use crate::snapshot;
 use crate::wire::{Backend, ConnectParams, Connection};
 
 /// Decoded events gathered before the reader waits for the coordinator.
@@ -86,6 +87,7 @@ pub struct PostgresSource {
     params: ConnectParams,
     stats: Arc<SourceStats>,
     reader: Option<ReaderHandle>,
+    snapshot: Option<PendingSnapshot>,
 }
 
 struct ReaderHandle {
@@ -111,7 +113,7 @@ impl PostgresSource {
             ca_file: config.ca_file.clone(),
             connect_timeout: Duration::from_secs(config.connect_timeout_secs),
         };
-        Self { config, params, stats: Arc::default(), reader: None }
+        Self { config, params, stats: Arc::default(), reader: None, snapshot: None }
     }
 
     pub fn stats(&self) -> Arc<SourceStats> {
@@ -134,8 +136,9 @@ impl Source for PostgresSource {
 
     async fn start(&mut self, from: Option<Position>, acked: AckWatermark) -> Result<(), SourceError> {
         self.reader = None;
+        self.snapshot = None;
         let start_lsn = match &from {
-            None => Lsn(0),
+            None | Some(Position::Snapshot(_)) => Lsn(0),
             Some(Position::Postgres { commit_lsn, .. }) => *commit_lsn,
             Some(other) => {
                 return Err(SourceError::permanent(
@@ -143,6 +146,18 @@ impl Source for PostgresSource {
                     "give this source a new id, or reset its checkpoints with `sluice checkpoints reset`",
                 ));
             }
+        };
+        let snapshot = self.config.snapshot.mode == SnapshotMode::Initial;
+        let resume = match &from {
+            Some(Position::Snapshot(pos)) if snapshot => Some(pos.clone()),
+            Some(Position::Snapshot(pos)) => {
+                warn!(
+                    table = %pos.table,
+                    "the snapshot was not finished, and snapshot.mode is now never: rows not read yet are skipped"
+                );
+                None
+            }
+            _ => None,
         };
         let config = &self.config;
         let (slot, publication) = (config.slot_name(), config.publication_name());
@@ -152,6 +167,7 @@ impl Source for PostgresSource {
         catalog::ensure_publication(&mut sql, &publication, config.create_publication, &tables).await?;
         let state = catalog::slot_state(&mut sql, &slot, &config.database).await?;
         let mut replication = self.connect(true).await?;
+        let mut exported = None;
         if !state.exists {
             if from.is_some() {
                 return Err(SourceError::permanent(
@@ -170,15 +186,151 @@ impl Source for PostgresSource {
                     ),
                 ));
             }
-            replication
-                .simple_query(&format!(
-                    "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput NOEXPORT_SNAPSHOT",
-                    quote_ident(&slot)
-                ))
+            let how = if snapshot { "EXPORT_SNAPSHOT" } else { "NOEXPORT_SNAPSHOT" };
+            let created = replication
+                .simple_query(&format!("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput {how}", quote_ident(&slot)))
                 .await
                 .map_err(|e| source_error(&format!("cannot create replication slot {slot:?}"), e))?;
             info!(slot, "replication slot created");
+            if snapshot {
+                let field = |name: &str| created.first(name).map(str::to_string);
+                match (field("consistent_point"), field("snapshot_name")) {
+                    (Some(point), Some(name)) => exported = Some((point, name)),
+                    _ => return Err(SourceError::transient("CREATE_REPLICATION_SLOT returned no snapshot")),
+                }
+            }
+        } else if snapshot && from.is_none() {
+            return Err(SourceError::permanent(
+                format!(
+                    "snapshot.mode is initial, but replication slot {slot:?} exists already: a snapshot must be taken as the slot is created, to match it exactly"
+                ),
+                format!(
+                    "drop the slot (SELECT pg_drop_replication_slot({})) so Sluice creates it with the snapshot, or set snapshot.mode: never",
+                    quote_literal(&slot)
+                ),
+            ));
         }
+        if exported.is_some() || resume.is_some() {
+            let mut plans = Vec::with_capacity(tables.len());
+            for (schema, table) in &tables {
+                plans.push(snapshot::plan_table(&mut sql, schema, table, config.snapshot.chunk_size).await?);
+            }
+            plans.sort_by(|a, b| a.name.cmp(&b.name));
+            let (stream_from, import) = match (exported, &resume) {
+                (Some((point, name)), _) => (point, Some(name)),
+                (None, Some(pos)) => (pos.stream_from.to_string(), None),
+                (None, None) => unreachable!("checked above"),
+            };
+            info!(
+                tables = plans.len(),
+                resume_after = %resume.as_ref().map_or_else(|| "-".to_string(), |p| p.table.to_string()),
+                stream_from,
+                "snapshot starting"
+            );
+            let settings = snapshot::Settings {
+                params: self.params.clone(),
+                source_id: Arc::from(config.id.as_str()),
+                database: Arc::from(config.database.as_str()),
+                chunk_size: config.snapshot.chunk_size,
+                parallel: config.snapshot.max_parallel_tables,
+                stream_from: Arc::from(stream_from.as_str()),
+                slot: slot.clone(),
+                import,
+                started_us: sluice_core::time::now_us(),
+            };
+            let start_lsn = if resume.is_some() { Lsn(0) } else { stream_from.parse().unwrap_or(Lsn(0)) };
+            // The replication connection idles until the snapshot is read:
+            // it holds the exported snapshot, and then streams from its point.
+            self.snapshot = Some(PendingSnapshot {
+                run: snapshot::Run::spawn(settings, plans, resume),
+                replication,
+                sql,
+                start_lsn,
+                version,
+                last: from,
+                acked,
+                tables: tables.len(),
+            });
+            return Ok(());
+        }
+        self.stream(replication, sql, start_lsn, version, from, acked, tables.len()).await
+    }
+
+    async fn poll(&mut self, out: &mut Vec<Event>) -> Result<SourceStatus, SourceError> {
+        if let Some(pending) = self.snapshot.as_mut() {
+            match pending.run.next().await {
+                Some(Ok(events)) => {
+                    pending.last = events.last().map(|e| e.position.clone()).or(pending.last.take());
+                    out.extend(events);
+                    return Ok(SourceStatus::Open);
+                }
+                Some(Err(err)) => {
+                    self.snapshot = None;
+                    return Err(err);
+                }
+                None => {
+                    let Some(done) = self.snapshot.take() else { unreachable!("matched above") };
+                    info!("snapshot done; streaming from the snapshot point");
+                    self.stream(
+                        done.replication,
+                        done.sql,
+                        done.start_lsn,
+                        done.version,
+                        done.last,
+                        done.acked,
+                        done.tables,
+                    )
+                    .await?;
+                }
+            }
+        }
+        let reader =
+            self.reader.as_mut().ok_or_else(|| SourceError::transient("postgres source polled before start"))?;
+        match reader.events.recv().await {
+            Some(Ok(events)) => {
+                out.extend(events);
+                Ok(SourceStatus::Open)
+            }
+            Some(Err(err)) => {
+                self.reader = None;
+                Err(err)
+            }
+            None => {
+                self.reader = None;
+                Err(SourceError::transient("the replication reader stopped"))
+            }
+        }
+    }
+}
+
+/// A snapshot being read, and what streaming needs once it is done.
+struct PendingSnapshot {
+    run: snapshot::Run,
+    replication: Connection,
+    sql: Connection,
+    start_lsn: Lsn,
+    version: u32,
+    /// The last position handed on: where streaming counts as read from.
+    last: Option<Position>,
+    acked: AckWatermark,
+    tables: usize,
+}
+
+impl PostgresSource {
+    /// Starts replication on `replication` and the reader task.
+    #[allow(clippy::too_many_arguments)]
+    async fn stream(
+        &mut self,
+        mut replication: Connection,
+        sql: Connection,
+        start_lsn: Lsn,
+        version: u32,
+        from: Option<Position>,
+        acked: AckWatermark,
+        tables: usize,
+    ) -> Result<(), SourceError> {
+        let config = &self.config;
+        let (slot, publication) = (config.slot_name(), config.publication_name());
         let mut options = format!("proto_version '1', publication_names {}", quote_literal(&quote_ident(&publication)));
         if config.messages && version >= 140_000 {
             options.push_str(", messages 'true'");
@@ -187,7 +339,7 @@ impl Source for PostgresSource {
             .start_copy_both(&format!("START_REPLICATION SLOT {} LOGICAL {start_lsn} ({options})", quote_ident(&slot)))
             .await
             .map_err(|e| source_error(&format!("cannot start replication from slot {slot:?}"), e))?;
-        info!(slot, publication, from = %start_lsn, tables = tables.len(), "replication started");
+        info!(slot, publication, from = %start_lsn, tables, "replication started");
 
         let (tx, rx) = mpsc::channel(CHUNK_QUEUE);
         let acked_now = acked.get();
@@ -212,25 +364,6 @@ impl Source for PostgresSource {
         let task = tokio::spawn(reader.run());
         self.reader = Some(ReaderHandle { events: rx, task });
         Ok(())
-    }
-
-    async fn poll(&mut self, out: &mut Vec<Event>) -> Result<SourceStatus, SourceError> {
-        let reader =
-            self.reader.as_mut().ok_or_else(|| SourceError::transient("postgres source polled before start"))?;
-        match reader.events.recv().await {
-            Some(Ok(events)) => {
-                out.extend(events);
-                Ok(SourceStatus::Open)
-            }
-            Some(Err(err)) => {
-                self.reader = None;
-                Err(err)
-            }
-            None => {
-                self.reader = None;
-                Err(SourceError::transient("the replication reader stopped"))
-            }
-        }
     }
 }
 

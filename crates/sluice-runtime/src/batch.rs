@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use sluice_config::BatchConfig;
-use sluice_core::{Event, EventChunks, Position, SinkError};
+use sluice_core::{Event, EventChunks, Op, Position, SinkError};
 use tokio::time::{Duration, Instant};
 
 use crate::latency::Latency;
@@ -63,8 +63,10 @@ impl Batch {
             latency.record(self.last_commit_us, now_us, self.event_count() as u64);
             return;
         };
-        // Events of one transaction share their commit time: one record each.
-        let mut events = events.iter().peekable();
+        // Events of one transaction share their commit time: one record
+        // each. Snapshot reads carry the snapshot's start, not a commit:
+        // they are left out.
+        let mut events = events.iter().filter(|e| e.op != Op::Read).peekable();
         while let Some(event) = events.next() {
             let mut count = 1;
             while events.next_if(|e| e.commit_time_us == event.commit_time_us).is_some() {

@@ -123,13 +123,11 @@ impl Workload {
         let tx = self.next_tx;
         self.next_tx += 1;
         let statement = format!("BEGIN; {sql} INSERT INTO tx_log VALUES ({tx}); COMMIT;");
-        let succeeded = match conn.as_mut() {
-            Some(c) => c.run(&statement).await.is_ok(),
-            None => false,
+        let outcome = match conn.as_mut() {
+            Some(c) => c.run(&statement).await,
+            None => Err(anyhow::anyhow!("not connected")),
         };
-        let committed = if succeeded {
-            true
-        } else {
+        let committed = if let Err(error) = outcome {
             // Dropping the connection rolls back whatever is still open.
             if let Some(c) = conn.take() {
                 c.close().await;
@@ -138,11 +136,13 @@ impl Workload {
             self.in_doubt_resolved += 1;
             let committed = n.as_deref() == Some("1");
             println!(
-                "torture: {:?} transaction {tx} was in doubt; it {}",
+                "torture: {:?} transaction {tx} was in doubt ({error:#}); it {}",
                 self.db.kind(),
                 if committed { "committed" } else { "did not commit" }
             );
             committed
+        } else {
+            true
         };
         if conn.is_none() {
             *conn = self.db.connect().await.ok();

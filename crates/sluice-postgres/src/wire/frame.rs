@@ -19,7 +19,8 @@ pub enum Backend {
     },
     BackendKeyData,
     ReadyForQuery,
-    RowDescription(Vec<String>),
+    /// Column names and type OIDs.
+    RowDescription(Vec<String>, Vec<u32>),
     DataRow(Vec<Option<Bytes>>),
     CommandComplete,
     EmptyQueryResponse,
@@ -86,12 +87,15 @@ fn decode(tag: u8, mut body: Bytes) -> Result<Backend, Malformed> {
         b'T' => {
             let count = i16_(&mut body)?.max(0) as usize;
             let mut names = Vec::with_capacity(count.min(1600));
+            let mut types = Vec::with_capacity(count.min(1600));
             for _ in 0..count {
                 names.push(cstr(&mut body)?);
-                // table oid, column number, type oid, size, modifier, format
-                skip(&mut body, 18)?;
+                // table oid, column number; then type oid; size, modifier, format
+                skip(&mut body, 6)?;
+                types.push(i32_(&mut body)? as u32);
+                skip(&mut body, 8)?;
             }
-            Backend::RowDescription(names)
+            Backend::RowDescription(names, types)
         }
         b'D' => {
             let count = i16_(&mut body)?.max(0) as usize;
@@ -290,6 +294,33 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         assert!(data_row.is_empty());
+    }
+
+    #[test]
+    fn a_row_description_gives_names_and_type_oids() {
+        let mut body = BytesMut::new();
+        body.put_i16(2);
+        for (name, oid) in [("id", 20u32), ("note", 25)] {
+            body.put_slice(name.as_bytes());
+            body.put_u8(0);
+            body.put_u32(16_384); // table oid
+            body.put_i16(1); // column number
+            body.put_u32(oid);
+            body.put_i16(8); // size
+            body.put_i32(-1); // modifier
+            body.put_i16(0); // text format
+        }
+        let mut wire = BytesMut::new();
+        wire.put_u8(b'T');
+        wire.put_i32(body.len() as i32 + 4);
+        wire.put_slice(&body);
+        match parse(&mut wire).unwrap() {
+            Some(Backend::RowDescription(names, types)) => {
+                assert_eq!(names, ["id", "note"]);
+                assert_eq!(types, [20, 25]);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
     }
 
     #[test]

@@ -88,6 +88,8 @@ impl AsyncWrite for Stream {
 #[derive(Debug, Default)]
 pub struct Rows {
     pub columns: Vec<String>,
+    /// Each column's type OID.
+    pub types: Vec<u32>,
     pub rows: Vec<Vec<Option<String>>>,
 }
 
@@ -250,7 +252,7 @@ impl Connection {
         let mut error = None;
         loop {
             match self.read_message().await? {
-                Backend::RowDescription(columns) => rows.columns = columns,
+                Backend::RowDescription(columns, types) => (rows.columns, rows.types) = (columns, types),
                 Backend::DataRow(values) => rows
                     .rows
                     .push(values.into_iter().map(|v| v.map(|b| String::from_utf8_lossy(&b).into_owned())).collect()),

@@ -51,6 +51,7 @@ pub async fn fresh_database(name: &str) {
 pub fn config(database: &str, id: &str) -> PostgresConfig {
     let p = params(database);
     PostgresConfig {
+        snapshot: Default::default(),
         id: id.into(),
         host: p.host,
         port: p.port,
