@@ -43,21 +43,40 @@ pub trait Source: Send {
 
 /// The position up to which every sink's checkpoint is stored, shared by
 /// the coordinator (writer) and the source (reader). It only moves forward.
+///
+/// It also tells the source the highest checkpoint any sink held when the
+/// pipeline started: `start(None)` alone cannot tell a pipeline that never
+/// delivered anything from one where a sink without a checkpoint joined
+/// others that have one.
 #[derive(Debug, Clone, Default)]
-pub struct AckWatermark(Arc<Mutex<Option<Position>>>);
+pub struct AckWatermark {
+    lowest: Arc<Mutex<Option<Position>>>,
+    highest_at_start: Arc<Mutex<Option<Position>>>,
+}
 
 impl AckWatermark {
     pub fn get(&self) -> Option<Position> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.lowest.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Moves the watermark to `position` if that is forward; returns whether it moved.
     pub fn advance(&self, position: &Position) -> bool {
-        let mut current = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut current = self.lowest.lock().unwrap_or_else(PoisonError::into_inner);
         if current.as_ref().is_some_and(|c| c >= position) {
             return false;
         }
         *current = Some(position.clone());
         true
+    }
+
+    /// Set by the coordinator before the source starts.
+    pub fn set_highest_at_start(&self, position: Option<Position>) {
+        *self.highest_at_start.lock().unwrap_or_else(PoisonError::into_inner) = position;
+    }
+
+    /// The highest stored checkpoint of any sink when the pipeline
+    /// started; `None` when no sink held one.
+    pub fn highest_at_start(&self) -> Option<Position> {
+        self.highest_at_start.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sluice_config::{PostgresConfig, SnapshotMode};
-use sluice_core::{AckWatermark, Event, Lsn, Position, Source, SourceError, SourceStatus};
+use sluice_core::{AckWatermark, Event, Lsn, Position, SnapshotPos, Source, SourceError, SourceStatus};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -147,18 +147,32 @@ impl Source for PostgresSource {
                 ));
             }
         };
-        let snapshot = self.config.snapshot.mode == SnapshotMode::Initial;
-        let resume = match &from {
-            Some(Position::Snapshot(pos)) if snapshot => Some(pos.clone()),
-            Some(Position::Snapshot(pos)) => {
+        let mut snapshot = self.config.snapshot.mode == SnapshotMode::Initial;
+        let highest = acked.highest_at_start();
+        let resume = match (&from, &highest) {
+            (Some(Position::Snapshot(pos)), _) if snapshot => Some(pos.clone()),
+            (Some(Position::Snapshot(pos)), _) => {
                 warn!(
                     table = %pos.table,
                     "the snapshot was not finished, and snapshot.mode is now never: rows not read yet are skipped"
                 );
                 None
             }
+            // A sink without a checkpoint joined others in mid-snapshot: read
+            // from the first row again; each sink skips what it holds.
+            (None, Some(Position::Snapshot(pos))) if snapshot => Some(SnapshotPos {
+                table: Arc::from(""),
+                key: Arc::from(Vec::new()),
+                stream_from: pos.stream_from.clone(),
+            }),
             _ => None,
         };
+        if snapshot && from.is_none() && matches!(highest, Some(Position::Postgres { .. })) {
+            warn!(
+                "a sink without a checkpoint joined a pipeline that streams already: it gets changes from the slot's position on, not the rows already in the tables"
+            );
+            snapshot = false;
+        }
         let config = &self.config;
         let (slot, publication) = (config.slot_name(), config.publication_name());
         let mut sql = self.connect(false).await?;
@@ -168,8 +182,32 @@ impl Source for PostgresSource {
         let state = catalog::slot_state(&mut sql, &slot, &config.database).await?;
         let mut replication = self.connect(true).await?;
         let mut exported = None;
-        if !state.exists {
-            if from.is_some() {
+        let mut exists = state.exists;
+        let fresh = snapshot && from.is_none() && highest.is_none();
+        if exists && fresh {
+            // No sink holds anything, so nothing read from this slot was
+            // delivered (a crash before the first checkpoint, say): the
+            // snapshot starts over with a slot of its own.
+            if !config.create_slot {
+                return Err(SourceError::permanent(
+                    format!(
+                        "snapshot.mode is initial, but replication slot {slot:?} exists already and create_slot is false: a snapshot must be taken as the slot is created, to match it exactly"
+                    ),
+                    format!(
+                        "drop the slot (SELECT pg_drop_replication_slot({})) and set create_slot: true, or set snapshot.mode: never",
+                        quote_literal(&slot)
+                    ),
+                ));
+            }
+            replication
+                .simple_query(&format!("DROP_REPLICATION_SLOT {} WAIT", quote_ident(&slot)))
+                .await
+                .map_err(|e| source_error(&format!("cannot drop replication slot {slot:?}"), e))?;
+            warn!(slot, "dropped the slot: no sink holds a checkpoint, so the snapshot starts over with a new slot");
+            exists = false;
+        }
+        if !exists {
+            if from.is_some() || highest.is_some() {
                 return Err(SourceError::permanent(
                     format!(
                         "replication slot {slot:?} does not exist, but this source has checkpoints: the slot was dropped, and changes made since are gone"
@@ -186,29 +224,19 @@ impl Source for PostgresSource {
                     ),
                 ));
             }
-            let how = if snapshot { "EXPORT_SNAPSHOT" } else { "NOEXPORT_SNAPSHOT" };
+            let how = if fresh { "EXPORT_SNAPSHOT" } else { "NOEXPORT_SNAPSHOT" };
             let created = replication
                 .simple_query(&format!("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput {how}", quote_ident(&slot)))
                 .await
                 .map_err(|e| source_error(&format!("cannot create replication slot {slot:?}"), e))?;
             info!(slot, "replication slot created");
-            if snapshot {
+            if fresh {
                 let field = |name: &str| created.first(name).map(str::to_string);
                 match (field("consistent_point"), field("snapshot_name")) {
                     (Some(point), Some(name)) => exported = Some((point, name)),
                     _ => return Err(SourceError::transient("CREATE_REPLICATION_SLOT returned no snapshot")),
                 }
             }
-        } else if snapshot && from.is_none() {
-            return Err(SourceError::permanent(
-                format!(
-                    "snapshot.mode is initial, but replication slot {slot:?} exists already: a snapshot must be taken as the slot is created, to match it exactly"
-                ),
-                format!(
-                    "drop the slot (SELECT pg_drop_replication_slot({})) so Sluice creates it with the snapshot, or set snapshot.mode: never",
-                    quote_literal(&slot)
-                ),
-            ));
         }
         if exported.is_some() || resume.is_some() {
             let mut plans = Vec::with_capacity(tables.len());

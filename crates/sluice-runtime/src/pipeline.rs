@@ -111,6 +111,7 @@ impl Pipeline {
         if let Some(from) = &from {
             ack.advance(from);
         }
+        ack.set_highest_at_start(stored.iter().flatten().max().cloned());
         info!(from = %or_start(from.as_ref()), sinks = sinks.len(), "pipeline starting");
 
         let shutdown = Shutdown::new();

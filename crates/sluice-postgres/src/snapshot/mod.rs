@@ -70,7 +70,7 @@ impl Run {
         let mut tasks = JoinSet::new();
         let settings = Arc::new(settings);
         let mut queues = Vec::new();
-        let permits = Arc::new(Semaphore::new(settings.parallel.max(1)));
+        let mut jobs = Vec::new();
         for table in tables {
             let table = Arc::new(table);
             if resume.as_ref().is_some_and(|r| *table.name < *r.table) {
@@ -78,16 +78,10 @@ impl Run {
             }
             let after = resume.as_ref().filter(|r| r.table == table.name).map(|r| r.key.clone());
             let (queue_tx, queue_rx) = mpsc::channel(READ_AHEAD);
-            let (settings, worker_table, permits) = (settings.clone(), table.clone(), permits.clone());
-            tasks.spawn(async move {
-                // Permits are handed out in the order tables were spawned.
-                let Ok(_permit) = permits.acquire_owned().await else { return };
-                if let Err(err) = read_table(&settings, &worker_table, after, &queue_tx).await {
-                    let _ = queue_tx.send(Err(err)).await;
-                }
-            });
+            jobs.push((table.clone(), after, queue_tx));
             queues.push((table, queue_rx));
         }
+        tasks.spawn(start_workers(settings.clone(), jobs));
         tasks.spawn(emit(settings, queues, tx));
         Run { events, tasks }
     }
@@ -102,6 +96,29 @@ impl Drop for Run {
     fn drop(&mut self) {
         self.tasks.abort_all();
     }
+}
+
+type Job = (Arc<TablePlan>, Option<Arc<[u8]>>, mpsc::Sender<Chunk>);
+
+/// Starts a worker per table, in table order, at most `parallel` at a
+/// time. The order matters: the emitter drains tables in order, and a
+/// later table holding a permit while the earliest waits for one would
+/// fill its queue and stall the snapshot for good.
+async fn start_workers(settings: Arc<Settings>, jobs: Vec<Job>) {
+    let permits = Arc::new(Semaphore::new(settings.parallel.max(1)));
+    let mut workers = JoinSet::new();
+    for (table, after, queue) in jobs {
+        let Ok(permit) = permits.clone().acquire_owned().await else { return };
+        let settings = settings.clone();
+        workers.spawn(async move {
+            if let Err(err) = read_table(&settings, &table, after, &queue).await {
+                let _ = queue.send(Err(err)).await;
+            }
+            drop(permit);
+        });
+    }
+    // Dropping the set would abort the workers still reading.
+    while workers.join_next().await.is_some() {}
 }
 
 /// Forwards each table's rows in table order, logs progress and guards the slot.

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# PostgreSQL initial snapshot throughput against its ceiling.
+#
+# Loads ROWS rows (default 5,000,000) into one table of the private
+# PostgreSQL, then reads the whole table twice: `COPY (SELECT ...) TO
+# STDOUT` into /dev/null (the ceiling; the faster of a run before and one
+# after Sluice), and `sluice run` with `snapshot: { mode: initial }` into
+# the file sink, until the last row is in the file. Prints both rates,
+# their ratio and Sluice's peak RSS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROWS=${ROWS:-5000000}
+
+# shellcheck source=scripts/bench-common.sh
+. scripts/bench-common.sh
+
+export PGPASSWORD="$SLUICE_TEST_PG_PASSWORD"
+psql_db() { psql -X -q -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -v ON_ERROR_STOP=1 "$@"; }
+psql_db -d postgres -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = 'bench_snap'" >/dev/null
+psql_db -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS bench_snap WITH (FORCE)" \
+  -c "CREATE DATABASE bench_snap"
+echo "loading $ROWS rows" >&2
+psql_db -d bench_snap <<SQL
+CREATE TABLE orders (id bigint PRIMARY KEY, customer text, amount numeric(12,2), status text, created_at timestamptz);
+INSERT INTO orders SELECT g, 'customer-' || (g % 1000), (g % 100000) / 100.0, 'paid', now() FROM generate_series(1, $ROWS) g;
+VACUUM ANALYZE orders;
+SQL
+
+ceiling() {
+  local start
+  start=$(now)
+  psql_db -d bench_snap -c "COPY (SELECT * FROM orders) TO STDOUT" > /dev/null
+  calc "$(now) - $start"
+}
+echo "ceiling: COPY to /dev/null (first run)" >&2
+ceiling_first=$(ceiling)
+
+cat > "$work/snap.yaml" <<YAML
+pipelines:
+  - name: bench
+    source:
+      type: postgres
+      config: { id: bench_snap, host: 127.0.0.1, port: $SLUICE_TEST_PG_PORT, database: bench_snap, user: $SLUICE_TEST_PG_USER, password: "\${PGPASSWORD}", ssl_mode: disable, tables: [public.orders], snapshot: { mode: initial } }
+    sinks:
+      - type: file
+        config: { id: file, path: $work/orders.jsonl }
+YAML
+echo "sluice: snapshot into the file sink" >&2
+start=$(now)
+"$SLUICE" run -c "$work/snap.yaml" --data-dir "$work/data" 2> "$work/sluice.log" &
+sluice_pid=$!
+# Rows come in key order: done when the last id is in the file.
+until tail -c 4096 "$work/orders.jsonl" 2>/dev/null | grep -q "\"id\":$ROWS,"; do
+  if ! kill -0 "$sluice_pid" 2>/dev/null; then cat "$work/sluice.log" >&2; exit 1; fi
+  sleep 0.05
+done
+sluice_secs=$(calc "$(now) - $start")
+peak_kib=$(awk '/VmHWM/ {print $2}' "/proc/$sluice_pid/status")
+kill -TERM "$sluice_pid"
+wait "$sluice_pid"
+sluice_pid=
+echo "ceiling: COPY to /dev/null (second run)" >&2
+ceiling_second=$(ceiling)
+ceiling_secs=$(calc "($ceiling_first < $ceiling_second) ? $ceiling_first : $ceiling_second")
+lines=$(wc -l < "$work/orders.jsonl")
+[ "$lines" -eq "$ROWS" ] || { echo "expected $ROWS lines, found $lines" >&2; exit 1; }
+
+printf '%-34s %12s %10s\n' "run" "rows/s" "seconds"
+printf '%-34s %12.0f %10.2f\n' "COPY -> /dev/null, 1st" "$(calc "$ROWS / $ceiling_first")" "$ceiling_first"
+printf '%-34s %12.0f %10.2f\n' "COPY -> /dev/null, 2nd" "$(calc "$ROWS / $ceiling_second")" "$ceiling_second"
+printf '%-34s %12.0f %10.2f\n' "sluice snapshot -> file sink" "$(calc "$ROWS / $sluice_secs")" "$sluice_secs"
+printf 'ratio (sluice / faster ceiling): %.2f\n' "$(calc "$ceiling_secs / $sluice_secs")"
+printf 'sluice peak RSS: %.1f MB\n' "$(calc "$peak_kib / 1024")"
