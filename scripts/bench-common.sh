@@ -40,3 +40,21 @@ measure() {
   echo "$(calc "$(now) - $start") $peak"
 }
 never() { false; }
+
+# Runs sluice on config $1 until the row with id $2 is in file $3 (rows
+# arrive in id order, so it is the last); sets sluice_secs and peak_kib.
+run_until_row() {
+  local config=$1 last=$2 file=$3 start
+  start=$(now)
+  "$SLUICE" run -c "$config" --data-dir "$work/data" 2> "$work/sluice.log" &
+  sluice_pid=$!
+  until tail -c 4096 "$file" 2>/dev/null | grep -q "\"id\":$last,"; do
+    if ! kill -0 "$sluice_pid" 2>/dev/null; then cat "$work/sluice.log" >&2; exit 1; fi
+    sleep 0.05
+  done
+  sluice_secs=$(calc "$(now) - $start")
+  peak_kib=$(awk '/VmHWM/ {print $2}' "/proc/$sluice_pid/status")
+  kill -TERM "$sluice_pid"
+  wait "$sluice_pid"
+  sluice_pid=
+}

@@ -57,19 +57,7 @@ pipelines:
         config: { id: file, path: $work/orders.jsonl }
 YAML
 echo "sluice: postgres source to the file sink" >&2
-start=$(now)
-"$SLUICE" run -c "$work/bench.yaml" --data-dir "$work/data" 2> "$work/sluice.log" &
-sluice_pid=$!
-# Done when the last row of the last transaction is in the file.
-until tail -c 4096 "$work/orders.jsonl" 2>/dev/null | grep -q "\"id\":$TOTAL,"; do
-  if ! kill -0 "$sluice_pid" 2>/dev/null; then cat "$work/sluice.log" >&2; exit 1; fi
-  sleep 0.05
-done
-sluice_secs=$(calc "$(now) - $start")
-peak_kib=$(awk '/VmHWM/ {print $2}' "/proc/$sluice_pid/status")
-kill -TERM "$sluice_pid"
-wait "$sluice_pid"
-sluice_pid=
+run_until_row "$work/bench.yaml" "$TOTAL" "$work/orders.jsonl"
 echo "ceiling: pg_recvlogical to /dev/null (second run)" >&2
 ceiling_second=$(ceiling ceiling_2)
 ceiling_secs=$(calc "($ceiling_first < $ceiling_second) ? $ceiling_first : $ceiling_second")

@@ -47,19 +47,7 @@ pipelines:
         config: { id: file, path: $work/orders.jsonl }
 YAML
 echo "sluice: snapshot into the file sink" >&2
-start=$(now)
-"$SLUICE" run -c "$work/snap.yaml" --data-dir "$work/data" 2> "$work/sluice.log" &
-sluice_pid=$!
-# Rows come in key order: done when the last id is in the file.
-until tail -c 4096 "$work/orders.jsonl" 2>/dev/null | grep -q "\"id\":$ROWS,"; do
-  if ! kill -0 "$sluice_pid" 2>/dev/null; then cat "$work/sluice.log" >&2; exit 1; fi
-  sleep 0.05
-done
-sluice_secs=$(calc "$(now) - $start")
-peak_kib=$(awk '/VmHWM/ {print $2}' "/proc/$sluice_pid/status")
-kill -TERM "$sluice_pid"
-wait "$sluice_pid"
-sluice_pid=
+run_until_row "$work/snap.yaml" "$ROWS" "$work/orders.jsonl"
 echo "ceiling: COPY to /dev/null (second run)" >&2
 ceiling_second=$(ceiling)
 ceiling_secs=$(calc "($ceiling_first < $ceiling_second) ? $ceiling_first : $ceiling_second")

@@ -150,6 +150,18 @@ CONF
   log "postgresql $PG_VERSION with wal_level=replica on 127.0.0.1:$port (pid $(cat "$pg/pid"))"
 }
 
+# Starts mariadbd on the config in $1, waits until it answers, records its PID.
+run_mariadb() {
+  local my=$1 tries=0
+  runuser -u mysql -- /usr/sbin/mariadbd --defaults-file="$my/my.cnf" >/dev/null 2>&1 &
+  until mariadb --socket="$my/mariadbd.sock" -uroot -e "SELECT 1" >/dev/null 2>&1; do
+    tries=$((tries + 1))
+    if [ "$tries" -gt 300 ]; then cat "$my/error.log" >&2; log "mariadb did not start"; exit 1; fi
+    sleep 0.1
+  done
+  cp "$my/mariadbd.pid" "$my/pid"
+}
+
 start_mariadb() {
   local my="$DIR/mariadb"
   local port
@@ -178,14 +190,7 @@ CNF
   chown -R mysql:mysql "$my"
   mariadb-install-db --defaults-file="$my/my.cnf" --user=mysql --auth-root-authentication-method=socket \
     --skip-test-db >/dev/null 2>&1
-  runuser -u mysql -- /usr/sbin/mariadbd --defaults-file="$my/my.cnf" >/dev/null 2>&1 &
-  local tries=0
-  until mariadb --socket="$my/mariadbd.sock" -uroot -e "SELECT 1" >/dev/null 2>&1; do
-    tries=$((tries + 1))
-    if [ "$tries" -gt 300 ]; then cat "$my/error.log" >&2; log "mariadb did not start"; exit 1; fi
-    sleep 0.1
-  done
-  cp "$my/mariadbd.pid" "$my/pid"
+  run_mariadb "$my"
   mariadb --socket="$my/mariadbd.sock" -uroot -e "
     CREATE USER '$PG_USER'@'127.0.0.1' IDENTIFIED BY '$PG_PASSWORD';
     GRANT ALL PRIVILEGES ON *.* TO '$PG_USER'@'127.0.0.1' WITH GRANT OPTION;
@@ -366,17 +371,11 @@ restart_postgres() {
 # (innodb_flush_log_at_trx_commit = 2, sync_binlog = 0), so a crash could
 # drop commits it acknowledged; a clean stop writes them all.
 restart_mariadb() {
-  local my="$DIR/mariadb" pid tries=0
+  local my="$DIR/mariadb" pid
   pid=$(cat "$my/pid")
   kill -TERM "$pid"
   while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-  runuser -u mysql -- /usr/sbin/mariadbd --defaults-file="$my/my.cnf" >/dev/null 2>&1 &
-  until mariadb --socket="$my/mariadbd.sock" -uroot -e "SELECT 1" >/dev/null 2>&1; do
-    tries=$((tries + 1))
-    if [ "$tries" -gt 300 ]; then cat "$my/error.log" >&2; log "mariadb did not restart"; exit 1; fi
-    sleep 0.1
-  done
-  cp "$my/mariadbd.pid" "$my/pid"
+  run_mariadb "$my"
 }
 
 case "${1:-}" in

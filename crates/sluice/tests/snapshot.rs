@@ -5,12 +5,29 @@
 mod common;
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::pg::*;
 use common::*;
 use sluice_postgres::wire::Connection;
+
+/// A fresh database with one table `big` of `rows` rows; the run folder,
+/// its output file and a config that snapshots `big` in chunks.
+fn big_table_pipeline(database: &str, rows: u32, chunk_size: u64) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    fresh_database(database);
+    sql(
+        database,
+        &format!(
+            "CREATE TABLE big (id bigint PRIMARY KEY, note text); \
+             INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, {rows}) g"
+        ),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let config = write_config(dir.path(), &snapshot_pipeline(database, chunk_size));
+    (dir, out, config)
+}
 
 fn snapshot_pipeline(database: &str, chunk_size: u64) -> String {
     format!(
@@ -149,15 +166,7 @@ fn a_snapshot_under_writes_ends_in_the_database_state_with_each_later_change_onc
 #[test]
 fn a_kill_mid_snapshot_resumes_after_the_last_row_every_sink_holds() {
     let db = "e2e_snap_kill";
-    fresh_database(db);
-    sql(
-        db,
-        "CREATE TABLE big (id bigint PRIMARY KEY, note text); \
-         INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 150000) g",
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.jsonl");
-    let config = write_config(dir.path(), &snapshot_pipeline(db, 2000));
+    let (dir, out, config) = big_table_pipeline(db, 150000, 2000);
     let args = ["run", "-c", config.to_str().unwrap()];
     let mut child = spawn(&args, dir.path());
     wait_until(Duration::from_secs(120), "part of the snapshot", || line_count(&out) >= 20_000);
@@ -180,15 +189,7 @@ fn a_kill_mid_snapshot_resumes_after_the_last_row_every_sink_holds() {
 #[test]
 fn a_slot_dropped_mid_snapshot_stops_the_pipeline_with_a_clear_error() {
     let db = "e2e_snap_slot";
-    fresh_database(db);
-    sql(
-        db,
-        "CREATE TABLE big (id bigint PRIMARY KEY, note text); \
-         INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 150000) g",
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.jsonl");
-    let config = write_config(dir.path(), &snapshot_pipeline(db, 500));
+    let (dir, out, config) = big_table_pipeline(db, 150000, 500);
     let mut child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
     wait_until(Duration::from_secs(120), "part of the snapshot", || line_count(&out) >= 5_000);
     sql(
@@ -202,23 +203,15 @@ fn a_slot_dropped_mid_snapshot_stops_the_pipeline_with_a_clear_error() {
     assert!(!status.success(), "sluice must stop when the slot is gone");
     let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
     assert!(log.contains(&format!("sluice_{db}")) && log.contains("checkpoints reset"), "{log}");
-    assert!(line_count(&out) < 150_000 + 1, "nothing streamed from a gap");
+    assert!(events(&out).iter().all(|e| e["op"] == "r"), "nothing may stream from a gap");
 }
 
 #[test]
 fn a_kill_before_the_first_checkpoint_takes_the_snapshot_again_with_a_new_slot() {
     let db = "e2e_snap_early";
-    fresh_database(db);
-    sql(
-        db,
-        "CREATE TABLE big (id bigint PRIMARY KEY, note text); \
-         INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 200000) g",
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.jsonl");
-    let log = dir.path().join("sluice.log");
     // One chunk of every row: nothing reaches the sink before it is read whole.
-    let config = write_config(dir.path(), &snapshot_pipeline(db, 1_000_000));
+    let (dir, out, config) = big_table_pipeline(db, 200000, 1_000_000);
+    let log = dir.path().join("sluice.log");
     let args = ["run", "-c", config.to_str().unwrap()];
     let mut child = spawn(&args, dir.path());
     wait_until(Duration::from_secs(60), "the snapshot to start", || {
