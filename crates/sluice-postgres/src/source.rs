@@ -241,7 +241,7 @@ impl Source for PostgresSource {
         if exported.is_some() || resume.is_some() {
             let mut plans = Vec::with_capacity(tables.len());
             for (schema, table) in &tables {
-                plans.push(snapshot::plan_table(&mut sql, schema, table, config.snapshot.chunk_size).await?);
+                plans.extend(snapshot::plan_table(&mut sql, schema, table, config.snapshot.chunk_size).await?);
             }
             plans.sort_by(|a, b| a.name.cmp(&b.name));
             let (stream_from, import) = match (exported, &resume) {

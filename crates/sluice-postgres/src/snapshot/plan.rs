@@ -61,19 +61,22 @@ fn query_error(e: crate::wire::PgError) -> SourceError {
     source_error("snapshot catalog query", e)
 }
 
+/// The plan for one matched table; `None` for a partitioned table, whose
+/// rows live in its partitions: the stream names changes by partition, so
+/// the snapshot reads the partitions the patterns match, not the parent.
 pub async fn plan_table(
     conn: &mut Connection,
     schema: &str,
     table: &str,
     chunk_size: u64,
-) -> Result<TablePlan, SourceError> {
+) -> Result<Option<TablePlan>, SourceError> {
     let (schema_lit, table_lit) = (quote_literal(schema), quote_literal(table));
     // Generated columns are left out, as pgoutput leaves them out.
     let rows = conn
         .simple_query(&format!(
             "SELECT a.attname, a.atttypid, a.atttypmod, \
                (c.relreplident = 'f' OR a.attnum = ANY(COALESCE(ri.indkey::int2[], '{{}}'))) AS identity, \
-               array_position(pk.indkey::int2[], a.attnum) AS pk_position, c.relreplident \
+               array_position(pk.indkey::int2[], a.attnum) AS pk_position, c.relreplident, c.relkind \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' \
              LEFT JOIN pg_index pk ON pk.indrelid = c.oid AND pk.indisprimary \
@@ -83,6 +86,9 @@ pub async fn plan_table(
         ))
         .await
         .map_err(query_error)?;
+    if rows.first("relkind") == Some("p") {
+        return Ok(None);
+    }
     if rows.rows.is_empty() {
         return Err(SourceError::permanent(
             format!("table {schema}.{table} has no columns Sluice can read, or is gone"),
@@ -155,7 +161,7 @@ pub async fn plan_table(
         }
     };
     let select_list = columns.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
-    Ok(TablePlan {
+    Ok(Some(TablePlan {
         name: format!("{schema}.{table}").into(),
         from_sql: format!("{}.{}", quote_ident(schema), quote_ident(table)),
         select_list,
@@ -166,7 +172,7 @@ pub async fn plan_table(
         identity_columns,
         order,
         estimated_rows,
-    })
+    }))
 }
 
 impl TablePlan {
