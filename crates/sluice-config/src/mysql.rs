@@ -61,6 +61,8 @@ pub struct MysqlConfig {
     pub heartbeat_secs: u64,
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout_secs: u64,
+    #[serde(default)]
+    pub snapshot: crate::SnapshotConfig,
 }
 
 impl MysqlConfig {

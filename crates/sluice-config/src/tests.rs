@@ -248,6 +248,18 @@ fn mysql_start_takes_three_forms_and_names_mistakes() {
 }
 
 #[test]
+fn a_mysql_snapshot_is_checked_like_postgres_and_excludes_a_start_position() {
+    let with = |extra: &str| MYSQL.replace("tables: [shop.*]", &format!("tables: [shop.*], {extra}"));
+    let config = check(&with("snapshot: { mode: initial, max_parallel_tables: 1 }")).unwrap();
+    let SourceConfig::Mysql(my) = &config.pipelines[0].source else { panic!("mysql expected") };
+    assert_eq!((my.snapshot.mode, my.snapshot.max_parallel_tables), (SnapshotMode::Initial, 1));
+    let message = error_text(&with("snapshot: { mode: initial }, start: { file: b.000001, offset: 4 }"));
+    assert!(message.contains("config.start") && message.contains("snapshot.mode"), "{message}");
+    let message = error_text(&with("snapshot: { chunk_size: 2000000 }"));
+    assert!(message.contains("config.snapshot.chunk_size"), "{message}");
+}
+
+#[test]
 fn table_patterns_glob() {
     assert!(glob_match("public.*", "public.orders"));
     assert!(glob_match("*.order_*", "sales.order_items"));

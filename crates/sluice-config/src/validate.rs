@@ -11,7 +11,7 @@ use crate::pipeline::{BatchConfig, CommitPolicy, Config, PipelineConfig, PolicyM
 use crate::postgres::{PostgresConfig, SslMode};
 use crate::redis::RedisSinkConfig;
 use crate::s3::{Compression, FileFormat, MIN_S3_PART_SIZE_BYTES, S3SinkConfig};
-use crate::snapshot::SnapshotConfig;
+use crate::snapshot::{SnapshotConfig, SnapshotMode};
 
 /// The longest id or name. Ids end up in checkpoint keys, file names and
 /// Kafka transactional ids, so they stay short and plain.
@@ -326,7 +326,15 @@ fn validate_mysql(at: &str, c: &MysqlConfig) -> Result<(), Invalid> {
         _ => {}
     }
     check_seconds(at, "heartbeat_secs", c.heartbeat_secs, 3600)?;
-    check_seconds(at, "connect_timeout_secs", c.connect_timeout_secs, 3600)
+    check_seconds(at, "connect_timeout_secs", c.connect_timeout_secs, 3600)?;
+    if c.snapshot.mode == SnapshotMode::Initial && c.start != MysqlStart::Current {
+        return Err(Invalid::new(
+            format!("{at}.start"),
+            "a start position and snapshot.mode: initial both say where a new pipeline begins",
+            "leave start out (the snapshot fixes the position itself), or set snapshot.mode: never",
+        ));
+    }
+    check_snapshot(&format!("{at}.snapshot"), &c.snapshot)
 }
 
 fn validate_kafka(at: &str, c: &KafkaSinkConfig) -> Result<(), Invalid> {

@@ -4,6 +4,7 @@
 mod errors;
 pub mod gtid;
 pub mod schema;
+pub mod snapshot;
 mod source;
 pub mod values;
 

@@ -28,17 +28,19 @@ use mysql_async::binlog::events::{
 };
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, OptsBuilder, SslOpts};
-use sluice_config::{MysqlConfig, MysqlSslMode, MysqlStart, glob_match};
+use sluice_config::{MysqlConfig, MysqlSslMode, MysqlStart, SnapshotMode, glob_match};
+use sluice_core::snapshot::Run;
 use sluice_core::{
-    AckWatermark, BinlogPos, Columns, Event, Op, Position, Row, Source, SourceError, SourceStatus, Value,
+    AckWatermark, BinlogPos, Columns, Event, Op, Position, Row, SnapshotPos, Source, SourceError, SourceStatus, Value,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tracing::info;
+use tracing::{info, warn};
 
 pub use crate::errors::mysql_error;
 use crate::gtid::{MariaGtid, MariaState};
 use crate::schema::{SchemaHistory, TableSchema, read_schema};
+use crate::snapshot;
 use crate::values::convert;
 
 const READY_LIMIT: usize = 1024;
@@ -48,6 +50,7 @@ pub struct MysqlSource {
     config: MysqlConfig,
     state_dir: PathBuf,
     reader: Option<ReaderHandle>,
+    snapshot: Option<PendingSnapshot>,
 }
 
 struct ReaderHandle {
@@ -69,34 +72,7 @@ enum Start {
 impl MysqlSource {
     /// `state_dir` keeps the schema history and the server identity.
     pub fn new(config: MysqlConfig, state_dir: PathBuf) -> Self {
-        Self { config, state_dir, reader: None }
-    }
-
-    async fn connect(&self) -> Result<Conn, SourceError> {
-        let config = &self.config;
-        let mut opts = OptsBuilder::default()
-            .ip_or_hostname(config.host.clone())
-            .tcp_port(config.port)
-            .user(Some(config.user.clone()))
-            .pass(Some(config.password.expose().to_string()))
-            .prefer_socket(false);
-        opts = match config.ssl_mode {
-            MysqlSslMode::Disable => opts,
-            MysqlSslMode::Require => opts.ssl_opts(SslOpts::default().with_danger_accept_invalid_certs(true)),
-            MysqlSslMode::VerifyFull => {
-                let ca = config.ca_file.clone().unwrap_or_default();
-                opts.ssl_opts(SslOpts::default().with_root_certs(vec![ca.into()]))
-            }
-        };
-        let addr = format!("{}:{}", config.host, config.port);
-        let timeout = Duration::from_secs(config.connect_timeout_secs);
-        match tokio::time::timeout(timeout, Conn::new(opts)).await {
-            Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) => Err(mysql_error(&format!("connection to {addr} as {:?}", config.user), e)),
-            Err(_) => {
-                Err(SourceError::transient(format!("connection to {addr} timed out after {}s", timeout.as_secs())))
-            }
-        }
+        Self { config, state_dir, reader: None, snapshot: None }
     }
 
     /// Checks the server and decides where to start.
@@ -183,40 +159,54 @@ impl MysqlSource {
         Ok((start, mariadb))
     }
 
-    fn check_identity(&self, identity: &str, has_checkpoint: bool) -> Result<(), SourceError> {
-        let path = self.state_dir.join("server_identity");
-        let io = |e: std::io::Error| {
-            SourceError::permanent(format!("{}: {e}", path.display()), "check the disk of --data-dir")
-        };
-        match std::fs::read_to_string(&path) {
-            Ok(stored) if stored.trim() == identity => Ok(()),
-            Ok(stored) if has_checkpoint => Err(SourceError::permanent(
-                format!(
-                    "the server is now {identity:?}, but the checkpoints were taken on {:?}: its binlog positions mean nothing here",
-                    stored.trim()
-                ),
-                "point the source back at the original server, or reset this source's checkpoints and take a new snapshot",
-            )),
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(e)),
-            _ => {
-                std::fs::create_dir_all(&self.state_dir).map_err(io)?;
-                std::fs::write(&path, identity).map_err(io)
+    /// Takes a new snapshot (`resume` is `None`) or goes on with one;
+    /// `from` is then the stream position it was taken at.
+    async fn start_snapshot(&mut self, from: Option<Position>, resume: Option<SnapshotPos>) -> Result<(), SourceError> {
+        let mut conn = connect(&self.config).await?;
+        let (_, mariadb) = self.prepare(&mut conn, &from).await?;
+        let plans = snapshot::plan_tables(&mut conn, &self.config.tables).await?;
+        let readers = self.config.snapshot.max_parallel_tables.min(plans.len()).max(1);
+        let (conns, point) = snapshot::open_readers(&self.config, readers, mariadb, resume.is_none()).await?;
+        let stream_from = match (point, from) {
+            (Some(point), _) => {
+                let gtid_before = if mariadb {
+                    let state: Option<Option<String>> = conn
+                        .exec_first("SELECT BINLOG_GTID_POS(?, ?)", (point.file.as_str(), point.offset))
+                        .await
+                        .map_err(|e| mysql_error("snapshot point GTID", e))?;
+                    state.flatten().filter(|s| !s.is_empty()).map(Arc::from)
+                } else {
+                    None
+                };
+                Position::Mysql(BinlogPos { file: point.file.into(), offset: point.offset, seq: 0, gtid_before })
             }
-        }
+            (None, Some(from)) => from,
+            (None, None) => unreachable!("a resumed snapshot has its stream position"),
+        };
+        let _ = conn.disconnect().await;
+        let Position::Mysql(pos) = &stream_from else { unreachable!("built or checked as a binlog position") };
+        info!(
+            tables = plans.len(),
+            readers,
+            resume_after = %resume.as_ref().map_or_else(|| "-".to_string(), |p| p.table.to_string()),
+            stream_from = %stream_from,
+            "snapshot starting"
+        );
+        let settings = snapshot::Settings {
+            source_id: Arc::from(self.config.id.as_str()),
+            chunk_size: self.config.snapshot.chunk_size,
+            stream_from: Arc::from(stream_from.to_string()),
+            stream_file: pos.file.to_string(),
+            started_us: sluice_core::time::now_us(),
+        };
+        let run = snapshot::spawn(settings, self.config.clone(), conns, plans, resume);
+        self.snapshot = Some(PendingSnapshot { run, stream_from });
+        Ok(())
     }
-}
 
-#[async_trait]
-impl Source for MysqlSource {
-    fn id(&self) -> &str {
-        &self.config.id
-    }
-
-    async fn start(&mut self, from: Option<Position>, _acked: AckWatermark) -> Result<(), SourceError> {
-        // The server keeps binlogs by age and size, not by what readers
-        // confirmed, so there is nothing to acknowledge.
-        self.reader = None;
-        let mut conn = self.connect().await?;
+    /// Streams the binlog from `from` (or the configured start).
+    async fn stream(&mut self, from: Option<Position>) -> Result<(), SourceError> {
+        let mut conn = connect(&self.config).await?;
         let (start, mariadb) = self.prepare(&mut conn, &from).await?;
         let q = |e| mysql_error("binlog request", e);
         let mut maria_state = MariaState::default();
@@ -250,7 +240,7 @@ impl Source for MysqlSource {
         conn.query_drop(format!("SET @master_heartbeat_period = {}", self.config.heartbeat_secs * 1_000_000_000))
             .await
             .map_err(q)?;
-        let schema_conn = self.connect().await?;
+        let schema_conn = connect(&self.config).await?;
         let request =
             BinlogStreamRequest::new(self.config.replica_server_id()).with_filename(file.as_bytes()).with_pos(offset);
         let stream = conn.get_binlog_stream(request).await.map_err(q)?;
@@ -278,7 +268,95 @@ impl Source for MysqlSource {
         Ok(())
     }
 
+    fn check_identity(&self, identity: &str, has_checkpoint: bool) -> Result<(), SourceError> {
+        let path = self.state_dir.join("server_identity");
+        let io = |e: std::io::Error| {
+            SourceError::permanent(format!("{}: {e}", path.display()), "check the disk of --data-dir")
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(stored) if stored.trim() == identity => Ok(()),
+            Ok(stored) if has_checkpoint => Err(SourceError::permanent(
+                format!(
+                    "the server is now {identity:?}, but the checkpoints were taken on {:?}: its binlog positions mean nothing here",
+                    stored.trim()
+                ),
+                "point the source back at the original server, or reset this source's checkpoints and take a new snapshot",
+            )),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(e)),
+            _ => {
+                std::fs::create_dir_all(&self.state_dir).map_err(io)?;
+                std::fs::write(&path, identity).map_err(io)
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Source for MysqlSource {
+    fn id(&self) -> &str {
+        &self.config.id
+    }
+
+    async fn start(&mut self, from: Option<Position>, acked: AckWatermark) -> Result<(), SourceError> {
+        // The server keeps binlogs by age and size, not by what readers
+        // confirmed, so there is nothing to acknowledge.
+        self.reader = None;
+        self.snapshot = None;
+        let wanted = self.config.snapshot.mode == SnapshotMode::Initial;
+        let highest = acked.highest_at_start();
+        let (from, resume) = match (from, &highest) {
+            (Some(Position::Snapshot(pos)), _) => {
+                if !wanted {
+                    warn!(
+                        table = %pos.table,
+                        "the snapshot was not finished, and snapshot.mode is now never: rows not read yet are skipped"
+                    );
+                }
+                (Some(stream_from(&pos)?), wanted.then_some(pos))
+            }
+            // A sink without a checkpoint joined others in mid-snapshot: read
+            // from the first row again; each sink skips what it holds.
+            (None, Some(Position::Snapshot(pos))) => {
+                let first = SnapshotPos {
+                    table: Arc::from(""),
+                    key: Arc::from(Vec::new()),
+                    stream_from: pos.stream_from.clone(),
+                };
+                (Some(stream_from(pos)?), wanted.then_some(first))
+            }
+            (None, Some(_)) if wanted => {
+                warn!(
+                    "a sink without a checkpoint joined a pipeline that streams already: it gets changes from the configured start on, not the rows already in the tables"
+                );
+                (None, None)
+            }
+            (from, _) => (from, None),
+        };
+        let fresh = wanted && from.is_none() && highest.is_none();
+        if fresh || resume.is_some() {
+            return self.start_snapshot(from, resume).await;
+        }
+        self.stream(from).await
+    }
+
     async fn poll(&mut self, out: &mut Vec<Event>) -> Result<SourceStatus, SourceError> {
+        if let Some(pending) = self.snapshot.as_mut() {
+            match pending.run.next().await {
+                Some(Ok(events)) => {
+                    out.extend(events);
+                    return Ok(SourceStatus::Open);
+                }
+                Some(Err(err)) => {
+                    self.snapshot = None;
+                    return Err(err);
+                }
+                None => {
+                    let Some(done) = self.snapshot.take() else { unreachable!("matched above") };
+                    info!(stream_from = %done.stream_from, "snapshot done; streaming from the snapshot point");
+                    self.stream(Some(done.stream_from)).await?;
+                }
+            }
+        }
         let reader = self.reader.as_mut().ok_or_else(|| SourceError::transient("mysql source polled before start"))?;
         match reader.events.recv().await {
             Some(Ok(events)) => {
@@ -294,6 +372,48 @@ impl Source for MysqlSource {
                 Err(SourceError::transient("the binlog reader stopped"))
             }
         }
+    }
+}
+
+/// A connection to the source's server.
+pub(crate) async fn connect(config: &MysqlConfig) -> Result<Conn, SourceError> {
+    let mut opts = OptsBuilder::default()
+        .ip_or_hostname(config.host.clone())
+        .tcp_port(config.port)
+        .user(Some(config.user.clone()))
+        .pass(Some(config.password.expose().to_string()))
+        .prefer_socket(false);
+    opts = match config.ssl_mode {
+        MysqlSslMode::Disable => opts,
+        MysqlSslMode::Require => opts.ssl_opts(SslOpts::default().with_danger_accept_invalid_certs(true)),
+        MysqlSslMode::VerifyFull => {
+            let ca = config.ca_file.clone().unwrap_or_default();
+            opts.ssl_opts(SslOpts::default().with_root_certs(vec![ca.into()]))
+        }
+    };
+    let addr = format!("{}:{}", config.host, config.port);
+    let timeout = Duration::from_secs(config.connect_timeout_secs);
+    match tokio::time::timeout(timeout, Conn::new(opts)).await {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(e)) => Err(mysql_error(&format!("connection to {addr} as {:?}", config.user), e)),
+        Err(_) => Err(SourceError::transient(format!("connection to {addr} timed out after {}s", timeout.as_secs()))),
+    }
+}
+
+/// A snapshot being read, and where the stream starts once it is done.
+struct PendingSnapshot {
+    run: Run,
+    stream_from: Position,
+}
+
+/// The binlog position a snapshot position says the stream starts from.
+fn stream_from(pos: &SnapshotPos) -> Result<Position, SourceError> {
+    match pos.stream_from.parse::<Position>() {
+        Ok(position @ Position::Mysql(_)) => Ok(position),
+        _ => Err(SourceError::permanent(
+            format!("checkpoint {} was not written by a mysql source", Position::Snapshot(pos.clone())),
+            "give this source a new id, or reset its checkpoints with `sluice checkpoints reset`",
+        )),
     }
 }
 
@@ -665,7 +785,7 @@ fn uuid_text(sid: &[u8; 16]) -> String {
 }
 
 /// A stable fingerprint of a table's columns, as the event's schema version.
-fn schema_fingerprint(schema: &TableSchema) -> u32 {
+pub(crate) fn schema_fingerprint(schema: &TableSchema) -> u32 {
     let mut hash: u32 = 0x811C_9DC5;
     for column in &schema.columns {
         for byte in

@@ -260,7 +260,6 @@ impl Source for PostgresSource {
                 source_id: Arc::from(config.id.as_str()),
                 database: Arc::from(config.database.as_str()),
                 chunk_size: config.snapshot.chunk_size,
-                parallel: config.snapshot.max_parallel_tables,
                 stream_from: Arc::from(stream_from.as_str()),
                 slot: slot.clone(),
                 import,
@@ -270,7 +269,7 @@ impl Source for PostgresSource {
             // The replication connection idles until the snapshot is read:
             // it holds the exported snapshot, and then streams from its point.
             self.snapshot = Some(PendingSnapshot {
-                run: snapshot::Run::spawn(settings, plans, resume),
+                run: snapshot::spawn(settings, config.snapshot.max_parallel_tables, plans, resume),
                 replication,
                 sql,
                 start_lsn,
@@ -333,7 +332,7 @@ impl Source for PostgresSource {
 
 /// A snapshot being read, and what streaming needs once it is done.
 struct PendingSnapshot {
-    run: snapshot::Run,
+    run: sluice_core::snapshot::Run,
     replication: Connection,
     sql: Connection,
     start_lsn: Lsn,

@@ -6,45 +6,23 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use common::my::{my_exec, my_sql};
 use common::pg::inserted_ids;
 use common::*;
-use mysql_async::prelude::Queryable;
-
-fn my_env(name: &str) -> String {
-    std::env::var(name)
-        .unwrap_or_else(|_| panic!("{name} is not set: run `scripts/services.sh start` and source its env file"))
-}
-
-fn my_sql<T: mysql_async::prelude::FromRow + Send + 'static>(statements: &str) -> Option<T> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
-        let url = format!(
-            "mysql://{}:{}@{}:{}/",
-            my_env("SLUICE_TEST_MY_USER"),
-            my_env("SLUICE_TEST_MY_PASSWORD"),
-            my_env("SLUICE_TEST_MY_HOST"),
-            my_env("SLUICE_TEST_MY_PORT")
-        );
-        let mut conn = mysql_async::Conn::from_url(url).await.expect("test connection");
-        let row = conn.query_first(statements).await.unwrap_or_else(|e| panic!("{statements}: {e}"));
-        conn.disconnect().await.unwrap();
-        row
-    })
-}
 
 fn pipeline(database: &str, gtid: bool, file: &str, offset: u64) -> String {
     format!(
         "pipelines:\n  - name: my\n    source:\n      type: mysql\n      config: {{ id: {database}, host: 127.0.0.1, port: {port}, user: {user}, password: \"${{SLUICE_TEST_MY_PASSWORD}}\", tables: [{database}.*], gtid: {gtid}, start: {{ file: {file}, offset: {offset} }}, heartbeat_secs: 1 }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: items.jsonl }}\n",
-        port = my_env("SLUICE_TEST_MY_PORT"),
-        user = my_env("SLUICE_TEST_MY_USER"),
+        port = env("SLUICE_TEST_MY_PORT"),
+        user = env("SLUICE_TEST_MY_USER"),
     )
 }
 
 fn kill_and_resume(gtid: bool) {
     let db = if gtid { "e2e_my_gtid" } else { "e2e_my_file" };
-    my_sql::<u8>(&format!("DROP DATABASE IF EXISTS {db}"));
-    my_sql::<u8>(&format!("CREATE DATABASE {db}"));
-    my_sql::<u8>(&format!("CREATE TABLE {db}.items (id bigint PRIMARY KEY, note varchar(20))"));
+    my_exec(&format!("DROP DATABASE IF EXISTS {db}"));
+    my_exec(&format!("CREATE DATABASE {db}"));
+    my_exec(&format!("CREATE TABLE {db}.items (id bigint PRIMARY KEY, note varchar(20))"));
     let (file, offset): (String, u64) =
         my_sql("SHOW MASTER STATUS").map(|(f, o, _, _): (String, u64, String, String)| (f, o)).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -59,10 +37,10 @@ fn kill_and_resume(gtid: bool) {
         for t in 0..rows_per_round / 50 {
             let start = first + t * 50;
             let values: Vec<String> = (start..start + 50).map(|id| format!("({id}, 'n{id}')")).collect();
-            my_sql::<u8>(&format!("INSERT INTO {db}.items VALUES {}", values.join(",")));
+            my_exec(&format!("INSERT INTO {db}.items VALUES {}", values.join(",")));
         }
         if round == 2 {
-            my_sql::<u8>("FLUSH BINARY LOGS");
+            my_exec("FLUSH BINARY LOGS");
         }
         let target = (first + rows_per_round / 3) as usize;
         wait_until(

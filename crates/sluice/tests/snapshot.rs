@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::pg::*;
+use common::replay::*;
 use common::*;
 use sluice_postgres::wire::Connection;
 
@@ -50,49 +51,9 @@ fn table_state(database: &str, table: &str, key: &str, columns: &[&str]) -> BTre
     })
 }
 
-fn text(value: &serde_json::Value) -> Option<String> {
-    match value {
-        serde_json::Value::Null => None,
-        serde_json::Value::String(s) => Some(s.clone()),
-        other => Some(other.to_string()),
-    }
-}
-
-/// Replays the file's events by key: reads, inserts and updates set the
-/// row, deletes remove it.
-fn replayed(path: &Path, table: &str, key: &str, columns: &[&str]) -> BTreeMap<String, Vec<Option<String>>> {
-    let mut state = BTreeMap::new();
-    for event in events(path) {
-        if event["table"] != format!("public.{table}") {
-            continue;
-        }
-        let row = if event["op"] == "d" { &event["before"] } else { &event["after"] };
-        let id = text(&row[key]).unwrap();
-        if event["op"] == "d" {
-            state.remove(&id);
-        } else {
-            state.insert(id, columns.iter().map(|c| text(&row[*c])).collect());
-        }
-    }
-    state
-}
-
-fn events(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
-/// Writes the marker row once the snapshot is read (so it streams, after
-/// every snapshot row) and waits until the file holds it.
-fn marker_after_snapshot(dir: &Path, database: &str, insert: &str) {
-    wait_until(Duration::from_secs(300), "the snapshot to be read", || {
-        std::fs::read_to_string(dir.join("sluice.log")).unwrap_or_default().contains("snapshot done")
-    });
-    sql(database, insert);
-    wait_until(Duration::from_secs(300), "the marker row", || has_marker(&dir.join("out.jsonl")));
-}
-
-fn has_marker(path: &Path) -> bool {
-    std::fs::read_to_string(path).unwrap_or_default().contains("\"note\":\"marker\"")
+/// Writes the marker row once the snapshot is read and waits for it.
+fn marker_after(dir: &Path, database: &str, insert: &str) {
+    marker_after_snapshot(dir, || sql(database, insert));
 }
 
 #[test]
@@ -127,12 +88,12 @@ fn a_snapshot_under_writes_ends_in_the_database_state_with_each_later_change_onc
             ),
         );
     }
-    marker_after_snapshot(dir.path(), db, "INSERT INTO items VALUES (-1, 'marker', 0)");
+    marker_after(dir.path(), db, "INSERT INTO items VALUES (-1, 'marker', 0)");
     stop(child, dir.path());
 
     for (table, key, columns) in [("items", "id", &["note", "amount"][..]), ("tags", "name", &["n"][..])] {
         let want = table_state(db, table, key, columns);
-        let got = replayed(&out, table, key, columns);
+        let got = replayed(&out, &format!("public.{table}"), key, columns);
         assert_eq!(got.len(), want.len(), "{table}: rows after replay");
         assert_eq!(got, want, "{table}: the replayed rows differ from the database");
     }
@@ -175,7 +136,7 @@ fn a_kill_mid_snapshot_resumes_after_the_last_row_every_sink_holds() {
     assert!(held < 150_000, "the snapshot finished before the kill; make the table bigger");
     sql(db, "UPDATE big SET note = 'changed' WHERE id % 1000 = 0; DELETE FROM big WHERE id <= 10");
     let child = spawn(&args, dir.path());
-    marker_after_snapshot(dir.path(), db, "INSERT INTO big VALUES (-1, 'marker')");
+    marker_after(dir.path(), db, "INSERT INTO big VALUES (-1, 'marker')");
     stop(child, dir.path());
     let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
     assert!(log.contains("resume_after=public.big"), "{log}");
@@ -183,7 +144,7 @@ fn a_kill_mid_snapshot_resumes_after_the_last_row_every_sink_holds() {
     let reads: Vec<i64> = all.iter().filter(|e| e["op"] == "r").map(|e| e["after"]["id"].as_i64().unwrap()).collect();
     assert_eq!(reads.len(), 150_000, "each row read exactly once across the kill");
     assert!(reads.windows(2).all(|w| w[0] < w[1]), "snapshot rows out of key order");
-    assert_eq!(replayed(&out, "big", "id", &["note"]), table_state(db, "big", "id", &["note"]));
+    assert_eq!(replayed(&out, "public.big", "id", &["note"]), table_state(db, "big", "id", &["note"]));
 }
 
 #[test]
@@ -221,7 +182,7 @@ fn a_kill_before_the_first_checkpoint_takes_the_snapshot_again_with_a_new_slot()
     assert_eq!(line_count(&out), 0, "rows arrived before the kill; this test needs the kill to come first");
     sql(db, "UPDATE big SET note = 'after' WHERE id <= 100; DELETE FROM big WHERE id > 199990");
     let child = spawn(&args, dir.path());
-    marker_after_snapshot(dir.path(), db, "INSERT INTO big VALUES (-1, 'marker')");
+    marker_after(dir.path(), db, "INSERT INTO big VALUES (-1, 'marker')");
     stop(child, dir.path());
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(text.contains("dropped the slot"), "{text}");
@@ -239,7 +200,7 @@ fn a_kill_before_the_first_checkpoint_takes_the_snapshot_again_with_a_new_slot()
         .filter(|e| e["op"] == "r" && (1..=100).contains(&e["after"]["id"].as_i64().unwrap()))
         .any(|e| e["after"]["note"] != "after");
     assert!(!stale, "the second snapshot shows the rows as they are after the kill");
-    assert_eq!(replayed(&out, "big", "id", &["note"]), table_state(db, "big", "id", &["note"]));
+    assert_eq!(replayed(&out, "public.big", "id", &["note"]), table_state(db, "big", "id", &["note"]));
 }
 
 #[test]
@@ -261,7 +222,7 @@ fn many_tables_read_in_parallel_arrive_table_by_table_in_key_order() {
     // Far more chunks per table than a worker may read ahead.
     let config = write_config(dir.path(), &snapshot_pipeline(db, 100));
     let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
-    marker_after_snapshot(dir.path(), db, "INSERT INTO t_a VALUES (-1, 'marker')");
+    marker_after(dir.path(), db, "INSERT INTO t_a VALUES (-1, 'marker')");
     stop(child, dir.path());
     let reads: Vec<(String, i64)> = events(&out)
         .iter()
@@ -288,7 +249,7 @@ fn a_partitioned_table_is_read_once_through_its_partitions() {
     let out = dir.path().join("out.jsonl");
     let config = write_config(dir.path(), &snapshot_pipeline(db, 500));
     let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
-    marker_after_snapshot(dir.path(), db, "INSERT INTO marks VALUES (-1, 'marker')");
+    marker_after(dir.path(), db, "INSERT INTO marks VALUES (-1, 'marker')");
     stop(child, dir.path());
     let reads: Vec<(String, i64)> = events(&out)
         .iter()

@@ -45,6 +45,7 @@ pub fn config(database: &str) -> MysqlConfig {
         start: MysqlStart::Current,
         heartbeat_secs: 1,
         connect_timeout_secs: 10,
+        snapshot: Default::default(),
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! CREATE_REPLICATION_SLOT … EXPORT_SNAPSHOT ─► consistent point C, snapshot S
-//!   worker per table (≤ max_parallel_tables): SET TRANSACTION SNAPSHOT S,
+//!   reader per table (≤ max_parallel_tables): SET TRANSACTION SNAPSHOT S,
 //!   key-ordered chunks ─► bounded queue per table ─► emitter, table by table
 //!   ─► poll() … then START_REPLICATION from C on the same connection
 //! ```
@@ -24,29 +24,21 @@ mod plan;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_core::snapshot::{KeyPart, decode_key, encode_key};
+use async_trait::async_trait;
+use sluice_core::snapshot::{Chunk, KeyPart, LogGuard, Run, SnapshotTable, TableReader, decode_key, encode_key};
 use sluice_core::{Event, Op, Position, Row, SnapshotPos, SourceError, Value};
-use tokio::sync::{Semaphore, mpsc};
-use tokio::task::JoinSet;
-use tokio::time::Instant;
-use tracing::info;
+use tokio::sync::mpsc;
 
 use crate::catalog::{quote_literal, slot_state, source_error};
 use crate::types::decode_text;
 use crate::wire::{ConnectParams, Connection};
 pub use plan::{Order, TablePlan, plan_table};
 
-/// How often the emitter logs progress and checks the slot.
-const CHECK_EVERY: Duration = Duration::from_secs(10);
-/// Chunks a worker may read ahead of the emitter.
-const READ_AHEAD: usize = 2;
-
 pub struct Settings {
     pub params: ConnectParams,
     pub source_id: Arc<str>,
     pub database: Arc<str>,
     pub chunk_size: u64,
-    pub parallel: usize,
     /// Where the stream after the snapshot starts (the slot's consistent point).
     pub stream_from: Arc<str>,
     pub slot: String,
@@ -56,116 +48,51 @@ pub struct Settings {
     pub started_us: i64,
 }
 
-type Chunk = Result<Vec<Event>, SourceError>;
-
-/// A running snapshot; its events come out in position order.
-pub struct Run {
-    events: mpsc::Receiver<Chunk>,
-    tasks: JoinSet<()>,
+/// Starts reading `tables` with `parallel` connections at a time.
+pub fn spawn(settings: Settings, parallel: usize, tables: Vec<TablePlan>, resume: Option<SnapshotPos>) -> Run {
+    let settings = Arc::new(settings);
+    let readers = (0..parallel.max(1)).map(|_| Reader { settings: settings.clone() }).collect();
+    Run::spawn(readers, tables, resume, Arc::new(SlotGuard { settings }))
 }
 
-impl Run {
-    pub fn spawn(settings: Settings, tables: Vec<TablePlan>, resume: Option<SnapshotPos>) -> Run {
-        let (tx, events) = mpsc::channel(READ_AHEAD);
-        let mut tasks = JoinSet::new();
-        let settings = Arc::new(settings);
-        let mut queues = Vec::new();
-        let mut jobs = Vec::new();
-        for table in tables {
-            let table = Arc::new(table);
-            if resume.as_ref().is_some_and(|r| *table.name < *r.table) {
-                continue;
-            }
-            let after = resume.as_ref().filter(|r| r.table == table.name).map(|r| r.key.clone());
-            let (queue_tx, queue_rx) = mpsc::channel(READ_AHEAD);
-            jobs.push((table.clone(), after, queue_tx));
-            queues.push((table, queue_rx));
-        }
-        tasks.spawn(start_workers(settings.clone(), jobs));
-        tasks.spawn(emit(settings, queues, tx));
-        Run { events, tasks }
+impl SnapshotTable for TablePlan {
+    fn name(&self) -> &Arc<str> {
+        &self.name
     }
 
-    /// The next rows; `None` once every table is read.
-    pub async fn next(&mut self) -> Option<Chunk> {
-        self.events.recv().await
+    fn estimated_rows(&self) -> u64 {
+        self.estimated_rows
     }
 }
 
-impl Drop for Run {
-    fn drop(&mut self) {
-        self.tasks.abort_all();
+/// Reads a table on a connection of its own, inside the exported snapshot.
+struct Reader {
+    settings: Arc<Settings>,
+}
+
+#[async_trait]
+impl TableReader for Reader {
+    type Table = TablePlan;
+
+    async fn read(
+        &mut self,
+        table: &TablePlan,
+        after: Option<Arc<[u8]>>,
+        out: &mpsc::Sender<Chunk>,
+    ) -> Result<(), SourceError> {
+        read_table(&self.settings, table, after, out).await
     }
 }
 
-type Job = (Arc<TablePlan>, Option<Arc<[u8]>>, mpsc::Sender<Chunk>);
-
-/// Starts a worker per table, in table order, at most `parallel` at a
-/// time. The order matters: the emitter drains tables in order, and a
-/// later table holding a permit while the earliest waits for one would
-/// fill its queue and stall the snapshot for good.
-async fn start_workers(settings: Arc<Settings>, jobs: Vec<Job>) {
-    let permits = Arc::new(Semaphore::new(settings.parallel.max(1)));
-    let mut workers = JoinSet::new();
-    for (table, after, queue) in jobs {
-        let Ok(permit) = permits.clone().acquire_owned().await else { return };
-        let settings = settings.clone();
-        workers.spawn(async move {
-            if let Err(err) = read_table(&settings, &table, after, &queue).await {
-                let _ = queue.send(Err(err)).await;
-            }
-            drop(permit);
-        });
-    }
-    // Dropping the set would abort the workers still reading.
-    while workers.join_next().await.is_some() {}
+struct SlotGuard {
+    settings: Arc<Settings>,
 }
 
-/// Forwards each table's rows in table order, logs progress and guards the slot.
-async fn emit(settings: Arc<Settings>, queues: Vec<(Arc<TablePlan>, mpsc::Receiver<Chunk>)>, out: mpsc::Sender<Chunk>) {
-    let mut checked = Instant::now();
-    let total = queues.len();
-    for (done, (table, mut queue)) in queues.into_iter().enumerate() {
-        let started = Instant::now();
-        let mut rows: u64 = 0;
-        while let Some(chunk) = queue.recv().await {
-            let failed = chunk.is_err();
-            rows += chunk.as_ref().map_or(0, |events| events.len() as u64);
-            if out.send(chunk).await.is_err() || failed {
-                return;
-            }
-            if checked.elapsed() >= CHECK_EVERY {
-                checked = Instant::now();
-                progress(&table, rows, started, "snapshot progress");
-                if let Err(err) = check_slot(&settings).await {
-                    let _ = out.send(Err(err)).await;
-                    return;
-                }
-            }
-        }
-        progress(&table, rows, started, "snapshot of table done");
-        info!(tables_done = done + 1, tables = total, "snapshot progress over all tables");
-        if let Err(err) = check_slot(&settings).await {
-            let _ = out.send(Err(err)).await;
-            return;
-        }
+#[async_trait]
+impl LogGuard for SlotGuard {
+    async fn check(&self, _eta: Option<Duration>) -> Result<(), SourceError> {
+        check_slot(&self.settings).await
     }
-}
-
-fn progress(table: &TablePlan, rows: u64, started: Instant, message: &'static str) {
-    let secs = started.elapsed().as_secs_f64();
-    let rate = if secs > 0.0 { rows as f64 / secs } else { 0.0 };
-    // An estimate of 0 means the table was never analyzed: no ETA.
-    let left = table.estimated_rows.saturating_sub(rows);
-    let eta_secs = if rate > 0.0 { (left as f64 / rate).round() as u64 } else { 0 };
-    info!(
-        table = %table.name,
-        rows,
-        estimated_rows = table.estimated_rows,
-        rows_per_sec = rate.round() as u64,
-        eta_secs,
-        message
-    );
 }
 
 /// The stream must start at the snapshot's point: a slot that is gone or

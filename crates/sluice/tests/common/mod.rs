@@ -3,8 +3,10 @@
 #![allow(dead_code)]
 
 pub mod lake;
+pub mod my;
 pub mod pg;
 pub mod receiver;
+pub mod replay;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -8,9 +8,13 @@
 //! positions order before every log position of the same source: the
 //! stream that follows a snapshot starts where the snapshot was taken.
 
+mod run;
+
 use std::cmp::Ordering;
 use std::fmt;
 use std::sync::Arc;
+
+pub use run::{Chunk, LogGuard, Run, SnapshotTable, TableReader};
 
 /// One column value of a key, as the encoding sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
