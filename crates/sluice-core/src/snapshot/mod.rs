@@ -152,8 +152,16 @@ impl fmt::Display for SnapshotPos {
     }
 }
 
+/// Lower-case hex; a position is printed for every event (its id, its
+/// JSON), so this runs per row of a snapshot.
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xF)]));
+    }
+    out
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {
