@@ -13,13 +13,16 @@ pub fn init(format: LogFormat, level: &str) -> anyhow::Result<()> {
         Err(_) => EnvFilter::try_new(level)
             .map_err(|e| anyhow!("--log-level {level:?} is not a log filter: {e}; hint: use e.g. info or debug"))?,
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+    let terminal = std::io::stderr().is_terminal();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(terminal);
     match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        // On a terminal, a status line under the logs shows snapshot progress.
+        LogFormat::Text if terminal => {
+            builder.with_writer(crate::status::StatusWriter).init();
+            crate::status::start();
+        }
+        LogFormat::Text => builder.with_writer(std::io::stderr).init(),
+        LogFormat::Json => builder.with_writer(std::io::stderr).json().init(),
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ mod cli;
 mod dlq;
 mod logging;
 mod run;
+mod status;
 mod validate;
 
 use std::process::ExitCode;

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use tracing::info;
 
 use super::SnapshotPos;
+use super::progress::{self, TableProgress};
 use crate::error::SourceError;
 use crate::event::Event;
 
@@ -70,6 +71,7 @@ impl Run {
     /// Reads `tables` (sorted by name) with the readers, skipping the
     /// tables before `resume` and the rows up to its key.
     pub fn spawn<R: TableReader>(
+        source: Arc<str>,
         readers: Vec<R>,
         tables: Vec<R::Table>,
         resume: Option<SnapshotPos>,
@@ -106,7 +108,7 @@ impl Run {
                 }
             });
         }
-        tasks.spawn(emit(queues, tx, guard));
+        tasks.spawn(emit(source, queues, tx, guard));
         Run { events, tasks }
     }
 
@@ -124,10 +126,12 @@ impl Drop for Run {
 
 /// Forwards each table's rows in table order, logs progress and asks the guard.
 async fn emit(
+    source: Arc<str>,
     queues: Vec<(Arc<dyn SnapshotTable>, mpsc::Receiver<Chunk>)>,
     out: mpsc::Sender<Chunk>,
     guard: Arc<dyn LogGuard>,
 ) {
+    let _shown = progress::Shown(source.clone());
     let total = queues.len();
     let mut rows_left: u64 = queues.iter().map(|(t, _)| t.estimated_rows()).sum();
     let started = Instant::now();
@@ -144,6 +148,7 @@ async fn emit(
                 let count = chunk.as_ref().map_or(0, |events| events.len() as u64);
                 rows += count;
                 all_rows += count;
+                progress::set(table_progress(&source, table.as_ref(), (done, total), rows, table_started));
                 if out.send(chunk).await.is_err() || failed {
                     return;
                 }
@@ -169,6 +174,28 @@ async fn emit(
         }
         rows_left = rows_left.saturating_sub(table.estimated_rows().max(rows));
         info!(tables_done = done + 1, tables = total, rows = all_rows, "snapshot progress over all tables");
+    }
+}
+
+fn table_progress(
+    source: &Arc<str>,
+    table: &dyn SnapshotTable,
+    (tables_done, tables): (usize, usize),
+    rows: u64,
+    started: Instant,
+) -> TableProgress {
+    let secs = started.elapsed().as_secs_f64();
+    let rate = if secs > 0.0 { rows as f64 / secs } else { 0.0 };
+    let left = table.estimated_rows().saturating_sub(rows);
+    TableProgress {
+        source: source.clone(),
+        table: table.name().clone(),
+        tables_done,
+        tables,
+        rows,
+        estimated_rows: table.estimated_rows(),
+        rows_per_sec: rate.round() as u64,
+        eta_secs: (rate > 0.0 && left > 0).then(|| (left as f64 / rate).round() as u64),
     }
 }
 
@@ -311,7 +338,7 @@ mod tests {
     async fn rows_come_out_in_position_order_whatever_the_number_of_readers() {
         for readers in 1..=6 {
             let list = (0..readers).map(|_| Reader { fail_on: None }).collect();
-            let mut run = Run::spawn(list, tables(), None, Arc::new(Guard(None)));
+            let mut run = Run::spawn("s".into(), list, tables(), None, Arc::new(Guard(None)));
             let (positions, error) = drain(&mut run).await;
             assert!(error.is_none());
             assert_eq!(positions.len(), 7 + 8 + 9 + 10 + 11, "{readers} readers");
@@ -324,7 +351,7 @@ mod tests {
         let resume =
             SnapshotPos { table: "c".into(), key: encode_key(&[KeyPart::Int(4)]).into(), stream_from: "x".into() };
         let list = (0..2).map(|_| Reader { fail_on: None }).collect();
-        let mut run = Run::spawn(list, tables(), Some(resume.clone()), Arc::new(Guard(None)));
+        let mut run = Run::spawn("s".into(), list, tables(), Some(resume.clone()), Arc::new(Guard(None)));
         let (positions, _) = drain(&mut run).await;
         assert_eq!(positions.first(), Some(&row(&"c".into(), 5).position));
         assert_eq!(positions.len(), (9 - 4) + 10 + 11);
@@ -334,12 +361,12 @@ mod tests {
     #[tokio::test]
     async fn a_failed_table_or_a_failed_guard_ends_the_run_with_its_error() {
         let list = (0..2).map(|_| Reader { fail_on: Some("c") }).collect();
-        let mut run = Run::spawn(list, tables(), None, Arc::new(Guard(None)));
+        let mut run = Run::spawn("s".into(), list, tables(), None, Arc::new(Guard(None)));
         let (positions, error) = drain(&mut run).await;
         assert_eq!(positions.len(), 7 + 8, "the tables before the failed one are delivered");
         assert!(error.unwrap().to_string().contains("cannot read c"));
         let list = (0..2).map(|_| Reader { fail_on: None }).collect();
-        let mut run = Run::spawn(list, tables(), None, Arc::new(Guard(Some("the log is gone"))));
+        let mut run = Run::spawn("s".into(), list, tables(), None, Arc::new(Guard(Some("the log is gone"))));
         let (positions, error) = drain(&mut run).await;
         assert_eq!(positions.len(), 7, "the guard is asked when the first table is done");
         assert!(error.unwrap().to_string().contains("the log is gone"));

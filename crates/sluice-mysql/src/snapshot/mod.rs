@@ -156,7 +156,8 @@ pub fn spawn(
 ) -> Run {
     let settings = Arc::new(settings);
     let readers = conns.into_iter().map(|conn| Reader { conn, settings: settings.clone() }).collect();
-    Run::spawn(readers, tables, resume, Arc::new(BinlogGuard { config, settings, warned: Default::default() }))
+    let guard = Arc::new(BinlogGuard { config, settings: settings.clone(), warned: Default::default() });
+    Run::spawn(settings.source_id.clone(), readers, tables, resume, guard)
 }
 
 /// Reads tables one after another on one connection, in its snapshot.

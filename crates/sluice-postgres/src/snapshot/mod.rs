@@ -52,7 +52,7 @@ pub struct Settings {
 pub fn spawn(settings: Settings, parallel: usize, tables: Vec<TablePlan>, resume: Option<SnapshotPos>) -> Run {
     let settings = Arc::new(settings);
     let readers = (0..parallel.max(1)).map(|_| Reader { settings: settings.clone() }).collect();
-    Run::spawn(readers, tables, resume, Arc::new(SlotGuard { settings }))
+    Run::spawn(settings.source_id.clone(), readers, tables, resume, Arc::new(SlotGuard { settings }))
 }
 
 impl SnapshotTable for TablePlan {
