@@ -13,6 +13,7 @@ use bytes::Bytes;
 use sluice_config::glob_match;
 use sluice_core::{Columns, Event, Lsn, Op, Position, Row, Value};
 
+use crate::incremental::{SIGNAL_PREFIX, WATERMARK_PREFIX};
 use crate::pgoutput::{Datum, Message, OldTuple, PG_EPOCH_OFFSET_US, Relation, Tuple};
 use crate::types::{PgType, builtin, bytes_value, decode_text};
 
@@ -149,7 +150,8 @@ impl Decoder {
                 }
             }
             Message::Message { transactional, lsn, prefix, content } => {
-                if self.emit_messages && prefix != HEARTBEAT_PREFIX {
+                let internal = prefix == SIGNAL_PREFIX || prefix == WATERMARK_PREFIX;
+                if (self.emit_messages || internal) && prefix != HEARTBEAT_PREFIX {
                     self.message(transactional, lsn, prefix, content, out)?;
                 }
             }

@@ -3,10 +3,11 @@
 
 mod catalog;
 pub mod decode;
+pub mod incremental;
 pub mod pgoutput;
 mod snapshot;
 mod source;
 pub mod types;
 pub mod wire;
 
-pub use source::{PostgresSource, SourceStats};
+pub use source::{PostgresSource, SourceStats, connect_params};

@@ -25,6 +25,7 @@
 //! reconnect. With `heartbeat_secs`, an idle source does not make the
 //! server keep WAL.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
@@ -39,6 +40,7 @@ use tracing::{debug, info, warn};
 
 use crate::catalog::{self, quote_ident, quote_literal, source_error};
 use crate::decode::{Decoder, HEARTBEAT_PREFIX};
+use crate::incremental::Incremental;
 use crate::pgoutput::{self, Frame, Message};
 use crate::snapshot;
 use crate::wire::{Backend, ConnectParams, Connection};
@@ -88,6 +90,9 @@ pub struct PostgresSource {
     stats: Arc<SourceStats>,
     reader: Option<ReaderHandle>,
     snapshot: Option<PendingSnapshot>,
+    /// Where incremental snapshot state is kept; without it signals are refused.
+    state_dir: Option<PathBuf>,
+    incremental: Option<Incremental>,
 }
 
 struct ReaderHandle {
@@ -103,17 +108,15 @@ impl Drop for ReaderHandle {
 
 impl PostgresSource {
     pub fn new(config: PostgresConfig) -> Self {
-        let params = ConnectParams {
-            host: config.host.clone(),
-            port: config.port,
-            database: config.database.clone(),
-            user: config.user.clone(),
-            password: config.password.clone(),
-            ssl_mode: config.ssl_mode,
-            ca_file: config.ca_file.clone(),
-            connect_timeout: Duration::from_secs(config.connect_timeout_secs),
-        };
-        Self { config, params, stats: Arc::default(), reader: None, snapshot: None }
+        let params = connect_params(&config);
+        Self { config, params, stats: Arc::default(), reader: None, snapshot: None, state_dir: None, incremental: None }
+    }
+
+    /// Keeps incremental snapshot state in `dir`, which turns on
+    /// `sluice snapshot --table` for this source.
+    pub fn with_state_dir(mut self, dir: PathBuf) -> Self {
+        self.state_dir = Some(dir);
+        self
     }
 
     pub fn stats(&self) -> Arc<SourceStats> {
@@ -137,6 +140,16 @@ impl Source for PostgresSource {
     async fn start(&mut self, from: Option<Position>, acked: AckWatermark) -> Result<(), SourceError> {
         self.reader = None;
         self.snapshot = None;
+        self.incremental = match &self.state_dir {
+            Some(dir) => Some(Incremental::open(
+                self.params.clone(),
+                Arc::from(self.config.id.as_str()),
+                self.config.snapshot.chunk_size,
+                dir.join("incremental_snapshot.json"),
+                from.as_ref(),
+            )?),
+            None => None,
+        };
         let start_lsn = match &from {
             None | Some(Position::Snapshot(_)) => Lsn(0),
             Some(Position::Postgres { commit_lsn, .. }) => *commit_lsn,
@@ -315,7 +328,10 @@ impl Source for PostgresSource {
             self.reader.as_mut().ok_or_else(|| SourceError::transient("postgres source polled before start"))?;
         match reader.events.recv().await {
             Some(Ok(events)) => {
-                out.extend(events);
+                match self.incremental.as_mut() {
+                    Some(incremental) => incremental.filter(events, out).await?,
+                    None => out.extend(events),
+                }
                 Ok(SourceStatus::Open)
             }
             Some(Err(err)) => {
@@ -327,6 +343,20 @@ impl Source for PostgresSource {
                 Err(SourceError::transient("the replication reader stopped"))
             }
         }
+    }
+}
+
+/// How to reach the server of a `postgres` source config.
+pub fn connect_params(config: &PostgresConfig) -> ConnectParams {
+    ConnectParams {
+        host: config.host.clone(),
+        port: config.port,
+        database: config.database.clone(),
+        user: config.user.clone(),
+        password: config.password.clone(),
+        ssl_mode: config.ssl_mode,
+        ca_file: config.ca_file.clone(),
+        connect_timeout: Duration::from_secs(config.connect_timeout_secs),
     }
 }
 
@@ -359,7 +389,8 @@ impl PostgresSource {
         let config = &self.config;
         let (slot, publication) = (config.slot_name(), config.publication_name());
         let mut options = format!("proto_version '1', publication_names {}", quote_literal(&quote_ident(&publication)));
-        if config.messages && version >= 140_000 {
+        // Messages carry incremental snapshot signals and watermarks too.
+        if (config.messages || self.state_dir.is_some()) && version >= 140_000 {
             options.push_str(", messages 'true'");
         }
         replication

@@ -40,7 +40,9 @@ pub fn open_store(data_dir: &Path) -> Result<Arc<EmbeddedStore>, Failure> {
 pub fn pipeline(config: &PipelineConfig, store: Arc<EmbeddedStore>, data_dir: &Path) -> Result<Pipeline, Failure> {
     let source: Box<dyn Source> = match &config.source {
         SourceConfig::Generator(c) => Box::new(GeneratorSource::new(c.clone())),
-        SourceConfig::Postgres(c) => Box::new(PostgresSource::new(c.clone())),
+        SourceConfig::Postgres(c) => {
+            Box::new(PostgresSource::new(c.clone()).with_state_dir(data_dir.join("postgres").join(&c.id)))
+        }
         SourceConfig::Mysql(c) => Box::new(MysqlSource::new(c.clone(), data_dir.join("mysql").join(&c.id))),
     };
     let context = SinkContext {

@@ -35,6 +35,20 @@ pub enum Command {
     Checkpoints(CheckpointsArgs),
     /// Inspect or purge the dead letter queue: events a sink can never take.
     Dlq(DlqArgs),
+    /// Re-read one table while its pipeline streams (an incremental snapshot).
+    Snapshot(SnapshotArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// The table, as the source names it (schema.table).
+    #[arg(long)]
+    pub table: String,
+    /// Only this pipeline; by default every pipeline whose source reads the table.
+    #[arg(long)]
+    pub pipeline: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -8,6 +8,7 @@ mod cli;
 mod dlq;
 mod logging;
 mod run;
+mod snapshot;
 mod status;
 mod validate;
 
@@ -38,6 +39,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => validate::validate(args),
         Command::Checkpoints(args) => checkpoints::checkpoints(args),
         Command::Dlq(args) => dlq::dlq(args),
+        Command::Snapshot(args) => snapshot::snapshot(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

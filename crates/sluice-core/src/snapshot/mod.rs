@@ -155,7 +155,7 @@ impl fmt::Display for SnapshotPos {
 
 /// Lower-case hex; a position is printed for every event (its id, its
 /// JSON), so this runs per row of a snapshot.
-fn hex(bytes: &[u8]) -> String {
+pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -165,7 +165,8 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
-fn unhex(text: &str) -> Option<Vec<u8>> {
+/// Bytes from [`hex`]; `None` for anything else.
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
     if !text.len().is_multiple_of(2) {
         return None;
     }

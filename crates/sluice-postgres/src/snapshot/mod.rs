@@ -19,7 +19,7 @@
 //! the snapshot, so C stays available; the emitter checks every 10 s that
 //! the slot still exists and has not lost WAL.
 
-mod plan;
+pub(crate) mod plan;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -204,16 +204,22 @@ fn bad_key(table: &TablePlan) -> SourceError {
     )
 }
 
-fn event(settings: &Settings, table: &TablePlan, tx_id: &Arc<str>, key: Vec<u8>, row: Vec<Option<String>>) -> Event {
+/// A row's values as the stream shows them, and its replica identity.
+pub fn row_values(table: &TablePlan, row: &[Option<String>]) -> (Row, Option<Row>) {
     let values: Vec<Value> = row
         .iter()
         .zip(&table.types)
         .map(|(text, ty)| text.as_deref().map_or(Value::Null, |t| decode_text(ty, t)))
         .collect();
-    let key_row = (!table.identity.is_empty()).then(|| Row {
+    let key = (!table.identity.is_empty()).then(|| Row {
         columns: table.identity_columns.clone(),
         values: table.identity.iter().map(|i| values.get(*i).cloned().unwrap_or(Value::Null)).collect(),
     });
+    (Row { columns: table.columns.clone(), values }, key)
+}
+
+fn event(settings: &Settings, table: &TablePlan, tx_id: &Arc<str>, key: Vec<u8>, row: Vec<Option<String>>) -> Event {
+    let (after, key_row) = row_values(table, &row);
     Event {
         op: Op::Read,
         source_id: settings.source_id.clone(),
@@ -221,7 +227,7 @@ fn event(settings: &Settings, table: &TablePlan, tx_id: &Arc<str>, key: Vec<u8>,
         table: table.name.clone(),
         key: key_row,
         before: None,
-        after: Some(Row { columns: table.columns.clone(), values }),
+        after: Some(after),
         schema_version: table.fingerprint,
         position: Position::Snapshot(SnapshotPos {
             table: table.name.clone(),
