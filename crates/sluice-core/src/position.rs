@@ -127,6 +127,17 @@ impl Position {
         }
     }
 
+    /// The same transaction's position at index `seq`; a snapshot
+    /// position has no index and stays as it is.
+    pub fn with_seq(&self, seq: u32) -> Position {
+        match self {
+            Position::Generator { tx, .. } => Position::Generator { tx: *tx, seq },
+            Position::Postgres { commit_lsn, .. } => Position::Postgres { commit_lsn: *commit_lsn, seq },
+            Position::Mysql(pos) => Position::Mysql(BinlogPos { seq, ..pos.clone() }),
+            Position::Snapshot(pos) => Position::Snapshot(pos.clone()),
+        }
+    }
+
     /// The event's index within its transaction.
     pub fn seq(&self) -> u32 {
         match self {

@@ -40,10 +40,11 @@ use tracing::{debug, info, warn};
 
 use crate::catalog::{self, quote_ident, quote_literal, source_error};
 use crate::decode::{Decoder, HEARTBEAT_PREFIX};
-use crate::incremental::Incremental;
+use crate::incremental;
 use crate::pgoutput::{self, Frame, Message};
 use crate::snapshot;
 use crate::wire::{Backend, ConnectParams, Connection};
+use sluice_core::snapshot::incremental::Incremental;
 
 /// Decoded events gathered before the reader waits for the coordinator.
 const READY_LIMIT: usize = 1024;
@@ -92,7 +93,7 @@ pub struct PostgresSource {
     snapshot: Option<PendingSnapshot>,
     /// Where incremental snapshot state is kept; without it signals are refused.
     state_dir: Option<PathBuf>,
-    incremental: Option<Incremental>,
+    incremental: Option<Incremental<incremental::Reader>>,
 }
 
 struct ReaderHandle {
@@ -141,13 +142,16 @@ impl Source for PostgresSource {
         self.reader = None;
         self.snapshot = None;
         self.incremental = match &self.state_dir {
-            Some(dir) => Some(Incremental::open(
-                self.params.clone(),
-                Arc::from(self.config.id.as_str()),
-                self.config.snapshot.chunk_size,
-                dir.join("incremental_snapshot.json"),
-                from.as_ref(),
-            )?),
+            Some(dir) => {
+                let config = &self.config;
+                let reader = incremental::Reader::new(
+                    self.params.clone(),
+                    &config.id,
+                    &config.database,
+                    config.snapshot.chunk_size,
+                );
+                Some(Incremental::open(reader, &config.id, dir.join("incremental_snapshot.json"), from.as_ref())?)
+            }
             None => None,
         };
         let start_lsn = match &from {
@@ -329,7 +333,7 @@ impl Source for PostgresSource {
         match reader.events.recv().await {
             Some(Ok(events)) => {
                 match self.incremental.as_mut() {
-                    Some(incremental) => incremental.filter(events, out).await?,
+                    Some(incremental) => incremental.filter(events, out, incremental::mark).await?,
                     None => out.extend(events),
                 }
                 Ok(SourceStatus::Open)

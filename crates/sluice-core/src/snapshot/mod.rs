@@ -8,6 +8,7 @@
 //! positions order before every log position of the same source: the
 //! stream that follows a snapshot starts where the snapshot was taken.
 
+pub mod incremental;
 pub mod progress;
 mod run;
 

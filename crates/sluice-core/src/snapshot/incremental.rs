@@ -1,0 +1,465 @@
+//! Incremental snapshots: one table re-read while streaming goes on,
+//! asked for by a signal written into the database's log.
+//!
+//! ```text
+//! signal ─► for each chunk: write low watermark ─► SELECT next rows by key
+//!                           ─► write high watermark
+//! stream:  … low … changes to the table (their keys leave the chunk) … high
+//!                                            └─► rest of the chunk as op r
+//! ```
+//!
+//! A row the stream changes between the watermarks may have been read
+//! before or after the change, so it is dropped from the chunk: the stream
+//! carries it in its newer state. Every other row of the chunk is as the
+//! database held it at the high watermark, so the chunk goes out there, at
+//! the high watermark's position (the watermark's own transaction holds
+//! nothing else), and no row is ever emitted stale after a newer change.
+//! The rows' positions are stream positions, so each sink's checkpoint and
+//! dedup work as for any change.
+//!
+//! The rows are not in the log: after a crash the chunks a sink may lack
+//! are read again, from the last chunk every sink holds (kept in a state
+//! file next to the checkpoints), at new positions further on.
+
+use std::collections::{HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use super::{hex, unhex};
+use crate::error::SourceError;
+use crate::event::Event;
+use crate::position::Position;
+use crate::value::{Row, Value};
+
+/// What a source found in its log for incremental snapshots.
+pub enum Mark {
+    /// A request, as JSON `{"source": ID, "table": NAME}`.
+    Signal(String),
+    /// A watermark this module wrote: `RUN:CHUNK:low|high`.
+    Watermark(String),
+}
+
+/// What a signal asks for.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Signal {
+    pub source: String,
+    pub table: String,
+}
+
+/// One table's rows read by key, for a source's incremental snapshots.
+#[async_trait]
+pub trait ChunkReader: Send {
+    /// Gets ready to read `table` after the encoded key `after`. `Ok(Err)`
+    /// says why the table cannot be read by key: it is refused, not fatal.
+    async fn open(&mut self, table: &str, after: Option<&[u8]>) -> Result<Result<(), String>, SourceError>;
+
+    /// Writes the watermark `low` into the log, reads the next rows by key,
+    /// then writes `high`.
+    async fn read_chunk(&mut self, low: &str, high: &str) -> Result<ChunkRows, SourceError>;
+}
+
+pub struct ChunkRows {
+    /// Each row as an op `r` event; its position, transaction and commit
+    /// time are set when it goes out.
+    pub rows: Vec<Event>,
+    /// The encoded key of the last row read, to go on after.
+    pub last_key: Option<Vec<u8>>,
+    /// The chunk was full: more rows may follow.
+    pub full: bool,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct State {
+    /// The signal position last taken: a replayed signal at or before it
+    /// is not a new request.
+    last_signal: Option<String>,
+    /// Tables asked for and not done yet, the first one being read.
+    queue: VecDeque<Table>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Table {
+    name: String,
+    /// Chunks handed on: the position of each one's last row and the key
+    /// (hex) of its last row read.
+    chunks: Vec<(String, String)>,
+}
+
+/// The table being read.
+struct Active {
+    table: String,
+    /// Tells this process's watermarks from replayed ones of an earlier run.
+    run: String,
+    chunk: u64,
+    pending: Option<Pending>,
+}
+
+/// A chunk read, waiting for its high watermark.
+struct Pending {
+    low_seen: bool,
+    rows: Vec<Event>,
+    changed: HashSet<String>,
+    last_key: Option<Vec<u8>>,
+    full: bool,
+}
+
+pub struct Incremental<R> {
+    reader: R,
+    source_id: String,
+    path: PathBuf,
+    state: State,
+    active: Option<Active>,
+}
+
+fn state_error(path: &Path, detail: impl std::fmt::Display) -> SourceError {
+    SourceError::permanent(
+        format!("incremental snapshot state {}: {detail}", path.display()),
+        "check the disk of --data-dir; if the file is damaged, move it away (the snapshots it lists stop)",
+    )
+}
+
+/// A key as text, to compare a stream event's key with a chunk row's.
+fn key_text(key: &Row) -> String {
+    serde_json::to_string(&key.values).unwrap_or_default()
+}
+
+/// Column `column` of the event's row, when it is text: where sources
+/// find a signal's or watermark's content.
+pub fn text_at(event: &Event, column: usize) -> Option<&str> {
+    match event.after.as_ref()?.values.get(column)? {
+        Value::Text(text) => Some(text),
+        _ => None,
+    }
+}
+
+impl<R: ChunkReader> Incremental<R> {
+    /// Loads the state at `path`; `acked` is where the stream restarts
+    /// (the lowest checkpoint), so chunks past it are read again.
+    pub fn open(reader: R, source_id: &str, path: PathBuf, acked: Option<&Position>) -> Result<Self, SourceError> {
+        let mut state: State = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| state_error(&path, e))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => State::default(),
+            Err(e) => return Err(state_error(&path, e)),
+        };
+        if let Some(table) = state.queue.front_mut() {
+            let held = |chunk: &(String, String)| {
+                let position: Option<Position> = chunk.0.parse().ok();
+                matches!((position, acked), (Some(p), Some(a)) if p <= *a)
+            };
+            let keep = table.chunks.iter().take_while(|c| held(c)).count();
+            if keep < table.chunks.len() {
+                info!(
+                    table = table.name,
+                    chunks_kept = keep,
+                    chunks_again = table.chunks.len() - keep,
+                    "incremental snapshot resumes after the last chunk every sink holds"
+                );
+            }
+            table.chunks.truncate(keep);
+        }
+        Ok(Self { reader, source_id: source_id.to_string(), path, state, active: None })
+    }
+
+    fn save(&self) -> Result<(), SourceError> {
+        let bytes = serde_json::to_vec(&self.state).map_err(|e| state_error(&self.path, e))?;
+        let tmp = self.path.with_extension("tmp");
+        let write = || -> std::io::Result<()> {
+            if let Some(dir) = self.path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let mut file = std::fs::File::create(&tmp)?;
+            std::io::Write::write_all(&mut file, &bytes)?;
+            file.sync_all()?;
+            std::fs::rename(&tmp, &self.path)
+        };
+        write().map_err(|e| state_error(&self.path, e))
+    }
+
+    /// Passes `events` on to `out`, taking out the ones `mark` recognises
+    /// and putting each chunk's rows in at its high watermark.
+    pub async fn filter(
+        &mut self,
+        events: Vec<Event>,
+        out: &mut Vec<Event>,
+        mark: impl Fn(&Event) -> Option<Mark>,
+    ) -> Result<(), SourceError> {
+        if self.active.is_none() && !self.state.queue.is_empty() {
+            self.activate().await?;
+        }
+        for event in events {
+            match mark(&event) {
+                Some(Mark::Signal(content)) => {
+                    self.signal(&event, &content).await?;
+                    continue;
+                }
+                Some(Mark::Watermark(content)) => {
+                    self.watermark(&event, &content, out).await?;
+                    continue;
+                }
+                None => {}
+            }
+            if let Some(active) = self.active.as_mut().filter(|a| *a.table == *event.table)
+                && let Some(pending) = active.pending.as_mut().filter(|p| p.low_seen)
+                && let Some(key) = &event.key
+            {
+                pending.changed.insert(key_text(key));
+                if let Some(before) = &event.before {
+                    pending.changed.insert(key_text(&project(before, key)));
+                }
+            }
+            out.push(event);
+        }
+        Ok(())
+    }
+
+    async fn signal(&mut self, event: &Event, content: &str) -> Result<(), SourceError> {
+        let seen = self.state.last_signal.as_ref().and_then(|p| p.parse::<Position>().ok());
+        if seen.is_some_and(|p| event.position <= p) {
+            return Ok(());
+        }
+        let signal: Signal = match serde_json::from_str(content) {
+            Ok(signal) => signal,
+            Err(e) => {
+                warn!(content, error = %e, "an incremental snapshot signal that is not {{\"source\":..., \"table\":...}}: ignored");
+                return Ok(());
+            }
+        };
+        if signal.source != self.source_id {
+            return Ok(());
+        }
+        self.state.last_signal = Some(event.position.to_string());
+        if self.state.queue.iter().any(|t| t.name == signal.table) {
+            info!(table = signal.table, "incremental snapshot asked for again while queued or running: once is enough");
+        } else {
+            info!(table = signal.table, "incremental snapshot asked for");
+            self.state.queue.push_back(Table { name: signal.table, chunks: Vec::new() });
+        }
+        self.save()?;
+        if self.active.is_none() {
+            self.activate().await?;
+        }
+        Ok(())
+    }
+
+    /// Starts reading the first queued table, after its last chunk held.
+    async fn activate(&mut self) -> Result<(), SourceError> {
+        while let Some(table) = self.state.queue.front().cloned() {
+            let after = match table.chunks.last() {
+                Some((_, key)) => Some(unhex(key).ok_or_else(|| {
+                    state_error(&self.path, format!("the key of {}'s last chunk is not hex", table.name))
+                })?),
+                None => None,
+            };
+            if let Err(why) = self.reader.open(&table.name, after.as_deref()).await? {
+                warn!(table = table.name, why, "incremental snapshot refused");
+                self.state.queue.pop_front();
+                self.save()?;
+                continue;
+            }
+            info!(table = table.name, resume = after.is_some(), "incremental snapshot starting");
+            let run = format!("{:x}", crate::time::now_us());
+            self.active = Some(Active { table: table.name, run, chunk: table.chunks.len() as u64, pending: None });
+            return self.read_chunk().await;
+        }
+        Ok(())
+    }
+
+    async fn read_chunk(&mut self) -> Result<(), SourceError> {
+        let Some(active) = self.active.as_mut() else { return Ok(()) };
+        let mark = |side: &str| format!("{}:{}:{side}", active.run, active.chunk);
+        let chunk = self.reader.read_chunk(&mark("low"), &mark("high")).await?;
+        active.pending = Some(Pending {
+            low_seen: false,
+            rows: chunk.rows,
+            changed: HashSet::new(),
+            last_key: chunk.last_key,
+            full: chunk.full,
+        });
+        Ok(())
+    }
+
+    async fn watermark(&mut self, event: &Event, content: &str, out: &mut Vec<Event>) -> Result<(), SourceError> {
+        let Some(active) = self.active.as_mut() else { return Ok(()) };
+        let ours = format!("{}:{}:", active.run, active.chunk);
+        let Some(side) = content.strip_prefix(&ours) else { return Ok(()) };
+        let Some(pending) = active.pending.as_mut() else { return Ok(()) };
+        if side == "low" {
+            pending.low_seen = true;
+            return Ok(());
+        }
+        let Some(pending) = active.pending.take() else { return Ok(()) };
+        let changed = pending.changed;
+        let kept: Vec<Event> = pending
+            .rows
+            .into_iter()
+            .filter(|row| row.key.as_ref().is_none_or(|k| !changed.contains(&key_text(k))))
+            .collect();
+        let count = kept.len();
+        for (seq, row) in kept.into_iter().enumerate() {
+            out.push(Event {
+                position: event.position.with_seq(seq as u32),
+                tx_id: "snapshot".into(),
+                tx_end: seq + 1 == count,
+                commit_time_us: event.commit_time_us,
+                ..row
+            });
+        }
+        if let Some(last_key) = pending.last_key
+            && let Some(table) = self.state.queue.front_mut()
+        {
+            let at = event.position.with_seq(count.saturating_sub(1) as u32);
+            table.chunks.push((at.to_string(), hex(&last_key)));
+        }
+        active.chunk += 1;
+        if pending.full {
+            self.save()?;
+            return self.read_chunk().await;
+        }
+        info!(table = active.table, chunks = active.chunk, "incremental snapshot done");
+        self.active = None;
+        self.state.queue.pop_front();
+        self.save()?;
+        self.activate().await
+    }
+}
+
+/// `key`'s columns, with their values from `row`.
+fn project(row: &Row, key: &Row) -> Row {
+    let values = key
+        .columns
+        .iter()
+        .map(|c| row.columns.iter().position(|n| n == c).map_or(Value::Null, |i| row.values[i].clone()))
+        .collect();
+    Row { columns: key.columns.clone(), values }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::event::Op;
+    use crate::position::Lsn;
+
+    /// A table of ids 1..=rows, read two per chunk; remembers the marks.
+    struct Fake {
+        rows: i64,
+        next: i64,
+        marks: Vec<(String, String)>,
+    }
+
+    fn row(table: &str, op: Op, id: i64, lsn: u64) -> Event {
+        let key = Row { columns: Arc::from(vec![Arc::from("id")]), values: vec![Value::Int(id)] };
+        Event {
+            op,
+            source_id: "src".into(),
+            database: "db".into(),
+            table: table.into(),
+            key: Some(key.clone()),
+            before: None,
+            after: Some(key),
+            schema_version: 1,
+            position: Position::Postgres { commit_lsn: Lsn(lsn), seq: 0 },
+            tx_id: "t".into(),
+            tx_end: true,
+            commit_time_us: 0,
+        }
+    }
+
+    #[async_trait]
+    impl ChunkReader for Fake {
+        async fn open(&mut self, table: &str, after: Option<&[u8]>) -> Result<Result<(), String>, SourceError> {
+            if table != "public.t" {
+                return Ok(Err("no such table".into()));
+            }
+            self.next = after.map_or(1, |k| i64::from_be_bytes(k.try_into().unwrap()) + 1);
+            Ok(Ok(()))
+        }
+
+        async fn read_chunk(&mut self, low: &str, high: &str) -> Result<ChunkRows, SourceError> {
+            self.marks.push((low.into(), high.into()));
+            let ids: Vec<i64> = (self.next..=self.rows).take(2).collect();
+            self.next += ids.len() as i64;
+            Ok(ChunkRows {
+                rows: ids.iter().map(|id| row("public.t", Op::Read, *id, 0)).collect(),
+                last_key: ids.last().map(|id| id.to_be_bytes().to_vec()),
+                full: ids.len() == 2,
+            })
+        }
+    }
+
+    fn marked(kind: &str, content: &str, lsn: u64) -> Event {
+        let mut event = row(kind, Op::Message, 0, lsn);
+        event.after = Some(Row {
+            columns: Arc::from(vec![Arc::from("prefix"), Arc::from("content")]),
+            values: vec![Value::Text(kind.into()), Value::Text(content.into())],
+        });
+        event
+    }
+
+    fn mark(event: &Event) -> Option<Mark> {
+        let content = text_at(event, 1)?.to_string();
+        match &*event.table {
+            "signal" => Some(Mark::Signal(content)),
+            "watermark" => Some(Mark::Watermark(content)),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_row_changed_between_the_watermarks_is_left_out_and_a_restart_reads_unheld_chunks_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let fake = Fake { rows: 3, next: 0, marks: Vec::new() };
+        let mut incremental = Incremental::open(fake, "src", path.clone(), None).unwrap();
+        let mut out = Vec::new();
+        let signal = marked("signal", r#"{"source":"src","table":"public.t"}"#, 10);
+        incremental.filter(vec![signal.clone()], &mut out, mark).await.unwrap();
+        assert!(out.is_empty(), "a signal never reaches the sinks");
+        let (low, high) = incremental.reader.marks[0].clone();
+        // Row 2 changes between the watermarks; row 1 changed before them.
+        let events = vec![
+            row("public.t", Op::Update, 1, 11),
+            marked("watermark", &low, 12),
+            row("public.t", Op::Update, 2, 13),
+            marked("watermark", &high, 14),
+        ];
+        incremental.filter(events, &mut out, mark).await.unwrap();
+        let seen: Vec<(Op, i64, String)> = out
+            .iter()
+            .map(|e| {
+                let Some(Value::Int(id)) = e.key.as_ref().map(|k| k.values[0].clone()) else { panic!() };
+                (e.op, id, e.position.to_string())
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (Op::Update, 1, "pg:0/B:0".into()),
+                (Op::Update, 2, "pg:0/D:0".into()),
+                (Op::Read, 1, "pg:0/E:0".into()),
+            ]
+        );
+        assert!(out[2].tx_end);
+        // The second chunk is read; a replayed signal is not taken again.
+        assert_eq!(incremental.reader.marks.len(), 2);
+        incremental.filter(vec![signal], &mut out, mark).await.unwrap();
+        assert_eq!(incremental.reader.marks.len(), 2);
+        // A restart whose sinks hold nothing of the first chunk reads it again.
+        let fake = Fake { rows: 3, next: 0, marks: Vec::new() };
+        let mut again =
+            Incremental::open(fake, "src", path.clone(), Some(&Position::Postgres { commit_lsn: Lsn(13), seq: 0 }))
+                .unwrap();
+        again.filter(Vec::new(), &mut out, mark).await.unwrap();
+        assert_eq!(again.reader.next, 3, "read from row 1 again, two rows");
+        // One whose sinks hold it goes on after it.
+        let fake = Fake { rows: 3, next: 0, marks: Vec::new() };
+        let mut on =
+            Incremental::open(fake, "src", path, Some(&Position::Postgres { commit_lsn: Lsn(14), seq: 0 })).unwrap();
+        on.filter(Vec::new(), &mut out, mark).await.unwrap();
+        assert_eq!(on.reader.next, 4, "read on from row 3");
+    }
+}
