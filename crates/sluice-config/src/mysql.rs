@@ -63,6 +63,10 @@ pub struct MysqlConfig {
     pub connect_timeout_secs: u64,
     #[serde(default)]
     pub snapshot: crate::SnapshotConfig,
+    /// `database.table` Sluice writes incremental snapshot signals and
+    /// watermarks to (created if missing); without it, `sluice snapshot`
+    /// is refused for this source.
+    pub signal_table: Option<String>,
 }
 
 impl MysqlConfig {

@@ -257,6 +257,9 @@ fn a_mysql_snapshot_is_checked_like_postgres_and_excludes_a_start_position() {
     assert!(message.contains("config.start") && message.contains("snapshot.mode"), "{message}");
     let message = error_text(&with("snapshot: { chunk_size: 2000000 }"));
     assert!(message.contains("config.snapshot.chunk_size"), "{message}");
+    let message = error_text(&with("signal_table: \"shop.a;b\""));
+    assert!(message.contains("config.signal_table"), "{message}");
+    assert!(check(&with("signal_table: shop.sluice_signal")).is_ok());
 }
 
 #[test]

@@ -327,6 +327,17 @@ fn validate_mysql(at: &str, c: &MysqlConfig) -> Result<(), Invalid> {
     }
     check_seconds(at, "heartbeat_secs", c.heartbeat_secs, 3600)?;
     check_seconds(at, "connect_timeout_secs", c.connect_timeout_secs, 3600)?;
+    if let Some(table) = &c.signal_table {
+        let parts: Vec<&str> = table.split('.').collect();
+        let plain = |p: &str| !p.is_empty() && p.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '$');
+        if parts.len() != 2 || !parts.iter().all(|p| plain(p)) {
+            return Err(Invalid::new(
+                format!("{at}.signal_table"),
+                format!("{table:?} is not a database.table name"),
+                "name a table of letters, digits and '_', e.g. shop.sluice_signal",
+            ));
+        }
+    }
     if c.snapshot.mode == SnapshotMode::Initial && c.start != MysqlStart::Current {
         return Err(Invalid::new(
             format!("{at}.start"),

@@ -3,6 +3,7 @@
 
 mod errors;
 pub mod gtid;
+pub mod incremental;
 pub mod schema;
 pub mod snapshot;
 mod source;

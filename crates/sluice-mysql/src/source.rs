@@ -39,9 +39,11 @@ use tracing::{info, warn};
 
 pub use crate::errors::mysql_error;
 use crate::gtid::{MariaGtid, MariaState};
+use crate::incremental;
 use crate::schema::{SchemaHistory, TableSchema, read_schema};
 use crate::snapshot;
 use crate::values::convert;
+use sluice_core::snapshot::incremental::Incremental;
 
 const READY_LIMIT: usize = 1024;
 const CHUNK_QUEUE: usize = 8;
@@ -51,6 +53,8 @@ pub struct MysqlSource {
     state_dir: PathBuf,
     reader: Option<ReaderHandle>,
     snapshot: Option<PendingSnapshot>,
+    /// Set when the config has a `signal_table`.
+    incremental: Option<Incremental<incremental::Reader>>,
 }
 
 struct ReaderHandle {
@@ -72,7 +76,7 @@ enum Start {
 impl MysqlSource {
     /// `state_dir` keeps the schema history and the server identity.
     pub fn new(config: MysqlConfig, state_dir: PathBuf) -> Self {
-        Self { config, state_dir, reader: None, snapshot: None }
+        Self { config, state_dir, reader: None, snapshot: None, incremental: None }
     }
 
     /// Checks the server and decides where to start.
@@ -164,7 +168,8 @@ impl MysqlSource {
     async fn start_snapshot(&mut self, from: Option<Position>, resume: Option<SnapshotPos>) -> Result<(), SourceError> {
         let mut conn = connect(&self.config).await?;
         let (_, mariadb) = self.prepare(&mut conn, &from).await?;
-        let plans = snapshot::plan_tables(&mut conn, &self.config.tables).await?;
+        let mut plans = snapshot::plan_tables(&mut conn, &self.config.tables).await?;
+        plans.retain(|plan| self.config.signal_table.as_deref() != Some(&*plan.name));
         let readers = self.config.snapshot.max_parallel_tables.min(plans.len()).max(1);
         let (conns, point) = snapshot::open_readers(&self.config, readers, mariadb, resume.is_none()).await?;
         let stream_from = match (point, from) {
@@ -253,7 +258,9 @@ impl MysqlSource {
             schema_conn,
             history,
             source_id: self.config.id.as_str().into(),
-            patterns: self.config.tables.clone(),
+            // The signal table's rows carry incremental snapshot requests
+            // and watermarks; they are taken out before the sinks.
+            patterns: self.config.tables.iter().chain(&self.config.signal_table).cloned().collect(),
             events: tx,
             receive_timeout: Duration::from_secs(self.config.heartbeat_secs * 3 + 5),
             file: (!file.is_empty()).then(|| Arc::from(file.as_str())),
@@ -302,6 +309,14 @@ impl Source for MysqlSource {
         // confirmed, so there is nothing to acknowledge.
         self.reader = None;
         self.snapshot = None;
+        self.incremental = match &self.config.signal_table {
+            Some(table) => {
+                let reader = incremental::Reader::new(self.config.clone(), table.clone());
+                let path = self.state_dir.join("incremental_snapshot.json");
+                Some(Incremental::open(reader, &self.config.id, path, from.as_ref())?)
+            }
+            None => None,
+        };
         let wanted = self.config.snapshot.mode == SnapshotMode::Initial;
         let highest = acked.highest_at_start();
         let (from, resume) = match (from, &highest) {
@@ -360,7 +375,12 @@ impl Source for MysqlSource {
         let reader = self.reader.as_mut().ok_or_else(|| SourceError::transient("mysql source polled before start"))?;
         match reader.events.recv().await {
             Some(Ok(events)) => {
-                out.extend(events);
+                match (self.incremental.as_mut(), self.config.signal_table.as_deref()) {
+                    (Some(incremental), Some(table)) => {
+                        incremental.filter(events, out, |e| incremental::mark(table, e)).await?
+                    }
+                    _ => out.extend(events),
+                }
                 Ok(SourceStatus::Open)
             }
             Some(Err(err)) => {

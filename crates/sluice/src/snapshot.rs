@@ -32,18 +32,19 @@ pub fn snapshot(args: SnapshotArgs) -> Result<(), Failure> {
         .build()
         .map_err(|e| Failure::bad_input(anyhow!("cannot start the runtime: {e}")))?;
     for pipeline in reading {
-        let SourceConfig::Postgres(source) = &pipeline.source else {
-            return Err(Failure::bad_input(anyhow!(
-                "pipeline {:?}: incremental snapshots are built for postgres sources only so far; hint: for a mysql source, reset the checkpoints to take a new initial snapshot",
-                pipeline.name
-            )));
+        let (id, requested) = match &pipeline.source {
+            SourceConfig::Postgres(source) => {
+                (&source.id, runtime.block_on(sluice_postgres::incremental::request(source, &args.table)))
+            }
+            SourceConfig::Mysql(source) => {
+                (&source.id, runtime.block_on(sluice_mysql::incremental::request(source, &args.table)))
+            }
+            SourceConfig::Generator(_) => continue,
         };
-        let at = runtime
-            .block_on(sluice_postgres::incremental::request(source, &args.table))
-            .map_err(|e| Failure::bad_input(anyhow!("pipeline {:?}: {e}", pipeline.name)))?;
+        let at = requested.map_err(|e| Failure::bad_input(anyhow!("pipeline {:?}: {e}", pipeline.name)))?;
         println!(
             "pipeline {}: asked source {} to re-read {} (signal at {at}); `sluice run` logs \"incremental snapshot done\" when it is read",
-            pipeline.name, source.id, args.table
+            pipeline.name, id, args.table
         );
     }
     Ok(())

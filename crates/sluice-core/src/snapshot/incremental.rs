@@ -40,6 +40,8 @@ pub enum Mark {
     Signal(String),
     /// A watermark this module wrote: `RUN:CHUNK:low|high`.
     Watermark(String),
+    /// Something else of the source's own bookkeeping: never handed on.
+    Internal,
 }
 
 /// What a signal asks for.
@@ -199,6 +201,7 @@ impl<R: ChunkReader> Incremental<R> {
                     self.watermark(&event, &content, out).await?;
                     continue;
                 }
+                Some(Mark::Internal) => continue,
                 None => {}
             }
             if let Some(active) = self.active.as_mut().filter(|a| *a.table == *event.table)

@@ -46,7 +46,7 @@ use tracing::{info, warn};
 use crate::errors::mysql_error;
 use crate::source::connect;
 use crate::values::text_value;
-pub use plan::{TablePlan, plan_tables};
+pub use plan::{TablePlan, plan_table, plan_tables, quote_ident};
 
 pub struct Settings {
     pub source_id: Arc<str>,
@@ -266,12 +266,18 @@ impl TableReader for Reader {
     }
 }
 
-fn event(settings: &Settings, table: &TablePlan, key: Vec<u8>, row: &[mysql_async::Value]) -> Event {
+/// A row's values as the binlog shows them, and its primary key.
+pub fn row_values(table: &TablePlan, row: &[mysql_async::Value]) -> (Row, Option<Row>) {
     let values: Vec<Value> = row.iter().zip(&table.schema.columns).map(|(v, info)| text_value(v, info)).collect();
-    let key_row = (!table.identity.is_empty()).then(|| Row {
+    let key = (!table.identity.is_empty()).then(|| Row {
         columns: table.identity_columns.clone(),
         values: table.identity.iter().map(|i| values.get(*i).cloned().unwrap_or(Value::Null)).collect(),
     });
+    (Row { columns: table.columns.clone(), values }, key)
+}
+
+fn event(settings: &Settings, table: &TablePlan, key: Vec<u8>, row: &[mysql_async::Value]) -> Event {
+    let (after, key_row) = row_values(table, row);
     Event {
         op: Op::Read,
         source_id: settings.source_id.clone(),
@@ -279,7 +285,7 @@ fn event(settings: &Settings, table: &TablePlan, key: Vec<u8>, row: &[mysql_asyn
         table: table.name.clone(),
         key: key_row,
         before: None,
-        after: Some(Row { columns: table.columns.clone(), values }),
+        after: Some(after),
         schema_version: table.fingerprint,
         position: Position::Snapshot(SnapshotPos {
             table: table.name.clone(),

@@ -60,20 +60,30 @@ pub async fn plan_tables(conn: &mut Conn, patterns: &[String]) -> Result<Vec<Tab
         if !patterns.iter().any(|p| glob_match(p, &name)) {
             continue;
         }
-        let Some(schema) = read_schema(conn, &database, &table).await? else { continue };
-        let key: Vec<String> = conn
-            .exec(
-                "SELECT COLUMN_NAME FROM information_schema.STATISTICS \
-                 WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
-                (&database, &table),
-            )
-            .await
-            .map_err(query_error)?;
-        let order = key.iter().filter_map(|k| schema.columns.iter().position(|c| c.name == *k)).collect();
-        plans.push(TablePlan::new(database, table, schema, order, estimate.unwrap_or(0)));
+        plans.extend(plan_table(conn, &database, &table, estimate.unwrap_or(0)).await?);
     }
     plans.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(plans)
+}
+
+/// The plan for `database.table`; `None` when it does not exist.
+pub async fn plan_table(
+    conn: &mut Conn,
+    database: &str,
+    table: &str,
+    estimated_rows: u64,
+) -> Result<Option<TablePlan>, SourceError> {
+    let Some(schema) = read_schema(conn, database, table).await? else { return Ok(None) };
+    let key: Vec<String> = conn
+        .exec(
+            "SELECT COLUMN_NAME FROM information_schema.STATISTICS \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+            (database, table),
+        )
+        .await
+        .map_err(query_error)?;
+    let order = key.iter().filter_map(|k| schema.columns.iter().position(|c| c.name == *k)).collect();
+    Ok(Some(TablePlan::new(database.to_string(), table.to_string(), schema, order, estimated_rows)))
 }
 
 pub fn quote_ident(name: &str) -> String {

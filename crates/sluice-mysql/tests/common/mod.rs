@@ -46,6 +46,7 @@ pub fn config(database: &str) -> MysqlConfig {
         heartbeat_secs: 1,
         connect_timeout_secs: 10,
         snapshot: Default::default(),
+        signal_table: None,
     }
 }
 
