@@ -17,6 +17,20 @@ pub enum SnapshotMode {
     /// Stream only: changes from the slot's (or the configured) start.
     #[default]
     Never,
+    /// As `initial`, and on every start of `sluice run` with a checkpoint,
+    /// re-read every table with an incremental snapshot while streaming.
+    Always,
+    /// As `initial`, and when the log position of the checkpoints is gone
+    /// (slot dropped or invalidated, binlog purged), stream from now and
+    /// re-read every table with an incremental snapshot instead of stopping.
+    WhenNeeded,
+}
+
+impl SnapshotMode {
+    /// A pipeline without a checkpoint first reads the tables.
+    pub fn initial(self) -> bool {
+        self != SnapshotMode::Never
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -197,7 +197,7 @@ fn postgres_source_rules_name_the_field() {
         (POSTGRES.replace("user: sluice", "user: sluice, heartbeat_secs: 0"), "config.heartbeat_secs"),
         (POSTGRES.replace("host: 127.0.0.1", "host: \"\""), "config.host"),
         (POSTGRES.replace("user: sluice", "user: sluice, pasword: x"), "unknown field `pasword`"),
-        (POSTGRES.replace("user: sluice", "user: sluice, snapshot: { mode: always }"), "`initial`"),
+        (POSTGRES.replace("user: sluice", "user: sluice, snapshot: { mode: sometimes }"), "`when_needed`"),
         (POSTGRES.replace("user: sluice", "user: sluice, snapshot: { chunk_size: 0 }"), "config.snapshot.chunk_size"),
         (
             POSTGRES.replace("user: sluice", "user: sluice, snapshot: { max_parallel_tables: 0 }"),
@@ -260,6 +260,11 @@ fn a_mysql_snapshot_is_checked_like_postgres_and_excludes_a_start_position() {
     let message = error_text(&with("signal_table: \"shop.a;b\""));
     assert!(message.contains("config.signal_table"), "{message}");
     assert!(check(&with("signal_table: shop.sluice_signal")).is_ok());
+    let message = error_text(&with("snapshot: { mode: when_needed }"));
+    assert!(message.contains("config.signal_table"), "{message}");
+    let config = check(&with("snapshot: { mode: always }, signal_table: shop.s")).unwrap();
+    let SourceConfig::Mysql(my) = &config.pipelines[0].source else { panic!("mysql expected") };
+    assert!(my.snapshot.mode.initial());
 }
 
 #[test]

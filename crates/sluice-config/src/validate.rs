@@ -338,7 +338,14 @@ fn validate_mysql(at: &str, c: &MysqlConfig) -> Result<(), Invalid> {
             ));
         }
     }
-    if c.snapshot.mode == SnapshotMode::Initial && c.start != MysqlStart::Current {
+    if matches!(c.snapshot.mode, SnapshotMode::Always | SnapshotMode::WhenNeeded) && c.signal_table.is_none() {
+        return Err(Invalid::new(
+            format!("{at}.signal_table"),
+            "snapshot.mode always and when_needed re-read tables with incremental snapshots, which need a signal table",
+            "set signal_table: DATABASE.sluice_signal (Sluice creates it)",
+        ));
+    }
+    if c.snapshot.mode.initial() && c.start != MysqlStart::Current {
         return Err(Invalid::new(
             format!("{at}.start"),
             "a start position and snapshot.mode: initial both say where a new pipeline begins",

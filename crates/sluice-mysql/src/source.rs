@@ -55,6 +55,10 @@ pub struct MysqlSource {
     snapshot: Option<PendingSnapshot>,
     /// Set when the config has a `signal_table`.
     incremental: Option<Incremental<incremental::Reader>>,
+    /// `snapshot.mode: always` re-reads the tables once per process.
+    started_once: bool,
+    /// The tables are to be queued for re-reading when streaming starts.
+    reread: bool,
 }
 
 struct ReaderHandle {
@@ -76,11 +80,13 @@ enum Start {
 impl MysqlSource {
     /// `state_dir` keeps the schema history and the server identity.
     pub fn new(config: MysqlConfig, state_dir: PathBuf) -> Self {
-        Self { config, state_dir, reader: None, snapshot: None, incremental: None }
+        Self { config, state_dir, reader: None, snapshot: None, incremental: None, started_once: false, reread: false }
     }
 
     /// Checks the server and decides where to start.
-    async fn prepare(&self, conn: &mut Conn, from: &Option<Position>) -> Result<(Start, bool), SourceError> {
+    /// Also says whether the checkpoint's binlog was purged and streaming
+    /// starts from now instead (`snapshot.mode: when_needed`).
+    async fn prepare(&self, conn: &mut Conn, from: &Option<Position>) -> Result<(Start, bool, bool), SourceError> {
         let q = |e| mysql_error("server check", e);
         let row: Option<(String, String, String, u32, String)> = conn
             .query_first("SELECT @@log_bin, @@binlog_format, @@binlog_row_image, @@server_id, @@version")
@@ -125,10 +131,28 @@ impl MysqlSource {
                 "reset this source's checkpoints with `sluice checkpoints reset` and take a new snapshot; keep binlogs longer (binlog_expire_logs_seconds) so it does not happen again",
             )
         };
+        let current = async |conn: &mut Conn| -> Result<Start, SourceError> {
+            let status: Option<mysql_async::Row> = conn.query_first("SHOW MASTER STATUS").await.map_err(q)?;
+            let status = status.ok_or_else(|| {
+                SourceError::permanent("SHOW MASTER STATUS returned nothing", "enable log_bin on the server")
+            })?;
+            Ok(Start::File { file: status.get(0).unwrap_or_default(), offset: status.get(1).unwrap_or(4) })
+        };
+        let mut lost = false;
         let start = match from {
             Some(Position::Mysql(pos)) => match (&pos.gtid_before, self.config.gtid && mariadb) {
                 (Some(state), true) => Start::Gtid(state.to_string()),
-                _ if !logs.iter().any(|l| **l == *pos.file) => return Err(purged(&pos.file)),
+                _ if !logs.iter().any(|l| **l == *pos.file) => {
+                    if self.config.snapshot.mode != SnapshotMode::WhenNeeded {
+                        return Err(purged(&pos.file));
+                    }
+                    warn!(
+                        file = %pos.file,
+                        "the checkpoint's binlog file was purged; snapshot.mode when_needed: streaming from now and re-reading every table"
+                    );
+                    lost = true;
+                    current(conn).await?
+                }
                 _ => Start::File { file: pos.file.to_string(), offset: pos.offset },
             },
             Some(other) => {
@@ -138,15 +162,7 @@ impl MysqlSource {
                 ));
             }
             None => match &self.config.start {
-                MysqlStart::Current => {
-                    let status: Option<mysql_async::Row> = conn.query_first("SHOW MASTER STATUS").await.map_err(q)?;
-                    let status = status.ok_or_else(|| {
-                        SourceError::permanent("SHOW MASTER STATUS returned nothing", "enable log_bin on the server")
-                    })?;
-                    let file: String = status.get(0).unwrap_or_default();
-                    let offset: u64 = status.get(1).unwrap_or(4);
-                    Start::File { file, offset }
-                }
+                MysqlStart::Current => current(conn).await?,
                 MysqlStart::Position { file, offset } if logs.iter().any(|l| l == file) => {
                     Start::File { file: file.clone(), offset: *offset }
                 }
@@ -160,14 +176,19 @@ impl MysqlSource {
                 MysqlStart::Gtid(state) => Start::Gtid(state.clone()),
             },
         };
-        Ok((start, mariadb))
+        Ok((start, mariadb, lost))
     }
 
     /// Takes a new snapshot (`resume` is `None`) or goes on with one;
     /// `from` is then the stream position it was taken at.
     async fn start_snapshot(&mut self, from: Option<Position>, resume: Option<SnapshotPos>) -> Result<(), SourceError> {
         let mut conn = connect(&self.config).await?;
-        let (_, mariadb) = self.prepare(&mut conn, &from).await?;
+        let (_, mariadb, lost) = self.prepare(&mut conn, &from).await?;
+        if lost && resume.is_some() {
+            // The snapshot's point is purged, so it cannot stream from there;
+            // under when_needed the stream re-reads every table instead.
+            return self.stream(from).await;
+        }
         let mut plans = snapshot::plan_tables(&mut conn, &self.config.tables).await?;
         plans.retain(|plan| self.config.signal_table.as_deref() != Some(&*plan.name));
         let readers = self.config.snapshot.max_parallel_tables.min(plans.len()).max(1);
@@ -212,7 +233,19 @@ impl MysqlSource {
     /// Streams the binlog from `from` (or the configured start).
     async fn stream(&mut self, from: Option<Position>) -> Result<(), SourceError> {
         let mut conn = connect(&self.config).await?;
-        let (start, mariadb) = self.prepare(&mut conn, &from).await?;
+        let (start, mariadb, lost) = self.prepare(&mut conn, &from).await?;
+        if lost || std::mem::take(&mut self.reread) {
+            let incremental = self.incremental.as_mut().ok_or_else(|| {
+                SourceError::permanent(
+                    "snapshot.mode always and when_needed re-read tables with incremental snapshots",
+                    "set signal_table in the source config",
+                )
+            })?;
+            let mut tables = snapshot::table_names(&mut conn, &self.config.tables).await?;
+            tables.retain(|t| self.config.signal_table.as_ref() != Some(t));
+            info!(tables = tables.len(), mode = ?self.config.snapshot.mode, "every table queued for an incremental snapshot");
+            incremental.enqueue(tables)?;
+        }
         let q = |e| mysql_error("binlog request", e);
         let mut maria_state = MariaState::default();
         let checksum: Option<String> = conn.query_first("SELECT @@binlog_checksum").await.map_err(q)?;
@@ -317,7 +350,12 @@ impl Source for MysqlSource {
             }
             None => None,
         };
-        let wanted = self.config.snapshot.mode == SnapshotMode::Initial;
+        let wanted = self.config.snapshot.mode.initial();
+        if self.config.snapshot.mode == SnapshotMode::Always && from.is_some() && !self.started_once {
+            // Queued once streaming starts, after any initial snapshot left to read.
+            self.reread = true;
+        }
+        self.started_once = true;
         let highest = acked.highest_at_start();
         let (from, resume) = match (from, &highest) {
             (Some(Position::Snapshot(pos)), _) => {
@@ -371,6 +409,9 @@ impl Source for MysqlSource {
                     self.stream(Some(done.stream_from)).await?;
                 }
             }
+        }
+        if let Some(incremental) = self.incremental.as_mut() {
+            incremental.go_on().await?;
         }
         let reader = self.reader.as_mut().ok_or_else(|| SourceError::transient("mysql source polled before start"))?;
         match reader.events.recv().await {

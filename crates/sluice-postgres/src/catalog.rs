@@ -148,6 +148,20 @@ pub async fn ensure_publication(
 /// What the server knows of the slot.
 pub struct SlotState {
     pub exists: bool,
+    /// Invalidated: the server removed WAL the slot still needed.
+    pub lost: bool,
+}
+
+impl SlotState {
+    /// The error for a lost slot, where nothing may stream from it.
+    pub fn lost_error(name: &str) -> SourceError {
+        SourceError::permanent(
+            format!(
+                "replication slot {name:?} was invalidated: the server removed WAL it still needed, so changes were lost"
+            ),
+            "drop the slot, reset this pipeline's checkpoints with `sluice checkpoints reset`, and take a new snapshot; or set snapshot.mode: when_needed to re-read the tables and go on",
+        )
+    }
 }
 
 pub async fn slot_state(conn: &mut Connection, name: &str, database: &str) -> Result<SlotState, SourceError> {
@@ -159,7 +173,7 @@ pub async fn slot_state(conn: &mut Connection, name: &str, database: &str) -> Re
         .await
         .map_err(query_error)?;
     if rows.rows.is_empty() {
-        return Ok(SlotState { exists: false });
+        return Ok(SlotState { exists: false, lost: false });
     }
     let plugin = rows.first("plugin").unwrap_or_default();
     let slot_database = rows.first("database").unwrap_or_default();
@@ -171,15 +185,7 @@ pub async fn slot_state(conn: &mut Connection, name: &str, database: &str) -> Re
             "give this source its own slot name with `slot:`",
         ));
     }
-    if rows.first("wal_status") == Some("lost") {
-        return Err(SourceError::permanent(
-            format!(
-                "replication slot {name:?} was invalidated: the server removed WAL it still needed, so changes were lost"
-            ),
-            "drop the slot, reset this pipeline's checkpoints with `sluice checkpoints reset`, and take a new snapshot",
-        ));
-    }
-    Ok(SlotState { exists: true })
+    Ok(SlotState { exists: true, lost: rows.first("wal_status") == Some("lost") })
 }
 
 /// Resolves non-builtin type OIDs: domains to their base type, arrays to

@@ -94,6 +94,8 @@ pub struct PostgresSource {
     /// Where incremental snapshot state is kept; without it signals are refused.
     state_dir: Option<PathBuf>,
     incremental: Option<Incremental<incremental::Reader>>,
+    /// `snapshot.mode: always` re-reads the tables once per process.
+    started_once: bool,
 }
 
 struct ReaderHandle {
@@ -110,7 +112,16 @@ impl Drop for ReaderHandle {
 impl PostgresSource {
     pub fn new(config: PostgresConfig) -> Self {
         let params = connect_params(&config);
-        Self { config, params, stats: Arc::default(), reader: None, snapshot: None, state_dir: None, incremental: None }
+        Self {
+            config,
+            params,
+            stats: Arc::default(),
+            reader: None,
+            snapshot: None,
+            state_dir: None,
+            incremental: None,
+            started_once: false,
+        }
     }
 
     /// Keeps incremental snapshot state in `dir`, which turns on
@@ -154,7 +165,7 @@ impl Source for PostgresSource {
             }
             None => None,
         };
-        let start_lsn = match &from {
+        let mut start_lsn = match &from {
             None | Some(Position::Snapshot(_)) => Lsn(0),
             Some(Position::Postgres { commit_lsn, .. }) => *commit_lsn,
             Some(other) => {
@@ -164,7 +175,8 @@ impl Source for PostgresSource {
                 ));
             }
         };
-        let mut snapshot = self.config.snapshot.mode == SnapshotMode::Initial;
+        let mode = self.config.snapshot.mode;
+        let mut snapshot = mode.initial();
         let highest = acked.highest_at_start();
         let resume = match (&from, &highest) {
             (Some(Position::Snapshot(pos)), _) if snapshot => Some(pos.clone()),
@@ -200,6 +212,46 @@ impl Source for PostgresSource {
         let mut replication = self.connect(true).await?;
         let mut exported = None;
         let mut exists = state.exists;
+        let mut reread = mode == SnapshotMode::Always && from.is_some() && !self.started_once;
+        let gone = state.lost || (!state.exists && (from.is_some() || highest.is_some()));
+        let recreate = gone && mode == SnapshotMode::WhenNeeded && from.is_some();
+        let mut resume = resume;
+        if recreate {
+            // An unfinished initial snapshot cannot stream from its point
+            // either: the re-read covers its tables.
+            resume = None;
+            warn!(
+                slot,
+                "the slot no longer holds the changes since the checkpoints (dropped or invalidated); snapshot.mode when_needed: streaming from a new slot and re-reading every table"
+            );
+            if state.exists {
+                replication
+                    .simple_query(&format!("DROP_REPLICATION_SLOT {} WAIT", quote_ident(&slot)))
+                    .await
+                    .map_err(|e| source_error(&format!("cannot drop replication slot {slot:?}"), e))?;
+            }
+            exists = false;
+            reread = true;
+            start_lsn = Lsn(0);
+        } else if state.lost {
+            return Err(catalog::SlotState::lost_error(&slot));
+        }
+        if reread {
+            if version < 140_000 {
+                return Err(SourceError::permanent(
+                    format!(
+                        "snapshot.mode {mode:?} re-reads tables with incremental snapshots, which need PostgreSQL 14 or later"
+                    ),
+                    "set snapshot.mode: initial, or upgrade the server",
+                ));
+            }
+            let incremental = self.incremental.as_mut().ok_or_else(|| {
+                SourceError::permanent("incremental snapshots need a data dir for their state", "run with --data-dir")
+            })?;
+            incremental.enqueue(tables.iter().map(|(schema, table)| format!("{schema}.{table}")))?;
+            info!(tables = tables.len(), mode = ?mode, "every table queued for an incremental snapshot");
+        }
+        self.started_once = true;
         let fresh = snapshot && from.is_none() && highest.is_none();
         if exists && fresh {
             // No sink holds anything, so nothing read from this slot was
@@ -224,7 +276,7 @@ impl Source for PostgresSource {
             exists = false;
         }
         if !exists {
-            if from.is_some() || highest.is_some() {
+            if (from.is_some() || highest.is_some()) && !recreate {
                 return Err(SourceError::permanent(
                     format!(
                         "replication slot {slot:?} does not exist, but this source has checkpoints: the slot was dropped, and changes made since are gone"
@@ -327,6 +379,9 @@ impl Source for PostgresSource {
                     .await?;
                 }
             }
+        }
+        if let Some(incremental) = self.incremental.as_mut() {
+            incremental.go_on().await?;
         }
         let reader =
             self.reader.as_mut().ok_or_else(|| SourceError::transient("postgres source polled before start"))?;

@@ -154,3 +154,51 @@ fn the_command_refuses_tables_it_cannot_read_by_key_and_names_the_problem() {
         assert!(stderr(&output).contains(problem), "{table}: {}", stderr(&output));
     }
 }
+
+/// Streams `items` with `mode`; stops; `between` runs while Sluice is
+/// down; starts again and waits for the re-read. Returns the run folder.
+fn restart_with_mode(db: &str, mode: &str, between: impl FnOnce()) -> tempfile::TempDir {
+    let (dir, _) = setup(db, 5_000, 700);
+    let text = streaming_pipeline(db, 700)
+        .replace("snapshot: { chunk_size: 700 }", &format!("snapshot: {{ mode: {mode}, chunk_size: 700 }}"));
+    let config = write_config(dir.path(), &text);
+    let out = dir.path().join("out.jsonl");
+    let args = ["run", "-c", config.to_str().unwrap()];
+    let child = spawn(&args, dir.path());
+    wait_until(Duration::from_secs(120), "the initial snapshot", || log_has(dir.path(), "snapshot done"));
+    sql(db, "INSERT INTO items VALUES (-2, 0, 'first')");
+    wait_until(Duration::from_secs(120), "the first run", || {
+        std::fs::read_to_string(&out).unwrap_or_default().contains("\"note\":\"first\"")
+    });
+    stop(child, dir.path());
+    between();
+    let child = spawn(&args, dir.path());
+    wait_until(Duration::from_secs(300), "the re-read", || log_has(dir.path(), "incremental snapshot done"));
+    sql(db, "INSERT INTO items VALUES (-1, 0, 'marker')");
+    wait_until(Duration::from_secs(120), "the marker row", || has_marker(&out));
+    stop(child, dir.path());
+    assert_eq!(replayed(&out, "public.items", "id", &["v", "note"]), items_state(db), "replayed rows differ");
+    dir
+}
+
+#[test]
+fn when_needed_streams_on_from_a_new_slot_and_re_reads_the_tables_after_the_slot_is_dropped() {
+    let db = "e2e_inc_needed";
+    let dir = restart_with_mode(db, "when_needed", || {
+        sql(db, &format!("SELECT pg_drop_replication_slot('sluice_{db}')"));
+        // Changes the dropped slot would have carried: only the re-read has them.
+        sql(db, "UPDATE items SET v = 7 WHERE id % 10 = 0; INSERT INTO items VALUES (90000, 3, 'gap')");
+    });
+    assert!(log_has(dir.path(), "when_needed"), "the restart did not say why it re-read");
+}
+
+#[test]
+fn always_re_reads_the_tables_on_every_start() {
+    let db = "e2e_inc_always";
+    let dir = restart_with_mode(db, "always", || {});
+    let text = std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap();
+    // The first run read the tables (initial), the second re-read them.
+    let reads = text.lines().filter(|l| l.contains("\"op\":\"r\"") && l.contains("\"table\":\"public.items\"")).count();
+    // The second read includes the row streamed in between.
+    assert_eq!(reads, 5_000 + 5_001, "each row read once per start");
+}

@@ -273,3 +273,40 @@ fn an_incremental_snapshot_under_writes_never_emits_a_row_older_than_a_change_be
     assert!(all.iter().filter(|e| e["op"] == "r").count() > 8_000);
     assert!(all.iter().all(|e| e["table"] != format!("{db}.sluice_signal")), "signal rows reached the sink");
 }
+
+#[test]
+fn when_needed_streams_on_from_now_and_re_reads_the_tables_after_the_binlog_is_purged() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let db = "e2e_myneeded";
+    fresh_database(
+        db,
+        "CREATE TABLE items (id bigint PRIMARY KEY, v int NOT NULL, note varchar(20)); \
+         INSERT INTO items SELECT seq, 0, concat('n', seq) FROM seq_1_to_3000",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let text = pipeline(db, 500, 1)
+        .replace("mode: initial", "mode: when_needed")
+        .replace("heartbeat_secs: 1,", &format!("heartbeat_secs: 1, signal_table: {db}.sluice_signal,"));
+    let config = write_config(dir.path(), &text);
+    let args = ["run", "-c", config.to_str().unwrap()];
+    let child = spawn(&args, dir.path());
+    marker_after_snapshot(dir.path(), || my_exec(&format!("INSERT INTO {db}.items VALUES (-2, 0, 'marker')")));
+    stop(child, dir.path());
+    // Changes the purged binlog held: only the re-read has them.
+    my_exec(&format!("UPDATE {db}.items SET v = 7 WHERE id % 10 = 0; INSERT INTO {db}.items VALUES (90000, 3, 'gap')"));
+    purge_all_but_the_current_binlog();
+    let child = spawn(&args, dir.path());
+    wait_until(Duration::from_secs(300), "the re-read", || {
+        std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default().contains("incremental snapshot done")
+    });
+    my_exec(&format!("INSERT INTO {db}.items VALUES (-1, 0, 'end')"));
+    wait_until(Duration::from_secs(120), "the last row", || {
+        std::fs::read_to_string(&out).unwrap_or_default().contains("\"note\":\"end\"")
+    });
+    stop(child, dir.path());
+    let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+    assert!(log.contains("when_needed"), "{log}");
+    let table = format!("{db}.items");
+    assert_eq!(replayed(&out, &table, "id", &["v", "note"]), table_state(&table, "id", &["v", "note"]));
+}

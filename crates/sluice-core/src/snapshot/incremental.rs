@@ -180,6 +180,28 @@ impl<R: ChunkReader> Incremental<R> {
         write().map_err(|e| state_error(&self.path, e))
     }
 
+    /// Queues `tables` for re-reading, as a signal would (the source asks
+    /// for itself: `snapshot.mode` always or when_needed). Reading starts
+    /// with the next events.
+    pub fn enqueue(&mut self, tables: impl IntoIterator<Item = String>) -> Result<(), SourceError> {
+        for name in tables {
+            if !self.state.queue.iter().any(|t| t.name == name) {
+                self.state.queue.push_back(Table { name, chunks: Vec::new() });
+            }
+        }
+        self.save()
+    }
+
+    /// Starts reading the first queued table if none is being read. A
+    /// source calls it before it waits for the stream: the first chunk's
+    /// watermarks are what wake an idle stream.
+    pub async fn go_on(&mut self) -> Result<(), SourceError> {
+        if self.active.is_none() && !self.state.queue.is_empty() {
+            self.activate().await?;
+        }
+        Ok(())
+    }
+
     /// Passes `events` on to `out`, taking out the ones `mark` recognises
     /// and putting each chunk's rows in at its high watermark.
     pub async fn filter(
@@ -188,9 +210,7 @@ impl<R: ChunkReader> Incremental<R> {
         out: &mut Vec<Event>,
         mark: impl Fn(&Event) -> Option<Mark>,
     ) -> Result<(), SourceError> {
-        if self.active.is_none() && !self.state.queue.is_empty() {
-            self.activate().await?;
-        }
+        self.go_on().await?;
         for event in events {
             match mark(&event) {
                 Some(Mark::Signal(content)) => {

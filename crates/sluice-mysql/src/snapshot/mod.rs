@@ -46,7 +46,7 @@ use tracing::{info, warn};
 use crate::errors::mysql_error;
 use crate::source::connect;
 use crate::values::text_value;
-pub use plan::{TablePlan, plan_table, plan_tables, quote_ident};
+pub use plan::{TablePlan, plan_table, plan_tables, quote_ident, table_names};
 
 pub struct Settings {
     pub source_id: Arc<str>,

@@ -44,8 +44,8 @@ fn query_error(e: mysql_async::Error) -> SourceError {
     mysql_error("snapshot catalog query", e)
 }
 
-/// Plans for the base tables the patterns match, in name order.
-pub async fn plan_tables(conn: &mut Conn, patterns: &[String]) -> Result<Vec<TablePlan>, SourceError> {
+/// The base tables the patterns match, with the server's row estimates.
+async fn matching(conn: &mut Conn, patterns: &[String]) -> Result<Vec<(String, String, u64)>, SourceError> {
     let tables: Vec<(String, String, Option<u64>)> = conn
         .query(
             "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_ROWS FROM information_schema.TABLES \
@@ -54,13 +54,25 @@ pub async fn plan_tables(conn: &mut Conn, patterns: &[String]) -> Result<Vec<Tab
         )
         .await
         .map_err(query_error)?;
+    let mut matched: Vec<(String, String, u64)> = tables
+        .into_iter()
+        .filter(|(database, table, _)| patterns.iter().any(|p| glob_match(p, &format!("{database}.{table}"))))
+        .map(|(database, table, estimate)| (database, table, estimate.unwrap_or(0)))
+        .collect();
+    matched.sort();
+    Ok(matched)
+}
+
+/// `database.table` of each base table the patterns match, in name order.
+pub async fn table_names(conn: &mut Conn, patterns: &[String]) -> Result<Vec<String>, SourceError> {
+    Ok(matching(conn, patterns).await?.into_iter().map(|(database, table, _)| format!("{database}.{table}")).collect())
+}
+
+/// Plans for the base tables the patterns match, in name order.
+pub async fn plan_tables(conn: &mut Conn, patterns: &[String]) -> Result<Vec<TablePlan>, SourceError> {
     let mut plans = Vec::new();
-    for (database, table, estimate) in tables {
-        let name = format!("{database}.{table}");
-        if !patterns.iter().any(|p| glob_match(p, &name)) {
-            continue;
-        }
-        plans.extend(plan_table(conn, &database, &table, estimate.unwrap_or(0)).await?);
+    for (database, table, estimate) in matching(conn, patterns).await? {
+        plans.extend(plan_table(conn, &database, &table, estimate).await?);
     }
     plans.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(plans)

@@ -102,7 +102,11 @@ async fn check_slot(settings: &Settings) -> Result<(), SourceError> {
         Connection::connect(&settings.params, false).await.map_err(|e| source_error("snapshot slot check", e))?;
     let state = slot_state(&mut conn, &settings.slot, &settings.params.database).await;
     conn.close().await;
-    if !state?.exists {
+    let state = state?;
+    if state.lost {
+        return Err(crate::catalog::SlotState::lost_error(&settings.slot));
+    }
+    if !state.exists {
         return Err(SourceError::permanent(
             format!(
                 "replication slot {:?} disappeared during the snapshot: the changes after the snapshot point are gone",
