@@ -223,6 +223,7 @@ impl MysqlSource {
             chunk_size: self.config.snapshot.chunk_size,
             stream_from: Arc::from(stream_from.to_string()),
             stream_file: pos.file.to_string(),
+            repair: self.config.snapshot.mode == SnapshotMode::WhenNeeded,
             started_us: sluice_core::time::now_us(),
         };
         let run = snapshot::spawn(settings, self.config.clone(), conns, plans, resume);

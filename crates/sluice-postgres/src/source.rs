@@ -331,6 +331,7 @@ impl Source for PostgresSource {
                 chunk_size: config.snapshot.chunk_size,
                 stream_from: Arc::from(stream_from.as_str()),
                 slot: slot.clone(),
+                repair: mode == SnapshotMode::WhenNeeded,
                 import,
                 started_us: sluice_core::time::now_us(),
             };

@@ -261,3 +261,29 @@ fn a_partitioned_table_is_read_once_through_its_partitions() {
     let ids: HashSet<i64> = reads.iter().map(|(_, id)| *id).collect();
     assert_eq!(ids.len(), 4000);
 }
+
+#[test]
+fn under_when_needed_a_slot_dropped_mid_snapshot_is_replaced_and_the_tables_re_read() {
+    let db = "e2e_snap_needed";
+    let (dir, out, _) = big_table_pipeline(db, 100_000, 500);
+    let text = snapshot_pipeline(db, 500).replace("mode: initial", "mode: when_needed");
+    let config = write_config(dir.path(), &text);
+    let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    wait_until(Duration::from_secs(120), "part of the snapshot", || line_count(&out) >= 5_000);
+    sql(
+        "postgres",
+        &format!(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'sluice_{db}' AND active_pid IS NOT NULL"
+        ),
+    );
+    sql("postgres", &format!("SELECT pg_drop_replication_slot('sluice_{db}')"));
+    sql(db, "UPDATE big SET note = 'after' WHERE id % 100 = 0");
+    wait_until(Duration::from_secs(300), "the re-read", || {
+        std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default().contains("incremental snapshot done")
+    });
+    marker_after(dir.path(), db, "INSERT INTO big VALUES (-1, 'marker')");
+    stop(child, dir.path());
+    let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+    assert!(log.contains("when_needed: restarting the source"), "{log}");
+    assert_eq!(replayed(&out, "public.big", "id", &["note"]), table_state(db, "big", "id", &["note"]));
+}

@@ -55,6 +55,9 @@ pub struct Settings {
     pub stream_from: Arc<str>,
     /// The binlog file of `stream_from`, which must outlive the snapshot.
     pub stream_file: String,
+    /// `snapshot.mode: when_needed`: a purged file restarts the source,
+    /// which then streams from now and re-reads the tables.
+    pub repair: bool,
     /// Stamped on every row as its commit time: when the snapshot began.
     pub started_us: i64,
 }
@@ -316,6 +319,11 @@ impl LogGuard for BinlogGuard {
             .await
             .map_err(q)?;
         let file = &self.settings.stream_file;
+        if !logs.iter().any(|l| l == file) && self.settings.repair {
+            return Err(SourceError::transient(format!(
+                "binlog file {file}, where streaming must start after the snapshot, was purged during the snapshot; snapshot.mode when_needed: restarting the source to stream from now and re-read the tables"
+            )));
+        }
         if !logs.iter().any(|l| l == file) {
             return Err(SourceError::permanent(
                 format!(

@@ -42,6 +42,9 @@ pub struct Settings {
     /// Where the stream after the snapshot starts (the slot's consistent point).
     pub stream_from: Arc<str>,
     pub slot: String,
+    /// `snapshot.mode: when_needed`: a lost slot restarts the source, which
+    /// then streams from a new slot and re-reads the tables.
+    pub repair: bool,
     /// The exported snapshot to read in; `None` when resuming.
     pub import: Option<String>,
     /// Stamped on every row as its commit time: when the snapshot began.
@@ -103,19 +106,25 @@ async fn check_slot(settings: &Settings) -> Result<(), SourceError> {
     let state = slot_state(&mut conn, &settings.slot, &settings.params.database).await;
     conn.close().await;
     let state = state?;
-    if state.lost {
-        return Err(crate::catalog::SlotState::lost_error(&settings.slot));
-    }
-    if !state.exists {
-        return Err(SourceError::permanent(
+    let error = if state.lost {
+        crate::catalog::SlotState::lost_error(&settings.slot)
+    } else if !state.exists {
+        SourceError::permanent(
             format!(
                 "replication slot {:?} disappeared during the snapshot: the changes after the snapshot point are gone",
                 settings.slot
             ),
             "reset this pipeline's checkpoints with `sluice checkpoints reset` and start again; a new snapshot is taken",
-        ));
+        )
+    } else {
+        return Ok(());
+    };
+    if settings.repair {
+        return Err(SourceError::transient(format!(
+            "{error}; snapshot.mode when_needed: restarting the source to stream from a new slot and re-read the tables"
+        )));
     }
-    Ok(())
+    Err(error)
 }
 
 fn snapshot_error(table: &TablePlan, e: crate::wire::PgError) -> SourceError {
