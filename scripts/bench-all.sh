@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every benchmark in one run, and one table: scenario, Sluice events/s, the
 # ceiling measured in this same run (generator alone, pg_recvlogical,
-# mariadb-binlog, COPY for the snapshot), their ratio, Sluice's peak RSS, and for the PostgreSQL
+# mariadb-binlog, COPY and mariadb --quick for the snapshots), their ratio, Sluice's peak RSS, and for the PostgreSQL
 # source the end-to-end latency at a steady 10k events/s (p50 / p99,
 # bench-latency.sh); then that latency for every sink. Prints Markdown;
 # docs/benchmarks.md holds the latest output.
@@ -20,7 +20,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for bench in bench bench-postgres bench-mysql bench-kafka bench-s3 bench-latency bench-snapshot; do
+for bench in bench bench-postgres bench-mysql bench-kafka bench-s3 bench-latency bench-snapshot bench-snapshot-mysql; do
   echo "running scripts/$bench.sh" >&2
   "scripts/$bench.sh" > "$out/$bench.txt" 2> "$out/$bench.err" || { cat "$out/$bench.err" >&2; exit 1; }
 done
@@ -51,6 +51,8 @@ row "PostgreSQL → file sink" "$(field bench-postgres "sluice postgres" 1)" "pg
 row "MariaDB → file sink" "$(field bench-mysql "sluice mysql" 1)" "mariadb-binlog" "$my" "$my_rss"
 row "PostgreSQL snapshot → file sink" "$(field bench-snapshot "sluice snapshot" 1)" "COPY to /dev/null" \
   "$(best bench-snapshot "COPY -> /dev/null" 1)" "$(awk '/sluice peak RSS/ { print $4 }' "$out/bench-snapshot.txt")"
+row "MariaDB snapshot → file sink" "$(field bench-snapshot-mysql "sluice snapshot" 1)" "mariadb --quick to /dev/null" \
+  "$(best bench-snapshot-mysql "mariadb --quick -> /dev/null" 1)" "$(awk '/sluice peak RSS/ { print $4 }' "$out/bench-snapshot-mysql.txt")"
 for mode in at-least-once exactly-once; do
   row "generator → Kafka, $mode" "$(field bench-kafka "generator -> kafka, $mode" 2)" "generator alone" "$generator" "$(field bench-kafka "generator -> kafka, $mode" 0)"
   sink=kafka_alo; [ "$mode" = exactly-once ] && sink=kafka_eos

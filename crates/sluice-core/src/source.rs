@@ -80,3 +80,34 @@ impl AckWatermark {
         self.highest_at_start.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }
+
+/// A source's reader task and the channel it sends its events on. The
+/// task is stopped when the handle is dropped (a restart or shutdown).
+pub struct ReaderHandle {
+    events: tokio::sync::mpsc::Receiver<Result<Vec<Event>, SourceError>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ReaderHandle {
+    pub fn new(
+        events: tokio::sync::mpsc::Receiver<Result<Vec<Event>, SourceError>>,
+        task: tokio::task::JoinHandle<()>,
+    ) -> Self {
+        Self { events, task }
+    }
+
+    /// The next events, or the reader's error; a reader that ended
+    /// without one (it panicked) is `what` stopping, which is retried.
+    pub async fn next(&mut self, what: &str) -> Result<Vec<Event>, SourceError> {
+        match self.events.recv().await {
+            Some(result) => result,
+            None => Err(SourceError::transient(format!("the {what} stopped"))),
+        }
+    }
+}
+
+impl Drop for ReaderHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

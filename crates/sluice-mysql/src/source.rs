@@ -30,11 +30,11 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, OptsBuilder, SslOpts};
 use sluice_config::{MysqlConfig, MysqlSslMode, MysqlStart, SnapshotMode, glob_match};
 use sluice_core::snapshot::Run;
+use sluice_core::source::ReaderHandle;
 use sluice_core::{
     AckWatermark, BinlogPos, Columns, Event, Op, Position, Row, SnapshotPos, Source, SourceError, SourceStatus, Value,
 };
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 pub use crate::errors::mysql_error;
@@ -59,17 +59,6 @@ pub struct MysqlSource {
     started_once: bool,
     /// The tables are to be queued for re-reading when streaming starts.
     reread: bool,
-}
-
-struct ReaderHandle {
-    events: mpsc::Receiver<Result<Vec<Event>, SourceError>>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for ReaderHandle {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 enum Start {
@@ -305,7 +294,7 @@ impl MysqlSource {
             format_seen: false,
         };
         let task = tokio::spawn(reader.run());
-        self.reader = Some(ReaderHandle { events: rx, task });
+        self.reader = Some(ReaderHandle::new(rx, task));
         Ok(())
     }
 
@@ -415,8 +404,8 @@ impl Source for MysqlSource {
             incremental.go_on().await?;
         }
         let reader = self.reader.as_mut().ok_or_else(|| SourceError::transient("mysql source polled before start"))?;
-        match reader.events.recv().await {
-            Some(Ok(events)) => {
+        match reader.next("binlog reader").await {
+            Ok(events) => {
                 match (self.incremental.as_mut(), self.config.signal_table.as_deref()) {
                     (Some(incremental), Some(table)) => {
                         incremental.filter(events, out, |e| incremental::mark(table, e)).await?
@@ -425,13 +414,9 @@ impl Source for MysqlSource {
                 }
                 Ok(SourceStatus::Open)
             }
-            Some(Err(err)) => {
+            Err(err) => {
                 self.reader = None;
                 Err(err)
-            }
-            None => {
-                self.reader = None;
-                Err(SourceError::transient("the binlog reader stopped"))
             }
         }
     }

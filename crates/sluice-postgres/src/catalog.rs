@@ -150,6 +150,9 @@ pub struct SlotState {
     pub exists: bool,
     /// Invalidated: the server removed WAL the slot still needed.
     pub lost: bool,
+    /// WAL the server may still write before it invalidates the slot;
+    /// `None` when `max_slot_wal_keep_size` does not limit it.
+    pub safe_wal_bytes: Option<i64>,
 }
 
 impl SlotState {
@@ -167,13 +170,13 @@ impl SlotState {
 pub async fn slot_state(conn: &mut Connection, name: &str, database: &str) -> Result<SlotState, SourceError> {
     let rows = conn
         .simple_query(&format!(
-            "SELECT plugin, slot_type, database, confirmed_flush_lsn, wal_status FROM pg_replication_slots WHERE slot_name = {}",
+            "SELECT plugin, slot_type, database, confirmed_flush_lsn, wal_status, safe_wal_size FROM pg_replication_slots WHERE slot_name = {}",
             quote_literal(name)
         ))
         .await
         .map_err(query_error)?;
     if rows.rows.is_empty() {
-        return Ok(SlotState { exists: false, lost: false });
+        return Ok(SlotState { exists: false, lost: false, safe_wal_bytes: None });
     }
     let plugin = rows.first("plugin").unwrap_or_default();
     let slot_database = rows.first("database").unwrap_or_default();
@@ -185,7 +188,11 @@ pub async fn slot_state(conn: &mut Connection, name: &str, database: &str) -> Re
             "give this source its own slot name with `slot:`",
         ));
     }
-    Ok(SlotState { exists: true, lost: rows.first("wal_status") == Some("lost") })
+    Ok(SlotState {
+        exists: true,
+        lost: rows.first("wal_status") == Some("lost"),
+        safe_wal_bytes: rows.first("safe_wal_size").and_then(|v| v.parse().ok()),
+    })
 }
 
 /// Resolves non-builtin type OIDs: domains to their base type, arrays to

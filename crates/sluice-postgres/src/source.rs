@@ -32,9 +32,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sluice_config::{PostgresConfig, SnapshotMode};
+use sluice_core::source::ReaderHandle;
 use sluice_core::{AckWatermark, Event, Lsn, Position, SnapshotPos, Source, SourceError, SourceStatus};
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, info, warn};
 
@@ -96,17 +96,6 @@ pub struct PostgresSource {
     incremental: Option<Incremental<incremental::Reader>>,
     /// `snapshot.mode: always` re-reads the tables once per process.
     started_once: bool,
-}
-
-struct ReaderHandle {
-    events: mpsc::Receiver<Result<Vec<Event>, SourceError>>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for ReaderHandle {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 impl PostgresSource {
@@ -386,21 +375,17 @@ impl Source for PostgresSource {
         }
         let reader =
             self.reader.as_mut().ok_or_else(|| SourceError::transient("postgres source polled before start"))?;
-        match reader.events.recv().await {
-            Some(Ok(events)) => {
+        match reader.next("replication reader").await {
+            Ok(events) => {
                 match self.incremental.as_mut() {
                     Some(incremental) => incremental.filter(events, out, incremental::mark).await?,
                     None => out.extend(events),
                 }
                 Ok(SourceStatus::Open)
             }
-            Some(Err(err)) => {
+            Err(err) => {
                 self.reader = None;
                 Err(err)
-            }
-            None => {
-                self.reader = None;
-                Err(SourceError::transient("the replication reader stopped"))
             }
         }
     }
@@ -480,7 +465,7 @@ impl PostgresSource {
             last_received: Instant::now(),
         };
         let task = tokio::spawn(reader.run());
-        self.reader = Some(ReaderHandle { events: rx, task });
+        self.reader = Some(ReaderHandle::new(rx, task));
         Ok(())
     }
 }

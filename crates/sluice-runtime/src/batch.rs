@@ -20,6 +20,19 @@ use tokio::time::{Duration, Instant};
 use crate::latency::Latency;
 use crate::spill::{SPILL_CHUNK_EVENTS, SpillError, SpillFile, SpillReader, SpillWriter};
 
+/// Events of one transaction share their commit time: one run each.
+/// Snapshot reads carry the snapshot's start, not a commit: left out.
+fn commit_runs(events: &[Event]) -> Vec<(i64, u64)> {
+    let mut runs: Vec<(i64, u64)> = Vec::new();
+    for event in events.iter().filter(|e| e.op != Op::Read) {
+        match runs.last_mut() {
+            Some((at, count)) if *at == event.commit_time_us => *count += 1,
+            _ => runs.push((event.commit_time_us, 1)),
+        }
+    }
+    runs
+}
+
 /// Contiguous events in source order, shared by every sink writer.
 #[derive(Debug)]
 pub struct Batch {
@@ -32,6 +45,9 @@ pub struct Batch {
     /// The commit time of the last event; what latency is measured from
     /// for a spilled batch, whose events are not at hand.
     last_commit_us: i64,
+    /// Commit times and how many events share each, worked out once for
+    /// every sink writer's latency record.
+    commit_runs: Vec<(i64, u64)>,
     body: Body,
 }
 
@@ -46,7 +62,8 @@ impl Batch {
         let first = events.first()?.position.clone();
         let last = events.last()?.position.clone();
         let last_commit_us = events.last()?.commit_time_us;
-        Some(Self { seq, byte_size, first, last, last_commit_us, body: Body::Memory(events) })
+        let commit_runs = commit_runs(&events);
+        Some(Self { seq, byte_size, first, last, last_commit_us, commit_runs, body: Body::Memory(events) })
     }
 
     pub fn first(&self) -> &Position {
@@ -59,20 +76,8 @@ impl Batch {
 
     /// Records in `latency` each event's time from commit to `now_us`.
     pub fn record_latency(&self, latency: &Latency, now_us: i64) {
-        let Body::Memory(events) = &self.body else {
-            latency.record(self.last_commit_us, now_us, self.event_count() as u64);
-            return;
-        };
-        // Events of one transaction share their commit time: one record
-        // each. Snapshot reads carry the snapshot's start, not a commit:
-        // they are left out.
-        let mut events = events.iter().filter(|e| e.op != Op::Read).peekable();
-        while let Some(event) = events.next() {
-            let mut count = 1;
-            while events.next_if(|e| e.commit_time_us == event.commit_time_us).is_some() {
-                count += 1;
-            }
-            latency.record(event.commit_time_us, now_us, count);
+        for (commit_us, count) in &self.commit_runs {
+            latency.record(*commit_us, now_us, *count);
         }
     }
 
@@ -103,6 +108,7 @@ impl Batch {
             first: self.first.clone(),
             last: self.last.clone(),
             last_commit_us: self.last_commit_us,
+            commit_runs: self.commit_runs.clone(),
             body: Body::Spilled(file),
         }))
     }
@@ -312,7 +318,9 @@ impl Batcher {
         let byte_size = std::mem::take(&mut self.byte_size);
         self.opened_at = None;
         self.age_expired = false;
-        Ok(Arc::new(Batch { seq, byte_size, first, last, last_commit_us, body: Body::Spilled(file) }))
+        // The events are on disk: all of them are counted at the last commit.
+        let commit_runs = vec![(last_commit_us, file.event_count() as u64)];
+        Ok(Arc::new(Batch { seq, byte_size, first, last, last_commit_us, commit_runs, body: Body::Spilled(file) }))
     }
 
     fn take(&mut self, len: usize) -> Option<Arc<Batch>> {

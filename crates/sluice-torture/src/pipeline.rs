@@ -73,11 +73,6 @@ fn sinks(env: &Env, run: &str, kind: Kind, port: impl Fn(&str) -> u16) -> anyhow
 /// The sink ids of each pipeline, as in [`sinks`].
 const SINK_IDS: [&str; 7] = ["file", "kafka_eos", "kafka_alo", "redis", "nats", "http", "s3"];
 
-/// The binlog file's number (`mariadb-bin.000012` → 12).
-fn binlog_index(file: &str) -> u64 {
-    file.rsplit('.').next().and_then(|n| n.parse().ok()).unwrap_or(0)
-}
-
 /// The highest checkpoint each key reached, from the checkpointer's log
 /// lines, read on from where the last call stopped.
 #[derive(Default)]
@@ -102,7 +97,7 @@ impl Checkpoints {
             // my:FILE:OFFSET:SEQ[:GTID]
             let mut parts = position.strip_prefix("my:").unwrap_or_default().split(':');
             let (Some(file), Some(Ok(offset))) = (parts.next(), parts.next().map(str::parse::<u64>)) else { continue };
-            let at = (binlog_index(file), offset);
+            let at = (sluice_core::binlog_file_index(file), offset);
             let best = self.highest.entry(key.to_string()).or_insert(at);
             *best = (*best).max(at);
         }
@@ -230,7 +225,7 @@ impl Setup {
             "SELECT pg_wal_lsn_diff('{end}', confirmed_flush_lsn) FROM pg_replication_slots WHERE slot_name = 'sluice_{}'",
             source_id(&self.run_id, Kind::Postgres)
         );
-        let binlog_target = (binlog_index(&binlog_end.0), binlog_end.1);
+        let binlog_target = (sluice_core::binlog_file_index(&binlog_end.0), binlog_end.1);
         let my_prefix = format!("{}::sink::", source_id(&self.run_id, Kind::MariaDb));
         let mut checkpoints = Checkpoints::default();
         let start = Instant::now();

@@ -28,6 +28,7 @@ use async_trait::async_trait;
 use sluice_core::snapshot::{Chunk, KeyPart, LogGuard, Run, SnapshotTable, TableReader, decode_key, encode_key};
 use sluice_core::{Event, Op, Position, Row, SnapshotPos, SourceError, Value};
 use tokio::sync::mpsc;
+use tracing::warn;
 
 use crate::catalog::{quote_literal, slot_state, source_error};
 use crate::types::decode_text;
@@ -55,7 +56,8 @@ pub struct Settings {
 pub fn spawn(settings: Settings, parallel: usize, tables: Vec<TablePlan>, resume: Option<SnapshotPos>) -> Run {
     let settings = Arc::new(settings);
     let readers = (0..parallel.max(1)).map(|_| Reader { settings: settings.clone() }).collect();
-    Run::spawn(settings.source_id.clone(), readers, tables, resume, Arc::new(SlotGuard { settings }))
+    let guard = SlotGuard { settings: settings.clone(), previous: Default::default() };
+    Run::spawn(settings.source_id.clone(), readers, tables, resume, Arc::new(guard))
 }
 
 impl SnapshotTable for TablePlan {
@@ -89,18 +91,39 @@ impl TableReader for Reader {
 
 struct SlotGuard {
     settings: Arc<Settings>,
+    /// The slot's safe WAL size at the previous check, to see how fast it
+    /// shrinks; and whether the warning was given.
+    previous: std::sync::Mutex<(Option<(std::time::Instant, i64)>, bool)>,
 }
 
 #[async_trait]
 impl LogGuard for SlotGuard {
-    async fn check(&self, _eta: Option<Duration>) -> Result<(), SourceError> {
-        check_slot(&self.settings).await
+    async fn check(&self, eta: Option<Duration>) -> Result<(), SourceError> {
+        let Some(safe) = check_slot(&self.settings).await? else { return Ok(()) };
+        let mut previous = self.previous.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = std::time::Instant::now();
+        if let (Some((then, before)), Some(eta), false) = (previous.0, eta, previous.1) {
+            let rate = (before - safe) as f64 / now.duration_since(then).as_secs_f64().max(0.001);
+            if rate > 0.0 && rate * eta.as_secs_f64() > safe as f64 {
+                previous.1 = true;
+                warn!(
+                    slot = self.settings.slot,
+                    safe_wal_bytes = safe,
+                    wal_bytes_per_sec = rate.round() as u64,
+                    eta_secs = eta.as_secs(),
+                    "at this write rate the server invalidates the slot (max_slot_wal_keep_size) before the snapshot ends; raise max_slot_wal_keep_size"
+                );
+            }
+        }
+        previous.0 = Some((now, safe));
+        Ok(())
     }
 }
 
 /// The stream must start at the snapshot's point: a slot that is gone or
 /// lost WAL cannot give it, and streaming from elsewhere would leave a gap.
-async fn check_slot(settings: &Settings) -> Result<(), SourceError> {
+/// Returns the slot's safe WAL size, when the server limits it.
+async fn check_slot(settings: &Settings) -> Result<Option<i64>, SourceError> {
     let mut conn =
         Connection::connect(&settings.params, false).await.map_err(|e| source_error("snapshot slot check", e))?;
     let state = slot_state(&mut conn, &settings.slot, &settings.params.database).await;
@@ -117,7 +140,7 @@ async fn check_slot(settings: &Settings) -> Result<(), SourceError> {
             "reset this pipeline's checkpoints with `sluice checkpoints reset` and start again; a new snapshot is taken",
         )
     } else {
-        return Ok(());
+        return Ok(state.safe_wal_bytes);
     };
     if settings.repair {
         return Err(SourceError::transient(format!(
