@@ -58,3 +58,26 @@ run_until_row() {
   wait "$sluice_pid"
   sluice_pid=
 }
+
+# A snapshot bench: the `ceiling` function the script defines, run before
+# and after `sluice run -c $2` reads all $ROWS rows into $work/orders.jsonl;
+# prints both ceiling runs (labelled $1), Sluice, the ratio to the faster
+# ceiling and Sluice's peak RSS.
+snapshot_bench() {
+  local label=$1 config=$2 first second best lines
+  echo "ceiling: $label (first run)" >&2
+  first=$(ceiling)
+  echo "sluice: snapshot into the file sink" >&2
+  run_until_row "$config" "$ROWS" "$work/orders.jsonl"
+  echo "ceiling: $label (second run)" >&2
+  second=$(ceiling)
+  best=$(calc "($first < $second) ? $first : $second")
+  lines=$(wc -l < "$work/orders.jsonl")
+  [ "$lines" -eq "$ROWS" ] || { echo "expected $ROWS lines, found $lines" >&2; exit 1; }
+  printf '%-34s %12s %10s\n' "run" "rows/s" "seconds"
+  printf '%-34s %12.0f %10.2f\n' "$label, 1st" "$(calc "$ROWS / $first")" "$first"
+  printf '%-34s %12.0f %10.2f\n' "$label, 2nd" "$(calc "$ROWS / $second")" "$second"
+  printf '%-34s %12.0f %10.2f\n' "sluice snapshot -> file sink" "$(calc "$ROWS / $sluice_secs")" "$sluice_secs"
+  printf 'ratio (sluice / faster ceiling): %.2f\n' "$(calc "$best / $sluice_secs")"
+  printf 'sluice peak RSS: %.1f MB\n' "$(calc "$peak_kib / 1024")"
+}

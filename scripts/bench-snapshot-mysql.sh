@@ -31,8 +31,6 @@ ceiling() {
   my --quick -N -e "SELECT * FROM bench_mysnap.orders" > /dev/null
   calc "$(now) - $start"
 }
-echo "ceiling: mariadb --quick to /dev/null (first run)" >&2
-ceiling_first=$(ceiling)
 
 cat > "$work/snap.yaml" <<YAML
 pipelines:
@@ -44,17 +42,4 @@ pipelines:
       - type: file
         config: { id: file, path: $work/orders.jsonl }
 YAML
-echo "sluice: snapshot into the file sink" >&2
-run_until_row "$work/snap.yaml" "$ROWS" "$work/orders.jsonl"
-echo "ceiling: mariadb --quick to /dev/null (second run)" >&2
-ceiling_second=$(ceiling)
-ceiling_secs=$(calc "($ceiling_first < $ceiling_second) ? $ceiling_first : $ceiling_second")
-lines=$(wc -l < "$work/orders.jsonl")
-[ "$lines" -eq "$ROWS" ] || { echo "expected $ROWS lines, found $lines" >&2; exit 1; }
-
-printf '%-34s %12s %10s\n' "run" "rows/s" "seconds"
-printf '%-34s %12.0f %10.2f\n' "mariadb --quick -> /dev/null, 1st" "$(calc "$ROWS / $ceiling_first")" "$ceiling_first"
-printf '%-34s %12.0f %10.2f\n' "mariadb --quick -> /dev/null, 2nd" "$(calc "$ROWS / $ceiling_second")" "$ceiling_second"
-printf '%-34s %12.0f %10.2f\n' "sluice snapshot -> file sink" "$(calc "$ROWS / $sluice_secs")" "$sluice_secs"
-printf 'ratio (sluice / faster ceiling): %.2f\n' "$(calc "$ceiling_secs / $sluice_secs")"
-printf 'sluice peak RSS: %.1f MB\n' "$(calc "$peak_kib / 1024")"
+snapshot_bench "mariadb --quick -> /dev/null" "$work/snap.yaml"

@@ -169,14 +169,7 @@ impl ChunkReader for Reader {
         let mut events = Vec::with_capacity(rows.len());
         for row in rows {
             let values = row.unwrap();
-            let key: Option<Vec<Vec<u8>>> = plan
-                .order
-                .iter()
-                .map(|i| match values.get(*i) {
-                    Some(mysql_async::Value::Bytes(bytes)) => Some(bytes.clone()),
-                    _ => None,
-                })
-                .collect();
+            let key = plan.key_of(&values);
             let (columns, key_row) = row_values(plan, &values);
             events.push(Event {
                 op: Op::Read,

@@ -347,33 +347,17 @@ impl Source for MysqlSource {
         }
         self.started_once = true;
         let highest = acked.highest_at_start();
-        let (from, resume) = match (from, &highest) {
-            (Some(Position::Snapshot(pos)), _) => {
-                if !wanted {
-                    warn!(
-                        table = %pos.table,
-                        "the snapshot was not finished, and snapshot.mode is now never: rows not read yet are skipped"
-                    );
-                }
-                (Some(stream_from(&pos)?), wanted.then_some(pos))
-            }
-            // A sink without a checkpoint joined others in mid-snapshot: read
-            // from the first row again; each sink skips what it holds.
-            (None, Some(Position::Snapshot(pos))) => {
-                let first = SnapshotPos {
-                    table: Arc::from(""),
-                    key: Arc::from(Vec::new()),
-                    stream_from: pos.stream_from.clone(),
-                };
-                (Some(stream_from(pos)?), wanted.then_some(first))
-            }
+        let resume = sluice_core::snapshot::resume_point(from.as_ref(), highest.as_ref(), wanted);
+        // A snapshot position says where the stream that follows it starts.
+        let from = match (&from, &highest) {
+            (Some(Position::Snapshot(pos)), _) | (None, Some(Position::Snapshot(pos))) => Some(stream_from(pos)?),
             (None, Some(_)) if wanted => {
                 warn!(
                     "a sink without a checkpoint joined a pipeline that streams already: it gets changes from the configured start on, not the rows already in the tables"
                 );
-                (None, None)
+                None
             }
-            (from, _) => (from, None),
+            _ => from,
         };
         let fresh = wanted && from.is_none() && highest.is_none();
         if fresh || resume.is_some() {

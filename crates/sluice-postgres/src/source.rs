@@ -33,7 +33,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sluice_config::{PostgresConfig, SnapshotMode};
 use sluice_core::source::ReaderHandle;
-use sluice_core::{AckWatermark, Event, Lsn, Position, SnapshotPos, Source, SourceError, SourceStatus};
+use sluice_core::{AckWatermark, Event, Lsn, Position, Source, SourceError, SourceStatus};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, info, warn};
@@ -167,24 +167,7 @@ impl Source for PostgresSource {
         let mode = self.config.snapshot.mode;
         let mut snapshot = mode.initial();
         let highest = acked.highest_at_start();
-        let resume = match (&from, &highest) {
-            (Some(Position::Snapshot(pos)), _) if snapshot => Some(pos.clone()),
-            (Some(Position::Snapshot(pos)), _) => {
-                warn!(
-                    table = %pos.table,
-                    "the snapshot was not finished, and snapshot.mode is now never: rows not read yet are skipped"
-                );
-                None
-            }
-            // A sink without a checkpoint joined others in mid-snapshot: read
-            // from the first row again; each sink skips what it holds.
-            (None, Some(Position::Snapshot(pos))) if snapshot => Some(SnapshotPos {
-                table: Arc::from(""),
-                key: Arc::from(Vec::new()),
-                stream_from: pos.stream_from.clone(),
-            }),
-            _ => None,
-        };
+        let resume = sluice_core::snapshot::resume_point(from.as_ref(), highest.as_ref(), snapshot);
         if snapshot && from.is_none() && matches!(highest, Some(Position::Postgres { .. })) {
             warn!(
                 "a sink without a checkpoint joined a pipeline that streams already: it gets changes from the slot's position on, not the rows already in the tables"

@@ -51,6 +51,17 @@ fn table_state(database: &str, table: &str, key: &str, columns: &[&str]) -> BTre
     })
 }
 
+/// Ends the slot's connection and drops the slot, as an operator might.
+fn drop_slot(db: &str) {
+    sql(
+        "postgres",
+        &format!(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'sluice_{db}' AND active_pid IS NOT NULL"
+        ),
+    );
+    sql("postgres", &format!("SELECT pg_drop_replication_slot('sluice_{db}')"));
+}
+
 /// Writes the marker row once the snapshot is read and waits for it.
 fn marker_after(dir: &Path, database: &str, insert: &str) {
     marker_after_snapshot(dir, || sql(database, insert));
@@ -153,13 +164,7 @@ fn a_slot_dropped_mid_snapshot_stops_the_pipeline_with_a_clear_error() {
     let (dir, out, config) = big_table_pipeline(db, 150000, 500);
     let mut child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
     wait_until(Duration::from_secs(120), "part of the snapshot", || line_count(&out) >= 5_000);
-    sql(
-        "postgres",
-        &format!(
-            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'sluice_{db}' AND active_pid IS NOT NULL"
-        ),
-    );
-    sql("postgres", &format!("SELECT pg_drop_replication_slot('sluice_{db}')"));
+    drop_slot(db);
     let status = child.wait_exit(Duration::from_secs(120));
     assert!(!status.success(), "sluice must stop when the slot is gone");
     let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
@@ -270,13 +275,7 @@ fn under_when_needed_a_slot_dropped_mid_snapshot_is_replaced_and_the_tables_re_r
     let config = write_config(dir.path(), &text);
     let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
     wait_until(Duration::from_secs(120), "part of the snapshot", || line_count(&out) >= 5_000);
-    sql(
-        "postgres",
-        &format!(
-            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'sluice_{db}' AND active_pid IS NOT NULL"
-        ),
-    );
-    sql("postgres", &format!("SELECT pg_drop_replication_slot('sluice_{db}')"));
+    drop_slot(db);
     sql(db, "UPDATE big SET note = 'after' WHERE id % 100 = 0");
     wait_until(Duration::from_secs(300), "the re-read", || {
         std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default().contains("incremental snapshot done")

@@ -84,6 +84,25 @@ fn purge_all_but_the_current_binlog() {
     });
 }
 
+/// A database with `items` (id, v, note) of `rows` rows, and a run folder
+/// with a config in snapshot `mode` with a signal table.
+fn items_pipeline(database: &str, rows: u32, mode: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    fresh_database(
+        database,
+        &format!(
+            "CREATE TABLE items (id bigint PRIMARY KEY, v int NOT NULL, note varchar(20)); \
+             INSERT INTO items SELECT seq, 0, concat('n', seq) FROM seq_1_to_{rows}"
+        ),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let text = pipeline(database, 500, 1)
+        .replace("mode: initial", &format!("mode: {mode}"))
+        .replace("heartbeat_secs: 1,", &format!("heartbeat_secs: 1, signal_table: {database}.sluice_signal,"));
+    let config = write_config(dir.path(), &text);
+    (dir, out, config)
+}
+
 #[test]
 fn a_snapshot_under_writes_ends_in_the_database_state_with_each_later_change_once() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -218,17 +237,7 @@ fn the_binlog_purged_mid_snapshot_stops_the_pipeline_with_a_clear_error() {
 fn an_incremental_snapshot_under_writes_never_emits_a_row_older_than_a_change_before_it() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let db = "e2e_myinc";
-    fresh_database(
-        db,
-        "CREATE TABLE items (id bigint PRIMARY KEY, v int NOT NULL, note varchar(20)); \
-         INSERT INTO items SELECT seq, 0, concat('n', seq) FROM seq_1_to_10000",
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.jsonl");
-    let text = pipeline(db, 500, 1)
-        .replace("mode: initial", "mode: never")
-        .replace("heartbeat_secs: 1,", &format!("heartbeat_secs: 1, signal_table: {db}.sluice_signal,"));
-    let config = write_config(dir.path(), &text);
+    let (dir, out, config) = items_pipeline(db, 1_0000, "never");
     let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
     wait_until(Duration::from_secs(60), "streaming", || {
         std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default().contains("binlog streaming started")
@@ -278,17 +287,7 @@ fn an_incremental_snapshot_under_writes_never_emits_a_row_older_than_a_change_be
 fn when_needed_streams_on_from_now_and_re_reads_the_tables_after_the_binlog_is_purged() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let db = "e2e_myneeded";
-    fresh_database(
-        db,
-        "CREATE TABLE items (id bigint PRIMARY KEY, v int NOT NULL, note varchar(20)); \
-         INSERT INTO items SELECT seq, 0, concat('n', seq) FROM seq_1_to_3000",
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.jsonl");
-    let text = pipeline(db, 500, 1)
-        .replace("mode: initial", "mode: when_needed")
-        .replace("heartbeat_secs: 1,", &format!("heartbeat_secs: 1, signal_table: {db}.sluice_signal,"));
-    let config = write_config(dir.path(), &text);
+    let (dir, out, config) = items_pipeline(db, 3_000, "when_needed");
     let args = ["run", "-c", config.to_str().unwrap()];
     let child = spawn(&args, dir.path());
     marker_after_snapshot(dir.path(), || my_exec(&format!("INSERT INTO {db}.items VALUES (-2, 0, 'marker')")));

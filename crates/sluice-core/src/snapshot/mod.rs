@@ -16,6 +16,8 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::position::Position;
+
 pub use run::{Chunk, LogGuard, Run, SnapshotTable, TableReader};
 
 /// One column value of a key, as the encoding sees it.
@@ -33,6 +35,28 @@ pub enum KeyKind {
     Int,
     Text,
     Bytes,
+}
+
+/// Where an unfinished initial snapshot goes on from: after the lowest
+/// checkpoint `from` when that is a snapshot row; from the first row when a
+/// sink without a checkpoint joined others in mid-snapshot (each sink then
+/// skips what it holds). `None` when there is nothing to go on with, or
+/// the snapshot is no longer `wanted` (its unread rows are then skipped).
+pub fn resume_point(from: Option<&Position>, highest: Option<&Position>, wanted: bool) -> Option<SnapshotPos> {
+    match (from, highest) {
+        (Some(Position::Snapshot(pos)), _) if wanted => Some(pos.clone()),
+        (Some(Position::Snapshot(pos)), _) => {
+            tracing::warn!(
+                table = %pos.table,
+                "the snapshot was not finished, and snapshot.mode is now never: rows not read yet are skipped"
+            );
+            None
+        }
+        (None, Some(Position::Snapshot(pos))) if wanted => {
+            Some(SnapshotPos { table: Arc::from(""), key: Arc::from(Vec::new()), stream_from: pos.stream_from.clone() })
+        }
+        _ => None,
+    }
 }
 
 /// Encodes key parts so that byte order is key order.

@@ -238,14 +238,7 @@ impl TableReader for Reader {
             let mut events = Vec::with_capacity(rows.len());
             for row in rows {
                 let values = row.unwrap();
-                let key: Option<Vec<Vec<u8>>> = table
-                    .order
-                    .iter()
-                    .map(|i| match values.get(*i) {
-                        Some(mysql_async::Value::Bytes(bytes)) => Some(bytes.clone()),
-                        _ => None,
-                    })
-                    .collect();
+                let key = table.key_of(&values);
                 let key = key.ok_or_else(|| {
                     SourceError::permanent(
                         format!("snapshot of {}: a primary key value came back NULL or not as text", table.name),

@@ -145,6 +145,18 @@ impl TablePlan {
         sql
     }
 
+    /// The primary key values of a row as the server wrote them; `None`
+    /// when one is NULL or not text (it never is for a key read as text).
+    pub fn key_of(&self, values: &[mysql_async::Value]) -> Option<Vec<Vec<u8>>> {
+        self.order
+            .iter()
+            .map(|i| match values.get(*i) {
+                Some(mysql_async::Value::Bytes(bytes)) => Some(bytes.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Every row, for a table without a primary key.
     pub fn whole_sql(&self) -> String {
         format!("SELECT {} FROM {}", self.select_list, self.from_sql)
