@@ -236,6 +236,7 @@ impl TableReader for Reader {
             let rows: Vec<mysql_async::Row> = self.conn.query(sql).await.map_err(|e| snapshot_error(table, e))?;
             let full = rows.len() as u64 >= chunk_size;
             let mut events = Vec::with_capacity(rows.len());
+            let mut last_parts = None;
             for row in rows {
                 let values = row.unwrap();
                 let key = table.key_of(&values);
@@ -246,11 +247,17 @@ impl TableReader for Reader {
                     )
                 })?;
                 ordinal += 1;
-                let parts: Vec<KeyPart> = std::iter::once(KeyPart::Int(ordinal))
-                    .chain(key.iter().map(|k| KeyPart::Bytes(k.clone())))
-                    .collect();
+                let mut parts = Vec::with_capacity(key.len() + 1);
+                parts.push(KeyPart::Int(ordinal));
+                parts.extend(key.into_iter().map(KeyPart::Bytes));
                 events.push(event(&settings, table, encode_key(&parts), &values));
-                last = Some(key);
+                last_parts = Some(parts);
+            }
+            // Only the chunk's last key is needed, to go on after it.
+            if let Some(parts) = last_parts {
+                last = Some(
+                    parts.into_iter().filter_map(|p| if let KeyPart::Bytes(b) = p { Some(b) } else { None }).collect(),
+                );
             }
             if !events.is_empty() && out.send(Ok(events)).await.is_err() {
                 return Ok(());
