@@ -56,6 +56,46 @@ pub struct PipelineConfig {
     pub sink_batch_deadline_secs: u64,
     #[serde(default)]
     pub dead_letter: DeadLetterConfig,
+    #[serde(default)]
+    pub slo: SloConfig,
+}
+
+/// How long a source or required sink may keep failing before the
+/// pipeline is reported not ready (s): long enough to ride out a broker
+/// restart, short enough that an orchestrator hears about a real outage.
+pub const DEFAULT_MAX_FAILING_SECS: u64 = 60;
+
+/// Data service levels: limits that, once passed, make `/ready` fail, log
+/// a warning and set `sluice_slo_breached`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SloConfig {
+    /// Largest lag of any sink behind the source's commits (s).
+    pub max_lag_seconds: Option<u64>,
+    /// Most WAL a PostgreSQL slot may keep for this pipeline.
+    pub max_retained_wal_bytes: Option<u64>,
+    /// On a `max_retained_wal_bytes` breach, detach the optional sink that
+    /// holds the slot back, so it stops pinning WAL; it then needs a resync.
+    #[serde(default)]
+    pub detach_optional_sinks: bool,
+    /// How long a source or required sink may keep failing (s).
+    #[serde(default = "default_max_failing")]
+    pub max_failing_secs: u64,
+}
+
+impl Default for SloConfig {
+    fn default() -> Self {
+        Self {
+            max_lag_seconds: None,
+            max_retained_wal_bytes: None,
+            detach_optional_sinks: false,
+            max_failing_secs: DEFAULT_MAX_FAILING_SECS,
+        }
+    }
+}
+
+fn default_max_failing() -> u64 {
+    DEFAULT_MAX_FAILING_SECS
 }
 
 /// Where events a sink can never take go.

@@ -85,12 +85,52 @@ fn validate_pipeline(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid>
             "leave it out for the default, or keep room for at least one event",
         ));
     }
+    validate_slo(&format!("{at}.slo"), pipeline)?;
     if pipeline.sink_batch_deadline_secs == 0 {
         return Err(Invalid::new(
             format!("{at}.sink_batch_deadline_secs"),
             "must be at least 1",
             "set a deadline in seconds that a healthy sink always meets, e.g. 60",
         ));
+    }
+    Ok(())
+}
+
+fn validate_slo(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid> {
+    let slo = &pipeline.slo;
+    check_seconds(at, "max_failing_secs", slo.max_failing_secs, 86_400)?;
+    if let Some(lag) = slo.max_lag_seconds {
+        check_seconds(at, "max_lag_seconds", lag, 7 * 86_400)?;
+    }
+    if slo.max_retained_wal_bytes == Some(0) {
+        return Err(Invalid::new(
+            format!("{at}.max_retained_wal_bytes"),
+            "must be at least 1",
+            "set the most WAL in bytes the slot may keep, e.g. 10737418240 for 10 GiB",
+        ));
+    }
+    if slo.max_retained_wal_bytes.is_some() && !matches!(pipeline.source, SourceConfig::Postgres(_)) {
+        return Err(Invalid::new(
+            format!("{at}.max_retained_wal_bytes"),
+            "only a PostgreSQL source has a slot that retains WAL",
+            "remove it; MySQL and MariaDB keep binlogs by age and size, whatever Sluice has read",
+        ));
+    }
+    if slo.detach_optional_sinks {
+        if slo.max_retained_wal_bytes.is_none() {
+            return Err(Invalid::new(
+                format!("{at}.detach_optional_sinks"),
+                "needs max_retained_wal_bytes: it acts on a breach of it",
+                "set max_retained_wal_bytes too, or remove detach_optional_sinks",
+            ));
+        }
+        if pipeline.commit_policy.mode == PolicyMode::All {
+            return Err(Invalid::new(
+                format!("{at}.detach_optional_sinks"),
+                "commit_policy.mode all waits for every sink, so no sink can be detached",
+                "use commit_policy.mode required or quorum, or remove detach_optional_sinks",
+            ));
+        }
     }
     Ok(())
 }

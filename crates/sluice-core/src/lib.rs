@@ -24,5 +24,5 @@ pub use guarantee::Guarantee;
 pub use position::{BinlogPos, Lsn, Position, PositionParseError, binlog_file_index, or_start};
 pub use sink::{EventChunks, Sink, SliceChunks, collect_chunks};
 pub use snapshot::SnapshotPos;
-pub use source::{AckWatermark, Source, SourceStatus};
+pub use source::{AckWatermark, LogStats, Source, SourceStatus};
 pub use value::{Columns, JsonText, Row, Value};

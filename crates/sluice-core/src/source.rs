@@ -1,5 +1,6 @@
 //! The source contract.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
@@ -39,6 +40,53 @@ pub trait Source: Send {
     async fn start(&mut self, from: Option<Position>, acked: AckWatermark) -> Result<(), SourceError>;
 
     async fn poll(&mut self, out: &mut Vec<Event>) -> Result<SourceStatus, SourceError>;
+
+    /// What the source learns about the server's log as it reads, for
+    /// the API and metrics; `None` for a source without a server.
+    fn log_stats(&self) -> Option<Arc<LogStats>> {
+        None
+    }
+}
+
+/// The server's log as a source last saw it. Updated by the source's
+/// reader, read by the API and metrics; a figure is `None` until known.
+#[derive(Debug)]
+pub struct LogStats {
+    head: Mutex<Option<String>>,
+    behind_bytes: AtomicI64,
+    retained_bytes: AtomicI64,
+}
+
+impl Default for LogStats {
+    fn default() -> Self {
+        Self { head: Mutex::new(None), behind_bytes: AtomicI64::new(-1), retained_bytes: AtomicI64::new(-1) }
+    }
+}
+
+impl LogStats {
+    /// The server's log head, as the source names positions, and how many
+    /// bytes of log lie between the last position read and it.
+    pub fn set_head(&self, head: String, behind_bytes: u64) {
+        *self.head.lock().unwrap_or_else(PoisonError::into_inner) = Some(head);
+        self.behind_bytes.store(i64::try_from(behind_bytes).unwrap_or(i64::MAX), Ordering::Relaxed);
+    }
+
+    /// Log the server keeps for this source alone (a PostgreSQL slot's WAL).
+    pub fn set_retained_bytes(&self, bytes: u64) {
+        self.retained_bytes.store(i64::try_from(bytes).unwrap_or(i64::MAX), Ordering::Relaxed);
+    }
+
+    pub fn head(&self) -> Option<String> {
+        self.head.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    pub fn behind_bytes(&self) -> Option<u64> {
+        u64::try_from(self.behind_bytes.load(Ordering::Relaxed)).ok()
+    }
+
+    pub fn retained_bytes(&self) -> Option<u64> {
+        u64::try_from(self.retained_bytes.load(Ordering::Relaxed)).ok()
+    }
 }
 
 /// The position up to which every sink's checkpoint is stored, shared by

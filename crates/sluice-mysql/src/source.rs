@@ -32,7 +32,8 @@ use sluice_config::{MysqlConfig, MysqlSslMode, MysqlStart, SnapshotMode, glob_ma
 use sluice_core::snapshot::Run;
 use sluice_core::source::ReaderHandle;
 use sluice_core::{
-    AckWatermark, BinlogPos, Columns, Event, Op, Position, Row, SnapshotPos, Source, SourceError, SourceStatus, Value,
+    AckWatermark, BinlogPos, Columns, Event, LogStats, Op, Position, Row, SnapshotPos, Source, SourceError,
+    SourceStatus, Value,
 };
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -59,7 +60,11 @@ pub struct MysqlSource {
     started_once: bool,
     /// The tables are to be queued for re-reading when streaming starts.
     reread: bool,
+    log: Arc<LogStats>,
 }
+
+/// How often the reader measures how far behind the server's head it is.
+const LOG_MEASURE_INTERVAL: Duration = Duration::from_secs(5);
 
 enum Start {
     File { file: String, offset: u64 },
@@ -69,7 +74,16 @@ enum Start {
 impl MysqlSource {
     /// `state_dir` keeps the schema history and the server identity.
     pub fn new(config: MysqlConfig, state_dir: PathBuf) -> Self {
-        Self { config, state_dir, reader: None, snapshot: None, incremental: None, started_once: false, reread: false }
+        Self {
+            config,
+            state_dir,
+            reader: None,
+            snapshot: None,
+            incremental: None,
+            started_once: false,
+            reread: false,
+            log: Arc::default(),
+        }
     }
 
     /// Checks the server and decides where to start.
@@ -292,6 +306,8 @@ impl MysqlSource {
             held: None,
             checksum,
             format_seen: false,
+            log: self.log.clone(),
+            read_through: offset,
         };
         let task = tokio::spawn(reader.run());
         self.reader = Some(ReaderHandle::new(rx, task));
@@ -364,6 +380,10 @@ impl Source for MysqlSource {
             return self.start_snapshot(from, resume).await;
         }
         self.stream(from).await
+    }
+
+    fn log_stats(&self) -> Option<Arc<LogStats>> {
+        Some(self.log.clone())
     }
 
     async fn poll(&mut self, out: &mut Vec<Event>) -> Result<SourceStatus, SourceError> {
@@ -476,6 +496,9 @@ struct Reader {
     checksum: bool,
     /// A format description event arrived, so the reader knows the checksum.
     format_seen: bool,
+    log: Arc<LogStats>,
+    /// The end of the last event read in `file`.
+    read_through: u64,
 }
 
 fn unreadable(what: &str, e: impl std::fmt::Display) -> SourceError {
@@ -493,9 +516,12 @@ impl Reader {
         use futures_util::StreamExt as _;
         let mut ready: Vec<Event> = Vec::new();
         let events = self.events.clone();
+        let mut measure = tokio::time::interval(LOG_MEASURE_INTERVAL);
+        measure.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 biased;
+                _ = measure.tick() => self.measure_log().await,
                 permit = events.reserve(), if !ready.is_empty() => {
                     let Ok(permit) = permit else { return Ok(()) };
                     permit.send(Ok(std::mem::take(&mut ready)));
@@ -515,8 +541,32 @@ impl Reader {
         }
     }
 
+    /// Reads the server's binlog files to say where its head is and how
+    /// many bytes the reader is behind it. A failure only leaves the
+    /// figures stale: it must never stop streaming.
+    async fn measure_log(&mut self) {
+        let logs: Vec<mysql_async::Row> = match self.schema_conn.query("SHOW BINARY LOGS").await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot list the binlog files");
+                return;
+            }
+        };
+        let files: Vec<(String, u64)> =
+            logs.iter().filter_map(|row| Some((row.get::<String, _>(0)?, row.get::<u64, _>(1)?))).collect();
+        let Some((last, last_size)) = files.last() else { return };
+        let current = self.file.as_deref().unwrap_or(last.as_str());
+        let behind: u64 = files
+            .iter()
+            .filter(|(name, _)| sluice_core::binlog_file_index(name) >= sluice_core::binlog_file_index(current))
+            .map(|(name, size)| if name == current { size.saturating_sub(self.read_through) } else { *size })
+            .sum();
+        self.log.set_head(format!("{last}:{last_size}"), behind);
+    }
+
     async fn handle(&mut self, event: BinlogEvent, out: &mut Vec<Event>) -> Result<(), SourceError> {
         let header = event.header();
+        self.read_through = u64::from(header.log_pos()).max(self.read_through);
         let kind = header.event_type_raw();
         // The stream parser keeps each event's CRC32 but does not check it.
         if let Some(stored) = event.checksum() {
@@ -551,6 +601,7 @@ impl Reader {
                     .filter(|n| !n.is_empty() && !n.contains(':'))
                     .ok_or_else(|| unreadable("rotate event", "no readable binlog file name"))?;
                 self.file = Some(name.into());
+                self.read_through = rotate.position();
             }
             162 => {
                 let gtid = maria_gtid(event.data(), header.server_id())

@@ -16,17 +16,17 @@ pub const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
 /// A CopyData frame from the server in replication mode.
 #[derive(Debug)]
 pub enum Frame {
-    XLogData { wal_end: u64, data: Bytes },
+    XLogData { wal_start: u64, wal_end: u64, data: Bytes },
     Keepalive { wal_end: u64, reply_requested: bool },
 }
 
 pub fn parse_frame(mut payload: Bytes) -> Result<Frame, Malformed> {
     match u8_(&mut payload)? {
         b'w' => {
-            let _wal_start = u64_(&mut payload)?;
+            let wal_start = u64_(&mut payload)?;
             let wal_end = u64_(&mut payload)?;
             let _send_time = u64_(&mut payload)?;
-            Ok(Frame::XLogData { wal_end, data: payload })
+            Ok(Frame::XLogData { wal_start, wal_end, data: payload })
         }
         b'k' => {
             let wal_end = u64_(&mut payload)?;

@@ -33,7 +33,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sluice_config::{PostgresConfig, SnapshotMode};
 use sluice_core::source::ReaderHandle;
-use sluice_core::{AckWatermark, Event, Lsn, Position, Source, SourceError, SourceStatus};
+use sluice_core::{AckWatermark, Event, LogStats, Lsn, Position, Source, SourceError, SourceStatus};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, info, warn};
@@ -89,6 +89,7 @@ pub struct PostgresSource {
     config: PostgresConfig,
     params: ConnectParams,
     stats: Arc<SourceStats>,
+    log: Arc<LogStats>,
     reader: Option<ReaderHandle>,
     snapshot: Option<PendingSnapshot>,
     /// Where incremental snapshot state is kept; without it signals are refused.
@@ -105,6 +106,7 @@ impl PostgresSource {
             config,
             params,
             stats: Arc::default(),
+            log: Arc::default(),
             reader: None,
             snapshot: None,
             state_dir: None,
@@ -325,6 +327,10 @@ impl Source for PostgresSource {
         self.stream(replication, sql, start_lsn, version, from, acked, tables.len()).await
     }
 
+    fn log_stats(&self) -> Option<Arc<LogStats>> {
+        Some(self.log.clone())
+    }
+
     async fn poll(&mut self, out: &mut Vec<Event>) -> Result<SourceStatus, SourceError> {
         if let Some(pending) = self.snapshot.as_mut() {
             match pending.run.next().await {
@@ -438,6 +444,9 @@ impl PostgresSource {
             status_interval: Duration::from_secs(config.status_interval_secs),
             heartbeat: config.heartbeat_secs.map(Duration::from_secs),
             stats: self.stats.clone(),
+            log: self.log.clone(),
+            slot: slot.clone(),
+            read_through: 0,
             floor: floor(start_lsn, acked_now.as_ref()),
             flushed: Lsn(0),
             server_wal_end: 0,
@@ -462,6 +471,10 @@ struct Reader {
     status_interval: Duration,
     heartbeat: Option<Duration>,
     stats: Arc<SourceStats>,
+    log: Arc<LogStats>,
+    slot: String,
+    /// The end of the WAL the server has sent so far.
+    read_through: u64,
     /// A flush position known to be safe: see [`floor`].
     floor: Lsn,
     flushed: Lsn,
@@ -501,6 +514,7 @@ impl Reader {
                         )));
                     }
                     self.send_status(ready.is_empty()).await?;
+                    self.measure_log().await;
                 }
                 _ = heartbeat.tick(), if self.heartbeat.is_some() => {
                     let sql = format!("SELECT pg_logical_emit_message(false, {}, '')", quote_literal(HEARTBEAT_PREFIX));
@@ -525,8 +539,9 @@ impl Reader {
     async fn handle(&mut self, message: Backend, ready: &mut Vec<Event>) -> Result<(), SourceError> {
         match message {
             Backend::CopyData(payload) => match pgoutput::parse_frame(payload).map_err(malformed)? {
-                Frame::XLogData { wal_end, data } => {
+                Frame::XLogData { wal_start, wal_end, data } => {
                     self.server_wal_end = self.server_wal_end.max(wal_end);
+                    self.read_through = self.read_through.max(wal_start);
                     let message = pgoutput::parse_message(data).map_err(malformed)?;
                     match &message {
                         Message::Commit { end_lsn, .. } => self.sent_through = self.sent_through.max(Lsn(*end_lsn)),
@@ -556,7 +571,9 @@ impl Reader {
                     self.stats.events_read.fetch_add((ready.len() - before) as u64, Ordering::Relaxed);
                 }
                 Frame::Keepalive { wal_end, reply_requested } => {
+                    // A keepalive carries how far the server has sent.
                     self.server_wal_end = self.server_wal_end.max(wal_end);
+                    self.read_through = self.read_through.max(wal_end);
                     if reply_requested {
                         self.send_status(ready.is_empty()).await?;
                     }
@@ -572,6 +589,39 @@ impl Reader {
         self.stats.server_wal_end.store(self.server_wal_end, Ordering::Relaxed);
         self.stats.bytes_read.store(self.conn.bytes_read, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Asks the server for its WAL head and what the slot retains, for the
+    /// API and metrics. A failure only leaves the figures stale: it must
+    /// never stop replication.
+    async fn measure_log(&mut self) {
+        let sql = format!(
+            "SELECT h::text, pg_wal_lsn_diff(h, s.restart_lsn)::bigint, r.sent_lsn::text \
+             FROM pg_replication_slots s LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid, \
+             (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS h) AS head \
+             WHERE s.slot_name = {}",
+            quote_literal(&self.slot)
+        );
+        let rows = match self.sql.simple_query(&sql).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                debug!(error = %e, "cannot read the WAL head and the slot's retained WAL");
+                return;
+            }
+        };
+        let Some(row) = rows.rows.first() else { return };
+        let head = row.first().cloned().flatten().and_then(|h| h.parse::<Lsn>().ok());
+        let retained = row.get(1).cloned().flatten().and_then(|r| r.parse::<i64>().ok());
+        // WAL the server sent but filtered out (other databases) never
+        // reaches the reader; what the server sent counts as read.
+        let sent = row.get(2).cloned().flatten().and_then(|s| s.parse::<Lsn>().ok()).map_or(0, |s| s.0);
+        if let Some(head) = head {
+            let head = head.0.max(self.server_wal_end);
+            self.log.set_head(Lsn(head).to_string(), head.saturating_sub(self.read_through.max(sent)));
+        }
+        if let Some(retained) = retained {
+            self.log.set_retained_bytes(retained.max(0) as u64);
+        }
     }
 
     /// The flush position: see the module docs.

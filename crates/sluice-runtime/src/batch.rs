@@ -40,6 +40,13 @@ pub struct Batch {
     pub seq: u64,
     /// Approximate bytes of the events (on disk, for a spilled batch).
     pub byte_size: usize,
+    /// Events and approximate bytes cut by this run up to and including
+    /// this batch: where the batch ends, counted along the stream.
+    pub through_events: u64,
+    pub through_bytes: u64,
+    /// When the batch was cut (µs since the Unix epoch): from then on it
+    /// waits in Sluice for the sinks.
+    pub cut_at_us: i64,
     first: Position,
     last: Position,
     /// The commit time of the last event; what latency is measured from
@@ -63,7 +70,18 @@ impl Batch {
         let last = events.last()?.position.clone();
         let last_commit_us = events.last()?.commit_time_us;
         let commit_runs = commit_runs(&events);
-        Some(Self { seq, byte_size, first, last, last_commit_us, commit_runs, body: Body::Memory(events) })
+        Some(Self {
+            seq,
+            byte_size,
+            through_events: 0,
+            through_bytes: 0,
+            cut_at_us: 0,
+            first,
+            last,
+            last_commit_us,
+            commit_runs,
+            body: Body::Memory(events),
+        })
     }
 
     pub fn first(&self) -> &Position {
@@ -79,6 +97,12 @@ impl Batch {
         for (commit_us, count) in &self.commit_runs {
             latency.record(*commit_us, now_us, *count);
         }
+    }
+
+    /// Each event's time from commit to `now_us`, in seconds, with how
+    /// many events share it.
+    pub fn latencies(&self, now_us: i64) -> impl Iterator<Item = (f64, u64)> + '_ {
+        self.commit_runs.iter().map(move |(commit_us, count)| ((now_us - commit_us).max(0) as f64 / 1e6, *count))
     }
 
     pub fn event_count(&self) -> usize {
@@ -105,6 +129,9 @@ impl Batch {
         Ok(Some(Batch {
             seq: self.seq,
             byte_size: self.byte_size,
+            through_events: self.through_events,
+            through_bytes: self.through_bytes,
+            cut_at_us: self.cut_at_us,
             first: self.first.clone(),
             last: self.last.clone(),
             last_commit_us: self.last_commit_us,
@@ -209,6 +236,9 @@ pub struct Batcher {
     /// The age limit passed mid-transaction: cut at the next transaction end.
     age_expired: bool,
     next_seq: u64,
+    /// Events and bytes of every batch cut so far.
+    events_cut: u64,
+    bytes_cut: u64,
 }
 
 impl Batcher {
@@ -223,6 +253,8 @@ impl Batcher {
             opened_at: None,
             age_expired: false,
             next_seq: 1,
+            events_cut: 0,
+            bytes_cut: 0,
         }
     }
 
@@ -320,7 +352,20 @@ impl Batcher {
         self.age_expired = false;
         // The events are on disk: all of them are counted at the last commit.
         let commit_runs = vec![(last_commit_us, file.event_count() as u64)];
-        Ok(Arc::new(Batch { seq, byte_size, first, last, last_commit_us, commit_runs, body: Body::Spilled(file) }))
+        let mut batch = Batch {
+            seq,
+            byte_size,
+            through_events: 0,
+            through_bytes: 0,
+            cut_at_us: 0,
+            first,
+            last,
+            last_commit_us,
+            commit_runs,
+            body: Body::Spilled(file),
+        };
+        self.count(&mut batch);
+        Ok(Arc::new(batch))
     }
 
     fn take(&mut self, len: usize) -> Option<Arc<Batch>> {
@@ -340,7 +385,17 @@ impl Batcher {
         self.opened_at = if self.current.is_empty() { None } else { Some(Instant::now()) };
         let seq = self.next_seq;
         self.next_seq += 1;
-        Batch::in_memory(seq, events, byte_size).map(Arc::new)
+        let mut batch = Batch::in_memory(seq, events, byte_size)?;
+        self.count(&mut batch);
+        Some(Arc::new(batch))
+    }
+
+    fn count(&mut self, batch: &mut Batch) {
+        self.events_cut += batch.event_count() as u64;
+        self.bytes_cut += batch.byte_size as u64;
+        batch.through_events = self.events_cut;
+        batch.through_bytes = self.bytes_cut;
+        batch.cut_at_us = crate::latency::now_us();
     }
 }
 

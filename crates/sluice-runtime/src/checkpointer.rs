@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, error};
 
 use crate::policy::{SinkState, frontier, proposal};
+use crate::status::PipelineStatus;
 use crate::writer::Report;
 
 pub(crate) struct Checkpointer {
@@ -31,6 +32,11 @@ pub(crate) struct Checkpointer {
     pub store: Arc<dyn CheckpointStore>,
     pub ack: AckWatermark,
     pub reports: mpsc::Receiver<Report>,
+    /// Sinks that no longer hold the source back (detached for pinning its log).
+    pub released: Vec<bool>,
+    /// Events of this run's stream up to each sink's durable watermark.
+    pub durable_events: Vec<u64>,
+    pub status: Arc<PipelineStatus>,
 }
 
 impl Checkpointer {
@@ -38,7 +44,11 @@ impl Checkpointer {
     /// Returns the stored checkpoints.
     pub async fn run(mut self) -> Result<Vec<Option<Position>>, StoreError> {
         while let Some(report) = self.reports.recv().await {
+            let released = matches!(report, Report::Released { .. });
             self.apply(report);
+            if released {
+                self.advance_ack();
+            }
             while let Ok(report) = self.reports.try_recv() {
                 self.apply(report);
             }
@@ -62,7 +72,14 @@ impl Checkpointer {
                 Some(start) => (sink, start),
                 None => return,
             },
-            Report::Durable { sink, position } => (sink, position),
+            Report::Durable { sink, position, events } => {
+                self.durable_events[sink] = events;
+                (sink, position)
+            }
+            Report::Released { sink } => {
+                self.released[sink] = true;
+                return;
+            }
         };
         let durable = &mut self.durable[sink];
         if durable.as_ref().is_none_or(|d| *d < position) {
@@ -100,12 +117,40 @@ impl Checkpointer {
             .map_err(|e| StoreError::Interrupted { detail: e.to_string() })??;
         for (index, position) in updates {
             debug!(key = %self.keys[index], %position, "checkpoint stored");
+            let events = self
+                .durable
+                .iter()
+                .position(|d| d.as_ref() == Some(&position))
+                .map(|holder| self.durable_events[holder]);
+            let sink = &self.status.sinks[index];
+            if let Some(events) = events {
+                sink.checkpoint_events.store(events, std::sync::atomic::Ordering::Relaxed);
+            }
+            *sink.checkpoint.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(position.clone());
             self.stored[index] = Some(position);
         }
-        if let Some(lowest) = lowest(&self.stored) {
-            self.ack.advance(&lowest);
-        }
+        self.advance_ack();
         Ok(())
+    }
+
+    /// Acknowledges the source up to the lowest checkpoint of the sinks
+    /// that hold it back, and shows it as the replay point.
+    fn advance_ack(&self) {
+        let holding: Vec<Option<Position>> =
+            self.stored.iter().zip(&self.released).filter(|(_, r)| !**r).map(|(s, _)| s.clone()).collect();
+        let Some(lowest) = lowest(&holding) else { return };
+        self.ack.advance(&lowest);
+        let events = self
+            .stored
+            .iter()
+            .zip(&self.released)
+            .enumerate()
+            .filter(|(_, (_, r))| !**r)
+            .map(|(i, _)| self.status.sinks[i].checkpoint_events.load(std::sync::atomic::Ordering::Relaxed))
+            .min()
+            .unwrap_or(0);
+        self.status.replay_from_events.store(events, std::sync::atomic::Ordering::Relaxed);
+        *self.status.replay_from.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(lowest);
     }
 }
 

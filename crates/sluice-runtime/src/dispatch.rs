@@ -14,12 +14,14 @@ use tracing::debug;
 use crate::batch::{Batch, Batcher};
 use crate::shutdown::Shutdown;
 use crate::spill::SpillError;
+use crate::status::PipelineStatus;
 
 pub(crate) struct Dispatcher {
     pub batcher: Batcher,
     pub chunks: mpsc::Receiver<Vec<Event>>,
     pub writers: Vec<mpsc::Sender<Arc<Batch>>>,
     pub shutdown: Shutdown,
+    pub status: Arc<PipelineStatus>,
 }
 
 impl Dispatcher {
@@ -54,6 +56,10 @@ impl Dispatcher {
 
     async fn send(&self, batch: Arc<Batch>) {
         debug!(seq = batch.seq, events = batch.event_count(), spilled = batch.is_spilled(), last = %batch.last(), "batch cut");
+        use std::sync::atomic::Ordering::Relaxed;
+        self.status.events_cut.store(batch.through_events, Relaxed);
+        self.status.bytes_cut.store(batch.through_bytes, Relaxed);
+        self.status.batches_cut.fetch_add(1, Relaxed);
         for writer in &self.writers {
             // A writer that is gone stopped for a reason the pipeline
             // already knows (detached, abandoned, failed).

@@ -29,6 +29,11 @@ pub enum PipelineError {
         #[source]
         error: crate::spill::SpillError,
     },
+    #[error(
+        "pipeline {pipeline:?}: sink {sink:?} was detached for pinning the source's log ({mark}) and is now required; \
+         hint: resync it first: `sluice checkpoints reset --pipeline {pipeline} --sink {sink} --yes` clears the mark"
+    )]
+    Detached { pipeline: String, sink: String, mark: String },
     #[error("pipeline {pipeline:?}: internal task {task} failed: {detail}; this is a bug, please report it")]
     Task { pipeline: String, task: String, detail: String },
 }

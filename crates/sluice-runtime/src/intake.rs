@@ -10,6 +10,7 @@ use tracing::{info, warn};
 
 use crate::backoff::Backoff;
 use crate::shutdown::Shutdown;
+use crate::status::PipelineStatus;
 
 pub(crate) struct Intake {
     pub source: Box<dyn Source>,
@@ -17,6 +18,7 @@ pub(crate) struct Intake {
     pub ack: AckWatermark,
     pub chunks: mpsc::Sender<Vec<Event>>,
     pub shutdown: Shutdown,
+    pub status: std::sync::Arc<PipelineStatus>,
 }
 
 impl Intake {
@@ -27,11 +29,21 @@ impl Intake {
             return Ok(());
         }
         info!(from = %or_start(last.as_ref()), "source started");
+        let mut paused = self.status.paused();
         loop {
+            if *paused.borrow_and_update() {
+                info!("paused through the API; the source is not read until resumed");
+                tokio::select! {
+                    biased;
+                    _ = self.shutdown.wait() => return Ok(()),
+                    _ = paused.wait_for(|p| !*p) => info!("resumed through the API"),
+                }
+            }
             let mut chunk = Vec::new();
             let polled = tokio::select! {
                 biased;
                 _ = self.shutdown.wait() => return Ok(()),
+                // Polls are not cancel-safe, so a pause waits for this one.
                 polled = self.source.poll(&mut chunk) => polled,
             };
             match polled {
@@ -40,6 +52,7 @@ impl Intake {
                     if let Some(last) = &last {
                         chunk.retain(|e| e.position > *last);
                     }
+                    self.status.source.read(&chunk);
                     if let Some(event) = chunk.last() {
                         last = Some(event.position.clone());
                         if self.chunks.send(chunk).await.is_err() {
@@ -52,6 +65,7 @@ impl Intake {
                     }
                 }
                 Err(err) if err.is_transient() => {
+                    self.status.source.failed(err.to_string());
                     warn!(error = %err, "source failed; restarting it from the last position read");
                     if !self.start(last.clone(), &mut backoff).await? {
                         return Ok(());
@@ -76,8 +90,13 @@ impl Intake {
                 backoff.next_delay();
             }
             match self.source.start(from.clone(), self.ack.clone()).await {
-                Ok(()) => return Ok(true),
+                Ok(()) => {
+                    self.status.source.set_log(self.source.log_stats());
+                    self.status.source.started();
+                    return Ok(true);
+                }
                 Err(err) if err.is_transient() => {
+                    self.status.source.failed(err.to_string());
                     warn!(error = %err, attempt = backoff.attempt(), "source start failed; retrying");
                 }
                 Err(err) => return Err(err),

@@ -12,12 +12,15 @@ mod dispatch;
 mod error;
 mod intake;
 pub mod latency;
+mod monitor;
 pub mod pipeline;
 pub mod policy;
 mod shutdown;
 pub mod spill;
+pub mod status;
 mod writer;
 
 pub use error::PipelineError;
-pub use pipeline::{Pipeline, PipelineSettings, RunReport, SinkSpec};
+pub use pipeline::{Pipeline, PipelineSettings, RunReport, SinkSpec, detach_mark, status_of};
 pub use shutdown::Shutdown;
+pub use status::PipelineStatus;

@@ -16,19 +16,21 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_config::{BatchConfig, CommitPolicy, DeadLetterConfig, PolicyMode};
+use sluice_config::{BatchConfig, CommitPolicy, DeadLetterConfig, PolicyMode, SloConfig};
 use sluice_core::{AckWatermark, CheckpointKey, CheckpointStore, DeadLetterQueue, Position, Sink, Source, or_start};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::batch::Batcher;
 use crate::checkpointer::{Checkpointer, lowest};
 use crate::dispatch::Dispatcher;
 use crate::error::PipelineError;
 use crate::intake::Intake;
+use crate::monitor::Monitor;
 use crate::shutdown::{Shutdown, TriggerOnDrop};
-use crate::writer::SinkWriter;
+use crate::status::{Detachment, PipelineState, PipelineStatus, SinkInfo, SinkState};
+use crate::writer::{SinkMetrics, SinkWriter};
 
 /// Chunks of source events queued between the intake and the dispatcher.
 const CHUNK_QUEUE: usize = 4;
@@ -50,6 +52,10 @@ pub struct PipelineSettings {
     /// cleared when the pipeline starts.
     pub spill_dir: PathBuf,
     pub dead_letter: DeadLetterConfig,
+    pub slo: SloConfig,
+    /// Where sinks detached for pinning the source's log are marked; a
+    /// marked sink stays detached until `sluice checkpoints reset` clears it.
+    pub detach_dir: PathBuf,
 }
 
 /// Where each sink's checkpoint stands when a run ends.
@@ -74,6 +80,21 @@ pub struct Pipeline {
     pub sinks: Vec<SinkSpec>,
     pub store: Arc<dyn CheckpointStore>,
     pub dead_letters: Arc<dyn DeadLetterQueue>,
+    pub status: Arc<PipelineStatus>,
+}
+
+/// The status a pipeline of these parts reports.
+pub fn status_of(name: &str, source: &dyn Source, source_kind: &str, sinks: &[SinkSpec]) -> Arc<PipelineStatus> {
+    let sinks = sinks
+        .iter()
+        .map(|s| SinkInfo { id: s.sink.id().to_string(), guarantee: s.sink.guarantee(), required: s.required })
+        .collect();
+    PipelineStatus::new(name, source.id(), source_kind, sinks)
+}
+
+/// The mark file of a sink detached for pinning the source's log.
+pub fn detach_mark(detach_dir: &std::path::Path, sink_id: &str) -> PathBuf {
+    detach_dir.join(format!("{sink_id}.json"))
 }
 
 impl Pipeline {
@@ -82,11 +103,17 @@ impl Pipeline {
     pub async fn run(self, shutdown: Shutdown) -> Result<RunReport, PipelineError> {
         let name = self.settings.name.clone();
         let span = info_span!("pipeline", pipeline = %name);
-        self.run_inner(shutdown).instrument(span).await
+        let status = self.status.clone();
+        let result = self.run_inner(shutdown).instrument(span).await;
+        match &result {
+            Ok(_) => status.set_state(PipelineState::Stopped),
+            Err(err) => status.fail(err.to_string()),
+        }
+        result
     }
 
     async fn run_inner(self, external: Shutdown) -> Result<RunReport, PipelineError> {
-        let Pipeline { settings, source, sinks, store, dead_letters } = self;
+        let Pipeline { settings, source, sinks, store, dead_letters, status } = self;
         let pipeline = settings.name.clone();
         let source_id = source.id().to_string();
         let keys: Vec<CheckpointKey> = sinks.iter().map(|s| CheckpointKey::new(&source_id, s.sink.id())).collect();
@@ -104,9 +131,40 @@ impl Pipeline {
             .map_err(|e| task_error(&pipeline, "checkpoint load", e))?
             .map_err(|error| PipelineError::Store { pipeline: pipeline.clone(), error })?;
 
+        // A sink detached for pinning the log stays detached: the log from
+        // its checkpoint on is gone, so it must not hold the source back.
+        let mut released = vec![false; sinks.len()];
+        for (index, spec) in sinks.iter().enumerate() {
+            let mark = detach_mark(&settings.detach_dir, spec.sink.id());
+            let Ok(text) = std::fs::read_to_string(&mark) else { continue };
+            if spec.required {
+                return Err(PipelineError::Detached {
+                    pipeline: pipeline.clone(),
+                    sink: spec.sink.id().to_string(),
+                    mark: mark.display().to_string(),
+                });
+            }
+            let reason = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v["reason"].as_str().map(str::to_string))
+                .unwrap_or(text);
+            error!(sink = %spec.sink.id(), %reason, mark = %mark.display(),
+                "sink stays DETACHED: it was cut off for pinning the source's log and needs a resync; \
+                 `sluice checkpoints reset --sink` clears the mark");
+            status.sinks[index].detach(Detachment { reason, needs_resync: true });
+            released[index] = true;
+        }
+        let holding: Vec<Option<Position>> =
+            stored.iter().zip(&released).filter(|(_, r)| !**r).map(|(s, _)| s.clone()).collect();
+        for (sink, position) in status.sinks.iter().zip(&stored) {
+            *sink.checkpoint.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = position.clone();
+            *sink.durable.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = position.clone();
+        }
+
         // The source resumes from the lowest checkpoint; sinks ahead of it
         // filter what they already have.
-        let from = lowest(&stored);
+        let from = lowest(&holding);
+        *status.replay_from.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = from.clone();
         let ack = AckWatermark::default();
         if let Some(from) = &from {
             ack.advance(from);
@@ -129,9 +187,14 @@ impl Pipeline {
         let mut writers: Vec<(String, JoinHandle<_>)> = Vec::new();
         let required: Vec<bool> = sinks.iter().map(|s| s.required).collect();
         for (index, spec) in sinks.into_iter().enumerate() {
+            if released[index] {
+                continue;
+            }
             let (tx, rx) = mpsc::channel(settings.batch.max_inflight);
             writer_txs.push(tx);
             let sink_id = spec.sink.id().to_string();
+            let (control_tx, control_rx) = mpsc::channel(4);
+            status.sinks[index].set_control(Some(control_tx));
             let writer = SinkWriter {
                 index,
                 sink_id: sink_id.clone(),
@@ -146,6 +209,10 @@ impl Pipeline {
                 dead_letters: dead_letters.clone(),
                 dead_letter: settings.dead_letter.clone(),
                 retain_dir: settings.spill_dir.join(format!("retained-{index}")),
+                status: status.clone(),
+                control: control_rx,
+                detach_mark: detach_mark(&settings.detach_dir, &sink_id),
+                metrics: SinkMetrics::new(&pipeline, &sink_id),
             };
             let span = info_span!("sink", sink = %sink_id);
             writers.push((sink_id, spawn_guarded(&shutdown, writer.run().instrument(span))));
@@ -153,6 +220,9 @@ impl Pipeline {
         drop(report_tx);
 
         let checkpointer = Checkpointer {
+            durable_events: vec![0; keys.len()],
+            released,
+            status: status.clone(),
             keys: keys.clone(),
             required,
             mode: settings.commit_policy.mode,
@@ -166,15 +236,19 @@ impl Pipeline {
         let checkpointer = spawn_guarded(&shutdown, checkpointer.run().instrument(info_span!("checkpointer")));
 
         let (chunk_tx, chunk_rx) = mpsc::channel(CHUNK_QUEUE);
-        let intake = Intake { source, from, ack, chunks: chunk_tx, shutdown: shutdown.clone() };
+        let intake = Intake { source, from, ack, chunks: chunk_tx, shutdown: shutdown.clone(), status: status.clone() };
         let intake = spawn_guarded(&shutdown, intake.run().instrument(info_span!("source", source = %source_id)));
         let dispatcher = Dispatcher {
             batcher: Batcher::new(settings.batch.clone(), settings.spill_dir.clone()),
             chunks: chunk_rx,
             writers: writer_txs,
             shutdown: shutdown.clone(),
+            status: status.clone(),
         };
         let dispatcher = spawn_guarded(&shutdown, dispatcher.run().instrument(info_span!("dispatcher")));
+
+        status.set_state(PipelineState::Running);
+        let monitor = tokio::spawn(Monitor::new(status.clone(), settings.slo.clone()).run());
 
         let mut first_error = None;
         match intake.await {
@@ -216,6 +290,13 @@ impl Pipeline {
             }
         };
         relay.abort();
+        monitor.abort();
+        for sink in &status.sinks {
+            sink.set_control(None);
+            if sink.state() == SinkState::Running {
+                sink.set_state(SinkState::Closed);
+            }
+        }
         if let Some(error) = first_error {
             return Err(error);
         }

@@ -13,6 +13,7 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sluice_config::{DeadLetterConfig, OnFull};
@@ -26,6 +27,7 @@ use crate::backoff::Backoff;
 use crate::batch::Batch;
 use crate::latency::{Latency, now_us};
 use crate::shutdown::Shutdown;
+use crate::status::{Control, Detachment, PipelineStatus, SinkState, SinkStatus};
 
 /// Bytes of retained batches a writer keeps in memory; older ones move to
 /// spill files. A buffering sink (object storage) may hold minutes of
@@ -38,14 +40,20 @@ pub(crate) enum Report {
     /// The sink opened; it starts from `start` (its stored checkpoint or
     /// what it holds itself, whichever is higher).
     Opened { sink: usize, start: Option<Position> },
-    /// The sink's durable watermark moved.
-    Durable { sink: usize, position: Position },
+    /// The sink's durable watermark moved; `events` counts the events of
+    /// this run's stream up to it.
+    Durable { sink: usize, position: Position, events: u64 },
+    /// The sink was detached so the source no longer waits for it: its
+    /// checkpoint stays, but no longer holds the source back.
+    Released { sink: usize },
 }
 
 /// How a writer ended early.
 enum Stop {
     /// An optional sink failed; it gets nothing more this run.
     Detached(SinkError),
+    /// An optional sink was cut off to stop it pinning the source's log.
+    Released(String),
     /// Shutdown came while the writer was retrying.
     Abandoned,
     /// A required sink failed in a way retrying cannot fix.
@@ -68,6 +76,28 @@ pub(crate) struct SinkWriter {
     pub dead_letter: DeadLetterConfig,
     /// Where retained batches beyond [`RETAINED_MEMORY_BYTES`] go.
     pub retain_dir: PathBuf,
+    pub status: Arc<PipelineStatus>,
+    pub control: mpsc::Receiver<Control>,
+    /// Where a sink detached for pinning the log is marked, so it stays
+    /// detached until an operator resyncs it.
+    pub detach_mark: PathBuf,
+    pub metrics: SinkMetrics,
+}
+
+/// The sink's histograms, looked up once.
+pub(crate) struct SinkMetrics {
+    pub latency: metrics::Histogram,
+    pub batch_events: metrics::Histogram,
+}
+
+impl SinkMetrics {
+    pub fn new(pipeline: &str, sink: &str) -> Self {
+        let labels = [("pipeline", pipeline.to_string()), ("sink", sink.to_string())];
+        Self {
+            latency: metrics::histogram!("sluice_sink_latency_seconds", &labels),
+            batch_events: metrics::histogram!("sluice_sink_batch_events", &labels),
+        }
+    }
 }
 
 struct State {
@@ -81,9 +111,16 @@ struct State {
     /// by this run, and only their latency is measured.
     opened_at: Option<Position>,
     latency: Latency,
+    /// The highest position handed to the sink so far: a write at or
+    /// below it sends events again (a retry after a failure).
+    handed: Option<Position>,
 }
 
 impl SinkWriter {
+    fn me(&self) -> &SinkStatus {
+        &self.status.sinks[self.index]
+    }
+
     pub async fn run(mut self) -> Result<(), SinkError> {
         let mut state = State {
             position: self.stored.clone(),
@@ -92,12 +129,28 @@ impl SinkWriter {
             skip: BTreeSet::new(),
             opened_at: None,
             latency: Latency::default(),
+            handed: None,
         };
         let outcome = self.work(&mut state).await;
         log_latency(&state.latency);
         match outcome {
             Ok(()) => {
                 self.close().await;
+                self.me().set_state(SinkState::Closed);
+                Ok(())
+            }
+            Err(Stop::Released(reason)) => {
+                error!(
+                    %reason,
+                    durable = %or_start(state.durable.as_ref()),
+                    mark = %self.detach_mark.display(),
+                    "optional sink DETACHED so it stops pinning the source's log; it now misses events and needs a resync: \
+                     reset its checkpoint (`sluice checkpoints reset --sink`) and re-read its tables"
+                );
+                self.me().detach(Detachment { reason, needs_resync: true });
+                self.close().await;
+                self.me().set_control(None);
+                while self.batches.recv().await.is_some() {}
                 Ok(())
             }
             Err(Stop::Abandoned) => {
@@ -110,29 +163,74 @@ impl SinkWriter {
                     durable = %or_start(state.durable.as_ref()),
                     "optional sink detached after a failure; it keeps its checkpoint and catches up from it on the next start"
                 );
+                self.me().detach(Detachment { reason: err.to_string(), needs_resync: false });
+                self.me().set_control(None);
                 self.close().await;
                 // Keep taking batches so the pipeline never waits on us.
                 while self.batches.recv().await.is_some() {}
                 Ok(())
             }
-            Err(Stop::Fatal(err)) => Err(err),
+            Err(Stop::Fatal(err)) => {
+                self.me().set_state(SinkState::Failed);
+                Err(err)
+            }
+        }
+    }
+
+    /// Serves an API request between batches.
+    async fn serve(&mut self, request: Control) -> Result<(), Stop> {
+        match request {
+            Control::Redeliver { letter, event, reply } => {
+                let result = match with_deadline(self.deadline, "redeliver", self.sink.redeliver(&event)).await {
+                    Ok(()) => {
+                        info!(key = %letter.key, "dead letter delivered again");
+                        Ok(())
+                    }
+                    Err(SinkError::Rejected { detail, .. }) => Err(format!("the sink still refuses it: {detail}")),
+                    Err(err) => Err(err.to_string()),
+                };
+                let _ = reply.send(result);
+                Ok(())
+            }
+            Control::Detach { reason } => {
+                let mark = serde_json::json!({ "sink": self.sink_id, "reason": reason, "at_us": now_us() });
+                if let Err(e) = write_mark(&self.detach_mark, &mark.to_string()) {
+                    // Without the mark a restart would let the sink pin the
+                    // log again; keep it attached rather than half-detached.
+                    error!(error = %e, mark = %self.detach_mark.display(), "cannot record the sink's detachment; it stays attached");
+                    return Ok(());
+                }
+                self.report(Report::Released { sink: self.index }).await;
+                Err(Stop::Released(reason))
+            }
         }
     }
 
     async fn work(&mut self, state: &mut State) -> Result<(), Stop> {
         self.open(state).await?;
+        self.me().succeeded();
         self.report(Report::Opened { sink: self.index, start: state.position.clone() }).await;
         loop {
             let due = self.sink.flush_due().map(tokio::time::Instant::from_std);
             let batch = tokio::select! {
+                Some(request) = self.control.recv() => {
+                    self.serve(request).await?;
+                    continue;
+                }
                 batch = self.batches.recv() => batch,
                 () = sleep_until(due) => {
                     self.flush(state).await?;
-                    prune(state);
+                    self.prune(state);
                     continue;
                 }
             };
             let Some(batch) = batch else { break };
+            let _ = self.me().waiting_since_us.compare_exchange(
+                0,
+                batch.cut_at_us.max(1),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
             state.retained.push_back(batch);
             self.deliver(state).await?;
             self.spill_retained(state)?;
@@ -177,8 +275,15 @@ impl SinkWriter {
                         "check the disk of --data-dir",
                     ))
                 })?;
-                let Some(mut chunks) = chunks else { continue };
+                let Some(mut chunks) = chunks else {
+                    if state.handed.as_ref().is_none_or(|h| h < batch.last()) {
+                        self.me().replay_skipped.fetch_add(batch.event_count() as u64, Ordering::Relaxed);
+                        state.handed = Some(batch.last().clone());
+                    }
+                    continue;
+                };
                 let last = chunks.last_position().clone();
+                let count = chunks.event_count() as u64;
                 let skips = state.skip.range(batch.first().clone()..=batch.last().clone()).next().is_some();
                 let written = if skips {
                     // Events sent to the dead letter queue are left out.
@@ -193,6 +298,19 @@ impl SinkWriter {
                 };
                 match written {
                     Ok(durable) => {
+                        let me = self.me();
+                        me.succeeded();
+                        me.events.fetch_add(count, Ordering::Relaxed);
+                        me.batches.fetch_add(1, Ordering::Relaxed);
+                        me.bytes.fetch_add(batch.byte_size as u64, Ordering::Relaxed);
+                        if state.handed.as_ref().is_some_and(|h| *h >= last) {
+                            me.replayed.fetch_add(count, Ordering::Relaxed);
+                        } else {
+                            let skipped = (batch.event_count() as u64).saturating_sub(count);
+                            me.replay_skipped.fetch_add(skipped, Ordering::Relaxed);
+                            state.handed = Some(last.clone());
+                        }
+                        self.metrics.batch_events.record(count as f64);
                         state.position = Some(last);
                         self.note_durable(state, durable).await;
                     }
@@ -207,9 +325,31 @@ impl SinkWriter {
                     }
                 }
             }
-            prune(state);
+            self.prune(state);
             return Ok(());
         }
+    }
+
+    /// Drops retained batches that are wholly durable, recording their latency.
+    fn prune(&self, state: &mut State) {
+        let Some(durable) = &state.durable else {
+            return;
+        };
+        state.skip.retain(|p| p > durable);
+        let now = now_us();
+        while let Some(batch) = state.retained.front()
+            && batch.last() <= durable
+        {
+            if state.opened_at.as_ref().is_none_or(|o| batch.first() > o) {
+                batch.record_latency(&state.latency, now);
+                for (seconds, count) in batch.latencies(now) {
+                    self.metrics.latency.record_many(seconds, count as usize);
+                }
+            }
+            state.retained.pop_front();
+        }
+        let waiting = state.retained.front().map_or(0, |b| b.cut_at_us.max(1));
+        self.me().waiting_since_us.store(waiting, Ordering::Relaxed);
     }
 
     async fn flush(&mut self, state: &mut State) -> Result<(), Stop> {
@@ -328,12 +468,14 @@ impl SinkWriter {
             }
         }
         error!(%position, error = %detail, "event sent to the dead letter queue; see `sluice dlq list`");
+        self.me().dead_lettered.fetch_add(1, Ordering::Relaxed);
         state.skip.insert(position);
         Ok(())
     }
 
     /// Decides whether to retry `err`, and sleeps before the retry.
     async fn back_off(&mut self, err: SinkError, backoff: &mut Backoff) -> Result<(), Stop> {
+        self.me().failed_call(err.to_string());
         if !err.is_transient() {
             return Err(if self.may_detach { Stop::Detached(err) } else { Stop::Fatal(err) });
         }
@@ -344,11 +486,23 @@ impl SinkWriter {
             return Err(Stop::Detached(err));
         }
         let delay = backoff.next_delay();
+        self.me().retries.fetch_add(1, Ordering::Relaxed);
         warn!(error = %err, attempt = backoff.attempt(), retry_in_ms = delay.as_millis() as u64, "sink call failed; retrying");
-        tokio::select! {
-            biased;
-            _ = self.shutdown.wait() => Err(Stop::Abandoned),
-            _ = tokio::time::sleep(delay) => Ok(()),
+        let sleep = tokio::time::sleep(delay);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                biased;
+                _ = self.shutdown.wait() => return Err(Stop::Abandoned),
+                // A failing sink is the one most likely to be detached.
+                Some(request) = self.control.recv() => match request {
+                    Control::Redeliver { reply, .. } => {
+                        let _ = reply.send(Err("the sink is failing and retrying a batch; try again once it recovers".to_string()));
+                    }
+                    detach @ Control::Detach { .. } => self.serve(detach).await?,
+                },
+                _ = &mut sleep => return Ok(()),
+            }
         }
     }
 
@@ -358,7 +512,14 @@ impl SinkWriter {
             return;
         }
         state.durable = Some(durable.clone());
-        self.report(Report::Durable { sink: self.index, position: durable }).await;
+        let me = self.me();
+        *me.durable.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(durable.clone());
+        if let Some(batch) = state.retained.iter().take_while(|b| *b.last() <= durable).last() {
+            me.durable_events.store(batch.through_events, Ordering::Relaxed);
+            me.durable_bytes.store(batch.through_bytes, Ordering::Relaxed);
+        }
+        let events = me.durable_events.load(Ordering::Relaxed);
+        self.report(Report::Durable { sink: self.index, position: durable, events }).await;
     }
 
     async fn report(&mut self, report: Report) {
@@ -375,21 +536,15 @@ impl SinkWriter {
     }
 }
 
-/// Drops retained batches that are wholly durable.
-fn prune(state: &mut State) {
-    let Some(durable) = &state.durable else {
-        return;
-    };
-    state.skip.retain(|p| p > durable);
-    let now = now_us();
-    while let Some(batch) = state.retained.front()
-        && batch.last() <= durable
-    {
-        if state.opened_at.as_ref().is_none_or(|o| batch.first() > o) {
-            batch.record_latency(&state.latency, now);
-        }
-        state.retained.pop_front();
+/// Writes the detachment mark durably: a restart must find it.
+fn write_mark(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
     }
+    let mut file = std::fs::File::create(path)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()
 }
 
 fn log_latency(latency: &Latency) {

@@ -178,6 +178,7 @@ impl Setup {
             .args(["run", "-c"])
             .arg(&self.config)
             .current_dir(&self.dir)
+            .env("SLUICE_API_ADDR", "127.0.0.1:0")
             // The drain follows the checkpoints the MariaDB pipeline stores.
             .env("RUST_LOG", "info,sluice_runtime::checkpointer=debug")
             .stdout(Stdio::null())

@@ -117,8 +117,12 @@ fn run_pipeline_with(
     data_dir: &std::path::Path,
 ) {
     let store = Arc::new(EmbeddedStore::open(&data_dir.join("store")).unwrap());
+    let sinks = vec![SinkSpec { sink, required: true }];
+    let status = sluice_runtime::status_of("bench", source.as_ref(), "bench", &sinks);
     let pipeline = Pipeline {
         settings: PipelineSettings {
+            slo: Default::default(),
+            detach_dir: data_dir.join("detached"),
             name: "bench".into(),
             batch: BatchConfig::default(),
             commit_policy: CommitPolicy::default(),
@@ -127,9 +131,10 @@ fn run_pipeline_with(
             dead_letter: Default::default(),
         },
         source,
-        sinks: vec![SinkSpec { sink, required: true }],
+        sinks,
         store: store.clone(),
         dead_letters: store,
+        status,
     };
     runtime.block_on(pipeline.run(Shutdown::new())).unwrap();
 }

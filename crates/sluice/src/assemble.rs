@@ -55,8 +55,16 @@ pub fn pipeline(config: &PipelineConfig, store: Arc<EmbeddedStore>, data_dir: &P
         let built = sluice_sinks::build(sink, &context).map_err(Failure::bad_input)?;
         sinks.push(SinkSpec { sink: built, required: sink.required() });
     }
+    let kind = match &config.source {
+        SourceConfig::Generator(_) => "generator",
+        SourceConfig::Postgres(_) => "postgres",
+        SourceConfig::Mysql(_) => "mysql",
+    };
+    let status = sluice_runtime::status_of(&config.name, source.as_ref(), kind, &sinks);
     Ok(Pipeline {
         settings: PipelineSettings {
+            slo: config.slo.clone(),
+            detach_dir: data_dir.join("detached").join(&config.name),
             name: config.name.clone(),
             batch: config.batch.clone(),
             commit_policy: config.commit_policy.clone(),
@@ -68,5 +76,6 @@ pub fn pipeline(config: &PipelineConfig, store: Arc<EmbeddedStore>, data_dir: &P
         sinks,
         store: store.clone(),
         dead_letters: store,
+        status,
     })
 }

@@ -40,6 +40,7 @@ fn list(args: RunArgs) -> Result<(), Failure> {
 fn reset(args: ResetArgs) -> Result<(), Failure> {
     let config = assemble::load(&args.run.config.config)?;
     let mut keys = Vec::new();
+    let mut marks = Vec::new();
     for pipeline in &config.pipelines {
         if args.pipeline.as_ref().is_some_and(|p| *p != pipeline.name) {
             continue;
@@ -47,6 +48,8 @@ fn reset(args: ResetArgs) -> Result<(), Failure> {
         for sink in &pipeline.sinks {
             if args.sink.as_ref().is_none_or(|s| s == sink.id()) {
                 keys.push(CheckpointKey::new(pipeline.source.id(), sink.id()));
+                let dir = args.run.data_dir.join("detached").join(&pipeline.name);
+                marks.push(sluice_runtime::detach_mark(&dir, sink.id()));
             }
         }
     }
@@ -66,5 +69,14 @@ fn reset(args: ResetArgs) -> Result<(), Failure> {
     let store = assemble::open_store(&args.run.data_dir)?;
     let removed = store.remove(&keys).map_err(Failure::pipeline)?;
     println!("removed {removed} checkpoint(s)");
+    // A detached sink whose checkpoint is reset starts over, so it no
+    // longer needs the resync its mark asks for.
+    for mark in marks {
+        match std::fs::remove_file(&mark) {
+            Ok(()) => println!("cleared the detachment mark {}", mark.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Failure::pipeline(anyhow!("cannot remove {}: {e}", mark.display()))),
+        }
+    }
     Ok(())
 }

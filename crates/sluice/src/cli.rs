@@ -4,6 +4,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// The data dir when `--data-dir` is not given.
 pub const DEFAULT_DATA_DIR: &str = "./sluice-data";
+/// Where the HTTP API listens by default: loopback only, so nothing is
+/// exposed beyond the host until an operator says so.
+pub const DEFAULT_API_ADDR: &str = "127.0.0.1:8080";
 
 /// Sluice: change data capture with a checkpoint per sink.
 #[derive(Debug, Parser)]
@@ -28,7 +31,9 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the pipelines of a config until their sources end or a signal arrives.
-    Run(RunArgs),
+    Run(ServeArgs),
+    /// Show where each pipeline and sink of a running `sluice run` stands.
+    Status(StatusArgs),
     /// Check a config without running it, and show each sink's guarantee.
     Validate(ConfigArgs),
     /// Inspect or reset stored checkpoints.
@@ -37,6 +42,25 @@ pub enum Command {
     Dlq(DlqArgs),
     /// Re-read one table while its pipeline streams (an incremental snapshot).
     Snapshot(SnapshotArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Where the HTTP API (health, metrics, dashboard) listens; `off` runs without it.
+    #[arg(long, env = "SLUICE_API_ADDR", default_value = DEFAULT_API_ADDR)]
+    pub api_addr: String,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The API address of the running `sluice run`.
+    #[arg(long, env = "SLUICE_API_ADDR", default_value = DEFAULT_API_ADDR)]
+    pub api_addr: String,
+    /// Only this pipeline.
+    #[arg(long)]
+    pub pipeline: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -2,6 +2,7 @@
 //! commands. Exit codes: 0 done, 1 a pipeline failed while running, 2 the
 //! config or the environment is unusable (nothing was written).
 
+mod api;
 mod assemble;
 mod checkpoints;
 mod cli;
@@ -10,6 +11,7 @@ mod logging;
 mod run;
 mod snapshot;
 mod status;
+mod status_cli;
 mod validate;
 
 use std::process::ExitCode;
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Run(args) => run::run(args),
+        Command::Status(args) => status_cli::status(args),
         Command::Validate(args) => validate::validate(args),
         Command::Checkpoints(args) => checkpoints::checkpoints(args),
         Command::Dlq(args) => dlq::dlq(args),

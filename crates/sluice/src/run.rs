@@ -4,12 +4,15 @@ use anyhow::anyhow;
 use sluice_runtime::Shutdown;
 use tracing::{error, info, warn};
 
-use crate::cli::RunArgs;
-use crate::{Failure, assemble};
+use crate::cli::ServeArgs;
+use crate::{Failure, api, assemble};
 
-pub fn run(args: RunArgs) -> Result<(), Failure> {
+pub fn run(serve: ServeArgs) -> Result<(), Failure> {
+    let args = serve.run;
     let config = assemble::load(&args.config.config)?;
     let store = assemble::open_store(&args.data_dir)?;
+    let api_on = serve.api_addr != "off";
+    let metrics = if api_on { Some(api::install_metrics(&config).map_err(Failure::bad_input)?) } else { None };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("sluice")
@@ -19,7 +22,17 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     for pipeline in &config.pipelines {
         pipelines.push((pipeline.name.clone(), assemble::pipeline(pipeline, store.clone(), &args.data_dir)?));
     }
+    let statuses = pipelines.iter().map(|(_, p)| p.status.clone()).collect();
     runtime.block_on(async move {
+        let server = match metrics {
+            Some(metrics) => {
+                let listener = api::bind(&serve.api_addr).await.map_err(Failure::bad_input)?;
+                let token = std::env::var(api::TOKEN_ENV).ok().filter(|t| !t.is_empty());
+                let state = api::Api { config, pipelines: statuses, store, metrics, token };
+                Some(api::serve(listener, std::sync::Arc::new(state)))
+            }
+            None => None,
+        };
         let shutdown = Shutdown::new();
         let signals = tokio::spawn(watch_signals(shutdown.clone()));
         let mut runs = Vec::new();
@@ -55,6 +68,9 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             }
         }
         signals.abort();
+        if let Some(server) = server {
+            server.abort();
+        }
         match first_error {
             Some(err) => Err(Failure::pipeline(err)),
             None => Ok(()),

@@ -107,7 +107,7 @@ impl World {
     pub fn run_once(&self, faults_enabled: bool) -> Outcome {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
         let crash = CrashSwitch::default();
-        let sinks = self
+        let sinks: Vec<SinkSpec> = self
             .scenario
             .sinks
             .iter()
@@ -122,8 +122,11 @@ impl World {
             .collect();
         let source =
             AckChecked { inner: GeneratorSource::new(self.generator_config()), ack: None, store: self.store.clone() };
+        let status = sluice_runtime::status_of("test", &source, "generator", &sinks);
         let pipeline = Pipeline {
             settings: PipelineSettings {
+                slo: sluice_config::SloConfig::default(),
+                detach_dir: self.spill_dir.path().join("detached"),
                 name: "test".into(),
                 batch: self.scenario.batch.clone(),
                 commit_policy: self.scenario.policy.clone(),
@@ -135,6 +138,7 @@ impl World {
             sinks,
             store: self.store.clone(),
             dead_letters: self.dead_letters.clone(),
+            status,
         };
         let outcome = runtime.block_on(async {
             tokio::select! {

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod api;
 pub mod lake;
 pub mod my;
 pub mod pg;
@@ -18,6 +19,8 @@ use sluice_generator::GeneratorSource;
 pub fn sluice() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
     command.env_remove("RUST_LOG");
+    // Tests run many `sluice run` at once: each API gets a port of its own.
+    command.env("SLUICE_API_ADDR", "127.0.0.1:0");
     command
 }
 
@@ -70,6 +73,17 @@ impl Drop for Running {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// `spawn` with extra environment variables.
+pub fn spawn_with_env(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> Running {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("sluice.log")).unwrap();
+    let mut command = sluice();
+    command.args(args).current_dir(dir).stdout(Stdio::null()).stderr(log);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    Running(Some(command.spawn().expect("sluice starts")))
 }
 
 pub fn spawn(args: &[&str], dir: &Path) -> Running {

@@ -1,0 +1,579 @@
+//! Where a pipeline stands, for the HTTP API, the metrics and the dashboard.
+//!
+//! The pipeline's tasks write these figures as they work: atomics for
+//! counters, a lock for each position. Readers take a [`PipelineView`], a
+//! plain copy. Nothing here is on the per-event path: counters move once
+//! per chunk or batch.
+//!
+//! Positions are opaque and cannot be drawn on a line, so every mark along
+//! the stream is also counted in events cut by this run: the head is every
+//! event cut, a sink's durable watermark is the events of the batches it
+//! holds, and lag is the difference.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::Serialize;
+use sluice_core::{DeadLetter, Event, Guarantee, LogStats, Position};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::latency::now_us;
+
+/// A source this close to its server's head counts as caught up: the log
+/// also holds what the source never reads (other databases' WAL), and the
+/// head is measured every few seconds, so an idle source is rarely at 0.
+pub const CAUGHT_UP_BYTES: u64 = 1024 * 1024;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn text(position: &Mutex<Option<Position>>) -> Option<String> {
+    lock(position).as_ref().map(ToString::to_string)
+}
+
+/// What a pipeline is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PipelineState {
+    Starting,
+    Running,
+    Paused,
+    Stopped,
+    Failed,
+}
+
+/// What a sink is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SinkState {
+    Starting,
+    Running,
+    /// Its last call failed; the writer is retrying.
+    Retrying,
+    /// An optional sink that gets nothing more this run.
+    Detached,
+    Closed,
+    Failed,
+}
+
+/// An error and when it happened.
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorNote {
+    pub at: String,
+    pub message: String,
+}
+
+impl ErrorNote {
+    fn now(message: String) -> Self {
+        Self { at: sluice_core::time::format_utc_micros(now_us()), message }
+    }
+}
+
+/// A request to a sink's writer, served between batches.
+pub(crate) enum Control {
+    /// Send one dead letter's event to the sink again.
+    Redeliver { letter: Box<DeadLetter>, event: Box<Event>, reply: oneshot::Sender<Result<(), String>> },
+    /// Stop writing to this optional sink and stop holding the source back for it.
+    Detach { reason: String },
+}
+
+/// One sink's figures.
+pub struct SinkStatus {
+    pub id: String,
+    pub guarantee: Guarantee,
+    pub required: bool,
+    state: Mutex<SinkState>,
+    pub(crate) checkpoint: Mutex<Option<Position>>,
+    pub(crate) durable: Mutex<Option<Position>>,
+    /// Events and bytes, counted along the stream, the sink holds durably.
+    pub(crate) durable_events: AtomicU64,
+    pub(crate) durable_bytes: AtomicU64,
+    pub(crate) checkpoint_events: AtomicU64,
+    /// When the oldest batch the sink was given and does not hold durably
+    /// yet was cut; 0 when it holds everything it was given.
+    pub(crate) waiting_since_us: AtomicI64,
+    pub events: AtomicU64,
+    pub batches: AtomicU64,
+    pub bytes: AtomicU64,
+    pub errors: AtomicU64,
+    pub retries: AtomicU64,
+    /// Events left out because the sink already held them (replay filtering).
+    pub replay_skipped: AtomicU64,
+    /// Events written again after a failed call (at-least-once sinks may
+    /// then hold them twice).
+    pub replayed: AtomicU64,
+    pub dead_lettered: AtomicU64,
+    /// Since when the sink keeps failing (µs), 0 when it is not.
+    failing_since_us: AtomicI64,
+    last_error: Mutex<Option<ErrorNote>>,
+    /// Why the sink was detached, and whether it must be resynced.
+    detached: Mutex<Option<Detachment>>,
+    control: Mutex<Option<mpsc::Sender<Control>>>,
+}
+
+/// Why a sink was cut off.
+#[derive(Debug, Clone, Serialize)]
+pub struct Detachment {
+    pub reason: String,
+    /// The source no longer keeps the log from its checkpoint on: the sink
+    /// has a gap and needs a resync.
+    pub needs_resync: bool,
+}
+
+impl SinkStatus {
+    fn new(id: String, guarantee: Guarantee, required: bool) -> Self {
+        Self {
+            id,
+            guarantee,
+            required,
+            state: Mutex::new(SinkState::Starting),
+            checkpoint: Mutex::new(None),
+            durable: Mutex::new(None),
+            durable_events: AtomicU64::new(0),
+            durable_bytes: AtomicU64::new(0),
+            checkpoint_events: AtomicU64::new(0),
+            waiting_since_us: AtomicI64::new(0),
+            events: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            replay_skipped: AtomicU64::new(0),
+            replayed: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
+            failing_since_us: AtomicI64::new(0),
+            last_error: Mutex::new(None),
+            detached: Mutex::new(None),
+            control: Mutex::new(None),
+        }
+    }
+
+    pub fn state(&self) -> SinkState {
+        *lock(&self.state)
+    }
+
+    pub(crate) fn set_state(&self, state: SinkState) {
+        *lock(&self.state) = state;
+    }
+
+    pub(crate) fn failed_call(&self, message: String) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        let _ = self.failing_since_us.compare_exchange(0, now_us(), Ordering::Relaxed, Ordering::Relaxed);
+        *lock(&self.last_error) = Some(ErrorNote::now(message));
+        if self.state() == SinkState::Running {
+            self.set_state(SinkState::Retrying);
+        }
+    }
+
+    pub(crate) fn succeeded(&self) {
+        self.failing_since_us.store(0, Ordering::Relaxed);
+        if self.state() == SinkState::Retrying || self.state() == SinkState::Starting {
+            self.set_state(SinkState::Running);
+        }
+    }
+
+    pub(crate) fn detach(&self, detachment: Detachment) {
+        *lock(&self.detached) = Some(detachment);
+        self.set_state(SinkState::Detached);
+    }
+
+    pub fn detachment(&self) -> Option<Detachment> {
+        lock(&self.detached).clone()
+    }
+
+    /// How long the sink has kept failing, in seconds; 0 when it is not.
+    pub fn failing_for_secs(&self) -> f64 {
+        match self.failing_since_us.load(Ordering::Relaxed) {
+            0 => 0.0,
+            since => (now_us() - since).max(0) as f64 / 1e6,
+        }
+    }
+
+    /// Seconds the oldest event the sink does not hold yet has waited in
+    /// Sluice; the source's own lag comes on top.
+    pub fn lag_seconds(&self) -> f64 {
+        match self.waiting_since_us.load(Ordering::Relaxed) {
+            0 => 0.0,
+            since => (now_us() - since).max(0) as f64 / 1e6,
+        }
+    }
+
+    pub(crate) fn set_control(&self, control: Option<mpsc::Sender<Control>>) {
+        *lock(&self.control) = control;
+    }
+
+    fn control(&self) -> Option<mpsc::Sender<Control>> {
+        lock(&self.control).clone()
+    }
+}
+
+/// The source's figures, as the pipeline sees them.
+#[derive(Default)]
+pub struct SourceFigures {
+    pub events: AtomicU64,
+    pub bytes: AtomicU64,
+    /// Events and bytes read per table.
+    tables: Mutex<BTreeMap<String, (u64, u64)>>,
+    pub(crate) position: Mutex<Option<Position>>,
+    /// Commit time of the latest event read (µs), 0 before the first.
+    pub(crate) last_commit_us: AtomicI64,
+    /// When the latest event was read (µs).
+    pub(crate) last_read_us: AtomicI64,
+    pub restarts: AtomicU64,
+    failing_since_us: AtomicI64,
+    last_error: Mutex<Option<ErrorNote>>,
+    log: Mutex<Option<Arc<LogStats>>>,
+}
+
+impl SourceFigures {
+    /// Counts a chunk the source read, once per chunk.
+    pub(crate) fn read(&self, events: &[Event]) {
+        let Some(last) = events.last() else { return };
+        let mut bytes = 0;
+        let mut tables = lock(&self.tables);
+        let mut current: Option<(&str, u64, u64)> = None;
+        for event in events {
+            let size = event.approx_byte_size() as u64;
+            bytes += size;
+            match &mut current {
+                Some((table, n, b)) if *table == &*event.table => {
+                    *n += 1;
+                    *b += size;
+                }
+                _ => {
+                    if let Some((table, n, b)) = current.take() {
+                        add(&mut tables, table, n, b);
+                    }
+                    current = Some((&event.table, 1, size));
+                }
+            }
+        }
+        if let Some((table, n, b)) = current {
+            add(&mut tables, table, n, b);
+        }
+        drop(tables);
+        self.events.fetch_add(events.len() as u64, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        *lock(&self.position) = Some(last.position.clone());
+        if last.commit_time_us > 0 {
+            self.last_commit_us.store(last.commit_time_us, Ordering::Relaxed);
+        }
+        self.last_read_us.store(now_us(), Ordering::Relaxed);
+        self.failing_since_us.store(0, Ordering::Relaxed);
+    }
+
+    pub(crate) fn failed(&self, message: String) {
+        self.restarts.fetch_add(1, Ordering::Relaxed);
+        let _ = self.failing_since_us.compare_exchange(0, now_us(), Ordering::Relaxed, Ordering::Relaxed);
+        *lock(&self.last_error) = Some(ErrorNote::now(message));
+    }
+
+    pub(crate) fn started(&self) {
+        self.failing_since_us.store(0, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_log(&self, log: Option<Arc<LogStats>>) {
+        *lock(&self.log) = log;
+    }
+
+    pub fn log(&self) -> Option<Arc<LogStats>> {
+        lock(&self.log).clone()
+    }
+
+    /// Events and bytes read per table.
+    pub fn tables(&self) -> BTreeMap<String, (u64, u64)> {
+        lock(&self.tables).clone()
+    }
+
+    pub fn failing_for_secs(&self) -> f64 {
+        match self.failing_since_us.load(Ordering::Relaxed) {
+            0 => 0.0,
+            since => (now_us() - since).max(0) as f64 / 1e6,
+        }
+    }
+
+    /// Seconds between the latest commit read and now, while the source is
+    /// behind its server; 0 when it has read all there is, and for a
+    /// source without a server (the generator stamps synthetic times).
+    pub fn lag_seconds(&self) -> f64 {
+        let Some(log) = self.log() else { return 0.0 };
+        let caught_up = log.behind_bytes().is_some_and(|b| b < CAUGHT_UP_BYTES);
+        match self.last_commit_us.load(Ordering::Relaxed) {
+            0 => 0.0,
+            _ if caught_up => 0.0,
+            at => (now_us() - at).max(0) as f64 / 1e6,
+        }
+    }
+}
+
+fn add(tables: &mut BTreeMap<String, (u64, u64)>, table: &str, events: u64, bytes: u64) {
+    match tables.get_mut(table) {
+        Some((n, b)) => {
+            *n += events;
+            *b += bytes;
+        }
+        None => {
+            tables.insert(table.to_string(), (events, bytes));
+        }
+    }
+}
+
+/// One pipeline's figures and controls, shared by its tasks and the API.
+pub struct PipelineStatus {
+    pub name: String,
+    pub source_id: String,
+    pub source_kind: String,
+    state: Mutex<PipelineState>,
+    failure: Mutex<Option<ErrorNote>>,
+    pause: watch::Sender<bool>,
+    pub source: SourceFigures,
+    /// Events, bytes and batches cut by the dispatcher.
+    pub events_cut: AtomicU64,
+    pub bytes_cut: AtomicU64,
+    pub batches_cut: AtomicU64,
+    /// Where the source would start again after a crash: the lowest stored checkpoint.
+    pub(crate) replay_from: Mutex<Option<Position>>,
+    pub(crate) replay_from_events: AtomicU64,
+    pub sinks: Vec<SinkStatus>,
+    /// Problems that keep the pipeline from being ready, from the SLO
+    /// monitor; replaced at each check.
+    problems: Mutex<Vec<String>>,
+}
+
+/// A sink as the pipeline is told about it before it runs.
+pub struct SinkInfo {
+    pub id: String,
+    pub guarantee: Guarantee,
+    pub required: bool,
+}
+
+impl PipelineStatus {
+    pub fn new(name: &str, source_id: &str, source_kind: &str, sinks: Vec<SinkInfo>) -> Arc<Self> {
+        Arc::new(Self {
+            name: name.to_string(),
+            source_id: source_id.to_string(),
+            source_kind: source_kind.to_string(),
+            state: Mutex::new(PipelineState::Starting),
+            failure: Mutex::new(None),
+            pause: watch::Sender::new(false),
+            source: SourceFigures::default(),
+            events_cut: AtomicU64::new(0),
+            bytes_cut: AtomicU64::new(0),
+            batches_cut: AtomicU64::new(0),
+            replay_from: Mutex::new(None),
+            replay_from_events: AtomicU64::new(0),
+            sinks: sinks.into_iter().map(|s| SinkStatus::new(s.id, s.guarantee, s.required)).collect(),
+            problems: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn state(&self) -> PipelineState {
+        let state = *lock(&self.state);
+        if state == PipelineState::Running && *self.pause.borrow() { PipelineState::Paused } else { state }
+    }
+
+    pub(crate) fn set_state(&self, state: PipelineState) {
+        *lock(&self.state) = state;
+    }
+
+    pub(crate) fn fail(&self, message: String) {
+        *lock(&self.failure) = Some(ErrorNote::now(message));
+        self.set_state(PipelineState::Failed);
+    }
+
+    /// Stops reading the source (sinks finish what they hold); `false`
+    /// when it was paused already.
+    pub fn pause(&self) -> bool {
+        !self.pause.send_replace(true)
+    }
+
+    /// Reads the source again; `false` when it was not paused.
+    pub fn resume(&self) -> bool {
+        self.pause.send_replace(false)
+    }
+
+    pub fn is_paused(&self) -> bool {
+        *self.pause.borrow()
+    }
+
+    pub(crate) fn paused(&self) -> watch::Receiver<bool> {
+        self.pause.subscribe()
+    }
+
+    pub fn sink(&self, id: &str) -> Option<&SinkStatus> {
+        self.sinks.iter().find(|s| s.id == id)
+    }
+
+    pub(crate) fn set_problems(&self, problems: Vec<String>) {
+        *lock(&self.problems) = problems;
+    }
+
+    /// Why the pipeline is not ready; empty when it is.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        match self.state() {
+            PipelineState::Running => {}
+            PipelineState::Paused => problems.push("paused through the API".to_string()),
+            state => problems.push(format!("pipeline is {}", serde_json::to_string(&state).unwrap_or_default())),
+        }
+        problems.extend(lock(&self.problems).iter().cloned());
+        problems
+    }
+
+    /// Sends a dead letter back to its sink through the sink's own writer.
+    pub async fn redeliver(&self, letter: DeadLetter) -> Result<(), RedeliverError> {
+        let sink = self.sink(&letter.sink_id).ok_or(RedeliverError::NoSuchSink)?;
+        let control = sink.control().ok_or(RedeliverError::NotRunning)?;
+        let event = letter
+            .decode_event()
+            .map_err(|e| RedeliverError::Refused(format!("its stored event cannot be read back ({e}); purge it")))?;
+        let (reply, answer) = oneshot::channel();
+        let request = Control::Redeliver { letter: Box::new(letter), event: Box::new(event), reply };
+        control.send(request).await.map_err(|_| RedeliverError::NotRunning)?;
+        answer.await.map_err(|_| RedeliverError::NotRunning)?.map_err(RedeliverError::Refused)
+    }
+
+    /// Asks the writer of optional sink `index` to detach.
+    pub(crate) fn request_detach(&self, index: usize, reason: String) -> bool {
+        match self.sinks.get(index).and_then(SinkStatus::control) {
+            Some(control) => control.try_send(Control::Detach { reason }).is_ok(),
+            None => false,
+        }
+    }
+
+    pub fn view(&self) -> PipelineView {
+        let head_events = self.events_cut.load(Ordering::Relaxed);
+        let log = self.source.log();
+        PipelineView {
+            name: self.name.clone(),
+            state: self.state(),
+            failure: lock(&self.failure).clone(),
+            problems: self.problems(),
+            source: SourceView {
+                id: self.source_id.clone(),
+                kind: self.source_kind.clone(),
+                position: text(&self.source.position),
+                head: log.as_ref().and_then(|l| l.head()),
+                behind_bytes: log.as_ref().and_then(|l| l.behind_bytes()),
+                retained_wal_bytes: log.as_ref().and_then(|l| l.retained_bytes()),
+                lag_seconds: self.source.lag_seconds(),
+                events: self.source.events.load(Ordering::Relaxed),
+                bytes: self.source.bytes.load(Ordering::Relaxed),
+                restarts: self.source.restarts.load(Ordering::Relaxed),
+                last_error: lock(&self.source.last_error).clone(),
+            },
+            head_events,
+            replay_from: text(&self.replay_from),
+            replay_from_events: self.replay_from_events.load(Ordering::Relaxed),
+            sinks: self
+                .sinks
+                .iter()
+                .map(|s| s.view(head_events, self.bytes_cut.load(Ordering::Relaxed), self.source.lag_seconds()))
+                .collect(),
+        }
+    }
+}
+
+impl SinkStatus {
+    fn view(&self, head_events: u64, head_bytes: u64, source_lag: f64) -> SinkView {
+        let durable_events = self.durable_events.load(Ordering::Relaxed);
+        SinkView {
+            id: self.id.clone(),
+            guarantee: self.guarantee.to_string(),
+            exactly_once: self.guarantee.is_exactly_once(),
+            required: self.required,
+            state: self.state(),
+            checkpoint: text(&self.checkpoint),
+            durable: text(&self.durable),
+            checkpoint_events: self.checkpoint_events.load(Ordering::Relaxed),
+            durable_events,
+            lag_events: head_events.saturating_sub(durable_events),
+            lag_bytes: head_bytes.saturating_sub(self.durable_bytes.load(Ordering::Relaxed)),
+            lag_seconds: self.lag_seconds() + source_lag,
+            events: self.events.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            retries: self.retries.load(Ordering::Relaxed),
+            replay_skipped: self.replay_skipped.load(Ordering::Relaxed),
+            replayed: self.replayed.load(Ordering::Relaxed),
+            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+            failing_for_seconds: self.failing_for_secs(),
+            last_error: lock(&self.last_error).clone(),
+            detached: self.detachment(),
+        }
+    }
+}
+
+/// Why a dead letter could not be sent again.
+#[derive(Debug)]
+pub enum RedeliverError {
+    NoSuchSink,
+    /// The sink's writer is not running (the pipeline stopped, or the sink detached).
+    NotRunning,
+    Refused(String),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PipelineView {
+    pub name: String,
+    pub state: PipelineState,
+    pub failure: Option<ErrorNote>,
+    /// Why the pipeline is not ready; empty when it is.
+    pub problems: Vec<String>,
+    pub source: SourceView,
+    /// Events cut by this run: the head of the stream as the sinks see it.
+    pub head_events: u64,
+    /// Where the source would start again after a crash (MIN of the checkpoints).
+    pub replay_from: Option<String>,
+    pub replay_from_events: u64,
+    pub sinks: Vec<SinkView>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceView {
+    pub id: String,
+    pub kind: String,
+    /// The latest position read.
+    pub position: Option<String>,
+    /// The server's log head.
+    pub head: Option<String>,
+    /// Bytes of log between the position read and the head.
+    pub behind_bytes: Option<u64>,
+    /// WAL the server keeps for this source's replication slot.
+    pub retained_wal_bytes: Option<u64>,
+    pub lag_seconds: f64,
+    pub events: u64,
+    pub bytes: u64,
+    pub restarts: u64,
+    pub last_error: Option<ErrorNote>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SinkView {
+    pub id: String,
+    pub guarantee: String,
+    pub exactly_once: bool,
+    pub required: bool,
+    pub state: SinkState,
+    pub checkpoint: Option<String>,
+    pub durable: Option<String>,
+    pub checkpoint_events: u64,
+    pub durable_events: u64,
+    pub lag_events: u64,
+    pub lag_bytes: u64,
+    pub lag_seconds: f64,
+    pub events: u64,
+    pub batches: u64,
+    pub bytes: u64,
+    pub errors: u64,
+    pub retries: u64,
+    pub replay_skipped: u64,
+    pub replayed: u64,
+    pub dead_lettered: u64,
+    pub failing_for_seconds: f64,
+    pub last_error: Option<ErrorNote>,
+    pub detached: Option<Detachment>,
+}

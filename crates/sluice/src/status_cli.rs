@@ -1,0 +1,111 @@
+//! `sluice status`: the API's per-sink table in a terminal.
+
+use anyhow::anyhow;
+use serde_json::Value;
+
+use crate::cli::StatusArgs;
+use crate::validate::table;
+use crate::{Failure, api};
+
+pub fn status(args: StatusArgs) -> Result<(), Failure> {
+    let path = match &args.pipeline {
+        Some(name) => format!("/pipelines/{name}"),
+        None => "/pipelines".to_string(),
+    };
+    let url = format!("http://{}{path}", args.api_addr);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::pipeline(anyhow!("cannot start the async runtime: {e}")))?;
+    let body = runtime.block_on(fetch(&url))?;
+    let pipelines = match body.get("pipelines").and_then(Value::as_array) {
+        Some(list) => list.clone(),
+        None => vec![body],
+    };
+    for pipeline in &pipelines {
+        print!("{}", render(pipeline));
+    }
+    Ok(())
+}
+
+async fn fetch(url: &str) -> Result<Value, Failure> {
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .map_err(|e| Failure::pipeline(anyhow!("cannot build an HTTP client: {e}")))?;
+    let mut request = client.get(url);
+    if let Ok(token) = std::env::var(api::TOKEN_ENV)
+        && !token.is_empty()
+    {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.map_err(|e| {
+        Failure::pipeline(anyhow!(
+            "cannot reach the API at {url}: {e}; hint: is `sluice run` running, and with this --api-addr?"
+        ))
+    })?;
+    let status = response.status();
+    let bytes = response.bytes().await.map_err(|e| Failure::pipeline(anyhow!("reading the answer of {url}: {e}")))?;
+    let body: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| Failure::pipeline(anyhow!("the API at {url} sent something that is not JSON: {e}")))?;
+    if !status.is_success() {
+        let message = body["error"].as_str().unwrap_or("no error text");
+        return Err(Failure::bad_input(anyhow!("{url}: {status}: {message}")));
+    }
+    Ok(body)
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::Null => "-".to_string(),
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n
+            .as_f64()
+            .map_or_else(|| n.to_string(), |f| if f.fract() == 0.0 { format!("{f:.0}") } else { format!("{f:.1}") }),
+        other => other.to_string(),
+    }
+}
+
+/// One pipeline: a header line, its problems, then a row per sink.
+fn render(p: &Value) -> String {
+    let source = &p["source"];
+    let mut out = format!(
+        "pipeline {} ({}): source {} {} read {} head {} behind {} bytes, {}s\n",
+        text(&p["name"]),
+        text(&p["state"]),
+        text(&source["kind"]),
+        text(&source["id"]),
+        text(&source["position"]),
+        text(&source["head"]),
+        text(&source["behind_bytes"]),
+        text(&source["lag_seconds"]),
+    );
+    if let Some(problems) = p["problems"].as_array().filter(|list| !list.is_empty()) {
+        for problem in problems {
+            out.push_str(&format!("  not ready: {}\n", text(problem)));
+        }
+    }
+    let mut rows = vec![
+        ["SINK", "GUARANTEE", "STATE", "CHECKPOINT", "DURABLE", "LAG EVENTS", "LAG S", "ERRORS", "LAST ERROR"]
+            .map(String::from),
+    ];
+    for sink in p["sinks"].as_array().into_iter().flatten() {
+        let mut last_error = text(&sink["last_error"]["message"]);
+        if let Some(reason) = sink["detached"]["reason"].as_str() {
+            last_error = format!("detached: {reason}");
+        }
+        rows.push([
+            text(&sink["id"]),
+            text(&sink["guarantee"]),
+            text(&sink["state"]),
+            text(&sink["checkpoint"]),
+            text(&sink["durable"]),
+            text(&sink["lag_events"]),
+            text(&sink["lag_seconds"]),
+            text(&sink["errors"]),
+            last_error.chars().take(80).collect(),
+        ]);
+    }
+    out.push_str(&table(&rows));
+    out
+}

@@ -1,0 +1,222 @@
+//! The HTTP API of `sluice run`: every route, with and without the bearer
+//! token, held against openapi.json; pause and resume; the dead letter
+//! routes against a real webhook receiver; `/ready` following a required
+//! sink's outage; and `sluice status`.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::api::{api_addr, assert_documented, call, get};
+use common::receiver::{Receiver, Reply};
+use common::*;
+use serde_json::Value;
+
+const TOKEN: &str = "s3cret-token";
+
+fn openapi() -> Value {
+    serde_json::from_str(include_str!("../src/api/openapi.json")).expect("openapi.json is JSON")
+}
+
+fn generator_pipeline(name: &str, rate: u64, sinks: &str, extra: &str) -> String {
+    format!(
+        "pipelines:\n  - name: {name}\n    source: {{ type: generator, config: {{ id: gen1, rows_per_tx: 10, events_per_sec: {rate} }} }}\n    sinks:\n{sinks}    batch: {{ max_events: 200, max_ms: 20 }}\n{extra}"
+    )
+}
+
+fn head_events(addr: &str, pipeline: &str) -> u64 {
+    get(addr, &format!("/pipelines/{pipeline}"), Some(TOKEN)).json()["head_events"].as_u64().unwrap()
+}
+
+#[test]
+fn every_route_answers_as_its_openapi_document_says_and_needs_the_token() {
+    let doc = openapi();
+    let receiver = Receiver::start();
+    let poison = ["gen:5:3", "gen:6:3"].map(|p| format!("\"position\":\"{p}\""));
+    let refuse = Arc::new(AtomicBool::new(true));
+    let refusing = refuse.clone();
+    receiver.set_rule(move |request| {
+        let body = String::from_utf8_lossy(&request.body);
+        if refusing.load(Ordering::SeqCst) && poison.iter().any(|p| body.contains(p)) {
+            Reply::Status(422)
+        } else {
+            Reply::Status(200)
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let sinks = format!(
+        "      - {{ type: file, config: {{ id: local, path: out.jsonl }} }}\n      - {{ type: http, config: {{ id: hook, url: \"{}\", required: false, mode: single }} }}\n",
+        receiver.url("/hook")
+    );
+    let config = write_config(dir.path(), &generator_pipeline("api", 2000, &sinks, ""));
+    let _sluice = spawn_with_env(&["run", "-c", config.to_str().unwrap()], dir.path(), &[("SLUICE_API_TOKEN", TOKEN)]);
+    let addr = api_addr(dir.path());
+
+    // The token: required everywhere but /health.
+    let health = get(&addr, "/health", None);
+    assert_eq!(health.status, 200);
+    assert_documented(&doc, "/health", "GET", &health);
+    for path in ["/pipelines", "/ready", "/metrics", "/dlq", "/", "/openapi.json"] {
+        let refused = get(&addr, path, None);
+        assert_eq!(refused.status, 401, "{path} without the token");
+        assert_eq!(get(&addr, path, Some("wrong")).status, 401, "{path} with a wrong token");
+    }
+    assert_documented(&doc, "/pipelines", "GET", &get(&addr, "/pipelines", Some("wrong")));
+    assert_eq!(
+        get(&addr, &format!("/pipelines?access_token={TOKEN}"), None).status,
+        200,
+        "the token as a query parameter"
+    );
+
+    wait_until(Duration::from_secs(60), "both poison events in the dead letter queue", || {
+        get(&addr, "/dlq", Some(TOKEN)).json()["count"] == 2
+    });
+    wait_until(Duration::from_secs(30), "the pipeline to be ready", || get(&addr, "/ready", Some(TOKEN)).status == 200);
+    assert_documented(&doc, "/ready", "GET", &get(&addr, "/ready", Some(TOKEN)));
+
+    let list = get(&addr, "/pipelines", Some(TOKEN));
+    assert_documented(&doc, "/pipelines", "GET", &list);
+    let one = get(&addr, "/pipelines/api", Some(TOKEN));
+    assert_documented(&doc, "/pipelines/{name}", "GET", &one);
+    let view = one.json();
+    assert_eq!(view["state"], "running");
+    assert_eq!(view["sinks"][0]["guarantee"], "exactly-once");
+    assert_eq!(view["sinks"][1]["exactly_once"], false);
+    assert_eq!(view["sinks"][1]["dead_lettered"], 2);
+    let missing = get(&addr, "/pipelines/nope", Some(TOKEN));
+    assert_eq!(missing.status, 404);
+    assert_documented(&doc, "/pipelines/{name}", "GET", &missing);
+
+    let checkpoints = get(&addr, "/pipelines/api/checkpoints", Some(TOKEN));
+    assert_documented(&doc, "/pipelines/{name}/checkpoints", "GET", &checkpoints);
+    assert_eq!(checkpoints.json()["checkpoints"][0]["key"], "gen1::sink::local");
+    assert_documented(&doc, "/pipelines/{name}/snapshot", "GET", &get(&addr, "/pipelines/api/snapshot", Some(TOKEN)));
+    let no_body = call(&addr, "POST", "/pipelines/api/snapshot", Some(TOKEN), Some("{}"));
+    assert_eq!(no_body.status, 400);
+    assert_documented(&doc, "/pipelines/{name}/snapshot", "POST", &no_body);
+    let no_tables = call(&addr, "POST", "/pipelines/api/snapshot", Some(TOKEN), Some(r#"{"table":"x"}"#));
+    assert_eq!(no_tables.status, 409, "{}", no_tables.body);
+    assert_documented(&doc, "/pipelines/{name}/snapshot", "POST", &no_tables);
+
+    // The dead letter queue: list, filter, show, retry, purge.
+    let letters = get(&addr, "/dlq?pipeline=api&sink=hook", Some(TOKEN));
+    assert_documented(&doc, "/dlq", "GET", &letters);
+    let keys: Vec<String> =
+        letters.json()["letters"].as_array().unwrap().iter().map(|l| l["key"].as_str().unwrap().to_string()).collect();
+    assert_eq!(keys, ["gen1::sink::hook::gen:5:3", "gen1::sink::hook::gen:6:3"]);
+    assert_eq!(get(&addr, "/dlq?sink=local", Some(TOKEN)).json()["count"], 0);
+    let shown = get(&addr, &format!("/dlq/{}", keys[0]), Some(TOKEN));
+    assert_documented(&doc, "/dlq/{key}", "GET", &shown);
+    assert_eq!(shown.json()["event"]["position"], "gen:5:3");
+    let unknown = get(&addr, "/dlq/nothing-here", Some(TOKEN));
+    assert_eq!(unknown.status, 404);
+    assert_documented(&doc, "/dlq/{key}", "GET", &unknown);
+
+    let still_refused = call(&addr, "POST", &format!("/dlq/{}/retry", keys[0]), Some(TOKEN), None);
+    assert_eq!(still_refused.status, 422, "{}", still_refused.body);
+    assert_documented(&doc, "/dlq/{key}/retry", "POST", &still_refused);
+    refuse.store(false, Ordering::SeqCst);
+    let retried = call(&addr, "POST", &format!("/dlq/{}/retry", keys[0]), Some(TOKEN), None);
+    assert_eq!(retried.status, 200, "{}", retried.body);
+    assert_documented(&doc, "/dlq/{key}/retry", "POST", &retried);
+    let redelivered = receiver.delivered_positions().iter().filter(|p| *p == "gen:5:3").count();
+    assert_eq!(redelivered, 1, "the retried event reached the receiver once");
+    let purged = call(&addr, "DELETE", &format!("/dlq/{}", keys[1]), Some(TOKEN), None);
+    assert_documented(&doc, "/dlq/{key}", "DELETE", &purged);
+    assert_eq!(purged.json()["purged"], 1);
+    assert_eq!(get(&addr, "/dlq", Some(TOKEN)).json()["count"], 0, "retried and purged letters leave the queue");
+    assert!(!receiver.delivered_positions().contains(&"gen:6:3".to_string()), "a purged letter is not delivered");
+
+    // Pause holds the source; resume lets it go on.
+    let paused = call(&addr, "POST", "/pipelines/api/pause", Some(TOKEN), None);
+    assert_documented(&doc, "/pipelines/{name}/pause", "POST", &paused);
+    assert_eq!(paused.json()["changed"], true);
+    assert_eq!(get(&addr, "/pipelines/api", Some(TOKEN)).json()["state"], "paused");
+    let not_ready = get(&addr, "/ready", Some(TOKEN));
+    assert_eq!(not_ready.status, 503);
+    assert_documented(&doc, "/ready", "GET", &not_ready);
+    assert!(not_ready.body.contains("paused"), "{}", not_ready.body);
+    let mut before = head_events(&addr, "api");
+    wait_until(Duration::from_secs(30), "the paused pipeline to stop cutting batches", || {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = head_events(&addr, "api");
+        std::mem::replace(&mut before, now) == now
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(head_events(&addr, "api"), before, "nothing is read while paused");
+    let resumed = call(&addr, "POST", "/pipelines/api/resume", Some(TOKEN), None);
+    assert_documented(&doc, "/pipelines/{name}/resume", "POST", &resumed);
+    wait_until(Duration::from_secs(30), "the resumed pipeline to read again", || head_events(&addr, "api") > before);
+    assert_eq!(call(&addr, "POST", "/pipelines/nope/pause", Some(TOKEN), None).status, 404);
+
+    let metrics = get(&addr, "/metrics", Some(TOKEN));
+    assert_documented(&doc, "/metrics", "GET", &metrics);
+    assert!(metrics.body.contains("sluice_sink_events_total{pipeline=\"api\",sink=\"local\"}"), "{}", metrics.body);
+    assert!(metrics.body.contains("sluice_dlq_depth{pipeline=\"api\",sink=\"hook\"} 0"), "{}", metrics.body);
+    let document = get(&addr, "/openapi.json", Some(TOKEN));
+    assert_documented(&doc, "/openapi.json", "GET", &document);
+    assert_eq!(document.json(), doc, "the served document is the one in the repository");
+    let page = get(&addr, "/", Some(TOKEN));
+    assert_documented(&doc, "/", "GET", &page);
+    assert!(page.body.contains("EventSource"), "the dashboard page");
+    assert_eq!(get(&addr, "/no/such/route", Some(TOKEN)).status, 404);
+
+    // `sluice status` over the same API.
+    let status = sluice().args(["status", "--api-addr", &addr]).env("SLUICE_API_TOKEN", TOKEN).output().unwrap();
+    let printed = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success(), "{}", stderr(&status));
+    assert!(printed.contains("pipeline api (running)"), "{printed}");
+    assert!(printed.lines().any(|l| l.starts_with("local") && l.contains("exactly-once")), "{printed}");
+    assert!(printed.lines().any(|l| l.starts_with("hook") && l.contains("at-least-once")), "{printed}");
+    let refused = sluice().args(["status", "--api-addr", &addr]).env_remove("SLUICE_API_TOKEN").output().unwrap();
+    assert!(!refused.status.success());
+    assert!(stderr(&refused).contains("401"), "{}", stderr(&refused));
+}
+
+#[test]
+fn ready_fails_while_a_required_sink_keeps_failing_and_recovers_with_it() {
+    let receiver = Receiver::start();
+    let down = Arc::new(AtomicBool::new(false));
+    let failing = down.clone();
+    receiver.set_rule(move |_| if failing.load(Ordering::SeqCst) { Reply::Status(503) } else { Reply::Status(200) });
+    let dir = tempfile::tempdir().unwrap();
+    let sinks = format!(
+        "      - {{ type: http, config: {{ id: hook, url: \"{}\", max_attempts: 1 }} }}\n",
+        receiver.url("/in")
+    );
+    let config =
+        write_config(dir.path(), &generator_pipeline("ready", 500, &sinks, "    slo: { max_failing_secs: 2 }\n"));
+    let _sluice = spawn_with_env(&["run", "-c", config.to_str().unwrap()], dir.path(), &[("SLUICE_API_TOKEN", TOKEN)]);
+    let addr = api_addr(dir.path());
+    wait_until(Duration::from_secs(30), "ready", || get(&addr, "/ready", Some(TOKEN)).status == 200);
+
+    down.store(true, Ordering::SeqCst);
+    wait_until(Duration::from_secs(60), "/ready to fail", || get(&addr, "/ready", Some(TOKEN)).status == 503);
+    let answer = get(&addr, "/ready", Some(TOKEN)).json();
+    let problems = answer["pipelines"][0]["problems"].to_string();
+    assert!(problems.contains("required sink hook has kept failing"), "{problems}");
+    let sink = &get(&addr, "/pipelines/ready", Some(TOKEN)).json()["sinks"][0];
+    assert_eq!(sink["state"], "retrying");
+    assert!(sink["last_error"]["message"].as_str().unwrap().contains("503"), "{sink}");
+    assert!(sink["retries"].as_u64().unwrap() > 0);
+
+    down.store(false, Ordering::SeqCst);
+    wait_until(Duration::from_secs(60), "/ready to recover", || get(&addr, "/ready", Some(TOKEN)).status == 200);
+    assert_eq!(get(&addr, "/pipelines/ready", Some(TOKEN)).json()["sinks"][0]["state"], "running");
+}
+
+#[test]
+fn a_taken_api_port_is_a_clear_error_before_anything_runs() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &generator_to_file(10, 1, None, "out.jsonl"));
+    let output = run(&["run", "-c", config.to_str().unwrap(), "--api-addr", &addr], dir.path());
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains(&format!("--api-addr {addr}: cannot listen")), "{}", stderr(&output));
+    assert!(!dir.path().join("out.jsonl").exists(), "nothing ran");
+    let off = run(&["run", "-c", config.to_str().unwrap(), "--api-addr", "off"], dir.path());
+    assert!(off.status.success(), "{}", stderr(&off));
+}
