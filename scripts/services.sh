@@ -49,6 +49,8 @@ install_packages() {
   command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null || missing+=(maven)
   command -v go >/dev/null || missing+=(golang-go)
+  # The dashboard test drives a real headless Chromium through chromedriver.
+  command -v chromedriver >/dev/null || missing+=(chromium chromium-driver)
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive

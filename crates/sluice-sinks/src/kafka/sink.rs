@@ -225,8 +225,15 @@ impl KafkaSink {
         failpoint::hit("kafka.before_commit");
         let timeout = self.timeout;
         self.blocking("commit transaction", move |p| p.commit_transaction(timeout)).await?;
+        self.count_transaction("committed");
         failpoint::hit("kafka.after_commit");
         Ok(())
+    }
+
+    /// `sluice_kafka_transactions_total{sink, outcome}` for /metrics.
+    fn count_transaction(&self, outcome: &'static str) {
+        metrics::counter!("sluice_kafka_transactions_total", "sink" => self.config.id.clone(), "outcome" => outcome)
+            .increment(1);
     }
 }
 
@@ -299,7 +306,9 @@ impl Sink for KafkaSink {
                 if error.is_transient() || matches!(error, SinkError::Rejected { .. }) {
                     // Abort so the retry, after `open`, starts clean.
                     let timeout = self.timeout;
-                    let _ = self.blocking("abort transaction", move |p| p.abort_transaction(timeout)).await;
+                    if self.blocking("abort transaction", move |p| p.abort_transaction(timeout)).await.is_ok() {
+                        self.count_transaction("aborted");
+                    }
                 }
                 return Err(error);
             }
@@ -350,10 +359,14 @@ impl Sink for KafkaSink {
         }
         if let Err(error) = produced {
             let timeout = self.timeout;
-            let _ = self.blocking("abort transaction", move |p| p.abort_transaction(timeout)).await;
+            if self.blocking("abort transaction", move |p| p.abort_transaction(timeout)).await.is_ok() {
+                self.count_transaction("aborted");
+            }
             return Err(error);
         }
         let timeout = self.timeout;
-        self.blocking("commit transaction", move |p| p.commit_transaction(timeout)).await
+        self.blocking("commit transaction", move |p| p.commit_transaction(timeout)).await?;
+        self.count_transaction("committed");
+        Ok(())
     }
 }

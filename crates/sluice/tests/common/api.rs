@@ -16,9 +16,9 @@ pub fn api_addr(dir: &Path) -> String {
         let log = std::fs::read_to_string(dir.join("sluice.log")).unwrap_or_default();
         found = log
             .lines()
+            .rev()
             .filter(|l| l.contains("HTTP API listening"))
-            .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("addr=")))
-            .last()
+            .find_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("addr=")))
             .map(str::to_string);
         found.is_some()
     });
@@ -51,8 +51,33 @@ pub fn call(addr: &str, method: &str, path: &str, token: Option<&str>, body: Opt
     }
     request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
     stream.write_all(request.as_bytes()).unwrap();
+    // Read the head, then as many body bytes as it announces: not every
+    // server closes the connection when asked to.
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).unwrap();
+    let mut buf = [0u8; 8192];
+    let head_end = loop {
+        if let Some(at) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the connection closed before the answer's head ended");
+        raw.extend_from_slice(&buf[..n]);
+    };
+    let head_text = String::from_utf8_lossy(&raw[..head_end]).to_ascii_lowercase();
+    let length =
+        head_text.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse::<usize>().ok());
+    match length {
+        Some(length) => {
+            while raw.len() < head_end + length {
+                let n = stream.read(&mut buf).unwrap();
+                assert!(n > 0, "the connection closed mid-body");
+                raw.extend_from_slice(&buf[..n]);
+            }
+        }
+        None => {
+            stream.read_to_end(&mut raw).unwrap();
+        }
+    }
     let text = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
     let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("a status code");
