@@ -29,6 +29,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Seconds from the time in `since_us` until now; 0 when it holds 0 (unset).
+fn seconds_since(since_us: &AtomicI64) -> f64 {
+    match since_us.load(Ordering::Relaxed) {
+        0 => 0.0,
+        since => (now_us() - since).max(0) as f64 / 1e6,
+    }
+}
+
 fn text(position: &Mutex<Option<Position>>) -> Option<String> {
     lock(position).as_ref().map(ToString::to_string)
 }
@@ -185,19 +193,13 @@ impl SinkStatus {
 
     /// How long the sink has kept failing, in seconds; 0 when it is not.
     pub fn failing_for_secs(&self) -> f64 {
-        match self.failing_since_us.load(Ordering::Relaxed) {
-            0 => 0.0,
-            since => (now_us() - since).max(0) as f64 / 1e6,
-        }
+        seconds_since(&self.failing_since_us)
     }
 
     /// Seconds the oldest event the sink does not hold yet has waited in
     /// Sluice; the source's own lag comes on top.
     pub fn lag_seconds(&self) -> f64 {
-        match self.waiting_since_us.load(Ordering::Relaxed) {
-            0 => 0.0,
-            since => (now_us() - since).max(0) as f64 / 1e6,
-        }
+        seconds_since(&self.waiting_since_us)
     }
 
     pub(crate) fn set_control(&self, control: Option<mpsc::Sender<Control>>) {
@@ -288,10 +290,7 @@ impl SourceFigures {
     }
 
     pub fn failing_for_secs(&self) -> f64 {
-        match self.failing_since_us.load(Ordering::Relaxed) {
-            0 => 0.0,
-            since => (now_us() - since).max(0) as f64 / 1e6,
-        }
+        seconds_since(&self.failing_since_us)
     }
 
     /// Seconds between the latest commit read and now, while the source is
