@@ -177,20 +177,24 @@ impl SinkWriter {
         }
     }
 
-    /// Serves an API request between batches.
-    async fn serve(&mut self, request: Control) -> Result<(), Stop> {
+    /// Serves an API request between batches; `true` when the sink failed
+    /// a call and must be reopened before it writes again.
+    async fn serve(&mut self, request: Control) -> Result<bool, Stop> {
         match request {
             Control::Redeliver { letter, event, reply } => {
-                let result = match with_deadline(self.deadline, "redeliver", self.sink.redeliver(&event)).await {
-                    Ok(()) => {
-                        info!(key = %letter.key, "dead letter delivered again");
-                        Ok(())
-                    }
-                    Err(SinkError::Rejected { detail, .. }) => Err(format!("the sink still refuses it: {detail}")),
-                    Err(err) => Err(err.to_string()),
-                };
+                let (result, failed) =
+                    match with_deadline(self.deadline, "redeliver", self.sink.redeliver(&event)).await {
+                        Ok(()) => {
+                            info!(key = %letter.key, "dead letter delivered again");
+                            (Ok(()), false)
+                        }
+                        Err(SinkError::Rejected { detail, .. }) => {
+                            (Err(format!("the sink still refuses it: {detail}")), true)
+                        }
+                        Err(err) => (Err(err.to_string()), true),
+                    };
                 let _ = reply.send(result);
-                Ok(())
+                Ok(failed)
             }
             Control::Detach { reason } => {
                 let mark = serde_json::json!({ "sink": self.sink_id, "reason": reason, "at_us": now_us() });
@@ -198,7 +202,7 @@ impl SinkWriter {
                     // Without the mark a restart would let the sink pin the
                     // log again; keep it attached rather than half-detached.
                     error!(error = %e, mark = %self.detach_mark.display(), "cannot record the sink's detachment; it stays attached");
-                    return Ok(());
+                    return Ok(false);
                 }
                 self.report(Report::Released { sink: self.index }).await;
                 Err(Stop::Released(reason))
@@ -214,7 +218,11 @@ impl SinkWriter {
             let due = self.sink.flush_due().map(tokio::time::Instant::from_std);
             let batch = tokio::select! {
                 Some(request) = self.control.recv() => {
-                    self.serve(request).await?;
+                    // Like any failed call, a failed redelivery may leave
+                    // the sink inconsistent (an aborted transaction).
+                    if self.serve(request).await? {
+                        self.reopen(state, &mut Backoff::default()).await?;
+                    }
                     continue;
                 }
                 batch = self.batches.recv() => batch,
@@ -499,7 +507,9 @@ impl SinkWriter {
                     Control::Redeliver { reply, .. } => {
                         let _ = reply.send(Err("the sink is failing and retrying a batch; try again once it recovers".to_string()));
                     }
-                    detach @ Control::Detach { .. } => self.serve(detach).await?,
+                    detach @ Control::Detach { .. } => {
+                        self.serve(detach).await?;
+                    }
                 },
                 _ = &mut sleep => return Ok(()),
             }
