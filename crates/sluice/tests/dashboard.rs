@@ -95,6 +95,7 @@ return {
   min_x: Number(svg.querySelector('line.min-line').getAttribute('x1')),
   sinks, hook_lag_text: lagCell ? lagCell.textContent : null,
   live: document.getElementById('conn').textContent.startsWith('live'),
+  drawn_at: document.getElementById('conn').textContent,
 };
 "#;
 
@@ -141,10 +142,14 @@ fn the_dashboard_follows_a_run_and_keeps_the_min_line_behind_a_stalled_sink() {
     // trail the durable mark until the required sink passes it: wait until
     // the hook's checkpoint reached its durable mark and holds still.
     let still = read("the stalled sink's checkpoint to hold still", &|p| {
+        // The page redraws once a second: compare two different drawings.
         let now = p["sinks"]["hook"]["checkpoint"].clone();
-        std::thread::sleep(Duration::from_millis(700));
-        let again = driver.run(READ_PAGE)["sinks"]["hook"]["checkpoint"].clone();
-        now == again && now == p["sinks"]["hook"]["durable"] && p["sinks"]["hook"]["lag"].as_u64() > Some(0)
+        std::thread::sleep(Duration::from_millis(2500));
+        let later = driver.run(READ_PAGE);
+        later["drawn_at"] != p["drawn_at"]
+            && later["sinks"]["hook"]["checkpoint"] == now
+            && now == p["sinks"]["hook"]["durable"]
+            && p["sinks"]["hook"]["lag"].as_u64() > Some(0)
     });
     let held = still["sinks"]["hook"]["checkpoint"].clone();
     let lag_then = still["sinks"]["hook"]["lag"].as_u64().unwrap();

@@ -282,3 +282,56 @@ fn unreachable_brokers_are_reported_and_retried() {
     });
     drop(child);
 }
+
+#[test]
+fn metrics_count_one_committed_transaction_per_batch() {
+    let id = &unique("txmetrics");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &generator_to_kafka(
+            id,
+            100_000,
+            10,
+            Some(2000),
+            ", exactly_once: true, checkpoint_topic: txmetrics_checkpoints",
+        ),
+    );
+    let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    let addr = common::api::api_addr(dir.path());
+    let view = || common::api::get(&addr, &format!("/pipelines/{id}"), None).json();
+    wait_until(Duration::from_secs(60), "a few thousand events in Kafka", || {
+        view()["sinks"][0]["events"].as_u64() > Some(3000)
+    });
+    assert_eq!(common::api::call(&addr, "POST", &format!("/pipelines/{id}/pause"), None, None).status, 200);
+    // Paused, the batcher cuts what it holds within max_ms: wait until the
+    // head holds still and the sink has written all of it.
+    let mut last = u64::MAX;
+    wait_until(Duration::from_secs(60), "the paused pipeline to settle", || {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = view();
+        let head = now["head_events"].as_u64().unwrap();
+        let settled = head == last && now["sinks"][0]["lag_events"] == 0 && now["sinks"][0]["events"] == head;
+        last = head;
+        settled
+    });
+    let metrics = common::api::get(&addr, "/metrics", None).body;
+    let sample = |prefix: &str| -> f64 {
+        metrics.lines().find(|l| l.starts_with(prefix)).and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0.0)
+    };
+    let committed = sample("sluice_kafka_transactions_total{sink=\"k\",outcome=\"committed\"}");
+    let batches = sample("sluice_sink_batches_total{pipeline=");
+    assert!(batches >= 1.0, "{metrics}");
+    assert_eq!(committed, batches, "one Kafka transaction per batch written\n{metrics}");
+    assert_eq!(sample("sluice_sink_events_total{pipeline="), last as f64);
+    assert!(child.terminate().success(), "{}", log_of(dir.path()));
+    let checkpoints = consume(&["txmetrics_checkpoints".to_string()], "read_committed");
+    let key = format!("{id}::sink::k");
+    let records = checkpoints.iter().filter(|r| r.key.as_deref() == Some(key.as_str())).count();
+    assert_eq!(records as f64, committed, "each committed transaction wrote one checkpoint record");
+    assert_eq!(
+        consume(&[format!("{id}.orders")], "read_committed").len() as u64,
+        last,
+        "the events counted are in Kafka"
+    );
+}
