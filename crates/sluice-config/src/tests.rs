@@ -377,3 +377,36 @@ fn s3_sink_rules_name_the_field() {
         assert!(message.contains(field), "expected {field} in {message}");
     }
 }
+
+#[test]
+fn slo_limits_are_checked_and_named() {
+    let generator = "pipelines:\n  - name: p\n    source: { type: generator, config: { id: g } }\n    sinks: [ { type: stdout, config: { id: out } } ]\n";
+    let config = check(generator).unwrap();
+    assert_eq!(config.pipelines[0].slo.max_failing_secs, DEFAULT_MAX_FAILING_SECS);
+    assert_eq!(config.pipelines[0].slo.max_lag_seconds, None);
+    let with = |slo: &str| format!("{generator}    slo: {slo}\n");
+    let config = check(&with("{ max_lag_seconds: 30, max_failing_secs: 10 }")).unwrap();
+    assert_eq!(config.pipelines[0].slo.max_lag_seconds, Some(30));
+
+    let message = error_text(&with("{ max_lag_seconds: 0 }"));
+    assert!(message.contains("pipelines[0].slo.max_lag_seconds"), "{message}");
+    let message = error_text(&with("{ max_failing_secs: 0 }"));
+    assert!(message.contains("pipelines[0].slo.max_failing_secs"), "{message}");
+    let message = error_text(&with("{ max_retained_wal_bytes: 1000 }"));
+    assert!(message.contains("pipelines[0].slo.max_retained_wal_bytes"), "{message}");
+    assert!(message.contains("only a PostgreSQL source"), "{message}");
+    let message = error_text(&with("{ detach_optional_sinks: true }"));
+    assert!(message.contains("pipelines[0].slo.detach_optional_sinks"), "{message}");
+    assert!(message.contains("needs max_retained_wal_bytes"), "{message}");
+    let message = error_text(&with("{ max_lag: 3 }"));
+    assert!(message.contains("unknown field `max_lag`"), "{message}");
+}
+
+#[test]
+fn detaching_sinks_needs_a_policy_that_can_leave_one_behind() {
+    let postgres = "pipelines:\n  - name: p\n    source: { type: postgres, config: { id: pg, host: 127.0.0.1, database: d, user: u, password: pw, tables: [public.t] } }\n    sinks: [ { type: stdout, config: { id: out } } ]\n    slo: { max_retained_wal_bytes: 1000, detach_optional_sinks: true }\n";
+    check(postgres).unwrap();
+    let message = error_text(&format!("{postgres}    commit_policy: {{ mode: all }}\n"));
+    assert!(message.contains("pipelines[0].slo.detach_optional_sinks"), "{message}");
+    assert!(message.contains("mode all"), "{message}");
+}

@@ -220,3 +220,66 @@ fn a_taken_api_port_is_a_clear_error_before_anything_runs() {
     let off = run(&["run", "-c", config.to_str().unwrap(), "--api-addr", "off"], dir.path());
     assert!(off.status.success(), "{}", stderr(&off));
 }
+
+/// `gen:TX:SEQ` as an index along the stream (events before it, from 1).
+fn generator_index(position: &Value, rows_per_tx: u64) -> u64 {
+    let text = position.as_str().unwrap_or_else(|| panic!("a position: {position}"));
+    let mut parts = text.trim_start_matches("gen:").split(':').map(|p| p.parse::<u64>().unwrap());
+    let (tx, seq) = (parts.next().unwrap(), parts.next().unwrap());
+    (tx - 1) * rows_per_tx + seq + 1
+}
+
+#[test]
+fn replay_filtering_is_counted_as_duplicates_avoided() {
+    let receiver = Receiver::start();
+    let down = Arc::new(AtomicBool::new(true));
+    let failing = down.clone();
+    receiver.set_rule(move |_| if failing.load(Ordering::SeqCst) { Reply::Status(503) } else { Reply::Status(200) });
+    let dir = tempfile::tempdir().unwrap();
+    let sinks = format!(
+        "      - {{ type: file, config: {{ id: local, path: out.jsonl }} }}\n      - {{ type: http, config: {{ id: hook, url: \"{}\", required: false, max_attempts: 1 }} }}\n",
+        receiver.url("/in")
+    );
+    let extra = "    sink_batch_deadline_secs: 300\n";
+    let config = write_config(dir.path(), &generator_pipeline("replay", 2000, &sinks, extra));
+    let config = config.to_str().unwrap();
+
+    // The webhook is down from the start: the file sink runs ahead of it.
+    let first = spawn_with_env(&["run", "-c", config], dir.path(), &[("SLUICE_API_TOKEN", TOKEN)]);
+    let addr = api_addr(dir.path());
+    wait_until(Duration::from_secs(60), "the file sink to hold a few hundred events", || {
+        get(&addr, "/pipelines/replay", Some(TOKEN)).json()["sinks"][0]["checkpoint_events"].as_u64() > Some(300)
+    });
+    assert!(first.terminate().success());
+    let checkpoints = run(&["checkpoints", "list", "-c", config], dir.path());
+    let listed = String::from_utf8_lossy(&checkpoints.stdout).to_string();
+    let local_line = listed.lines().find(|l| l.contains("::sink::local")).unwrap_or_else(|| panic!("{listed}"));
+    let local_at = local_line.split_whitespace().find(|w| w.starts_with("gen:")).unwrap();
+    let hook_line = listed.lines().find(|l| l.contains("::sink::hook")).unwrap_or_else(|| panic!("{listed}"));
+    assert!(hook_line.ends_with("none"), "the webhook never held anything: {listed}");
+    let held = generator_index(&Value::String(local_at.to_string()), 10);
+    let lines_before = line_count(&dir.path().join("out.jsonl"));
+    assert_eq!(lines_before as u64, held);
+
+    // Restarted with the webhook up: the source reads again from the
+    // webhook's (absent) checkpoint, and the file sink skips what it holds.
+    down.store(false, Ordering::SeqCst);
+    let second = spawn_with_env(&["run", "-c", config], dir.path(), &[("SLUICE_API_TOKEN", TOKEN)]);
+    let addr = common::api::api_addr_after(dir.path(), 1);
+    wait_until(Duration::from_secs(60), "both sinks past the file sink's old checkpoint", || {
+        let view = get(&addr, "/pipelines/replay", Some(TOKEN)).json();
+        view["sinks"].as_array().unwrap().iter().all(|s| s["durable_events"].as_u64() > Some(held + 100))
+    });
+    let view = get(&addr, "/pipelines/replay", Some(TOKEN)).json();
+    assert_eq!(view["sinks"][0]["replay_skipped"], held, "the file sink was not sent what it held: {view}");
+    assert_eq!(view["sinks"][1]["replay_skipped"], 0, "{view}");
+    let metrics = get(&addr, "/metrics", Some(TOKEN)).body;
+    let line = format!("sluice_sink_replay_skipped_events_total{{pipeline=\"replay\",sink=\"local\"}} {held}");
+    assert!(metrics.contains(&line), "{line}\n{metrics}");
+    assert!(second.terminate().success());
+    let lines = std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap();
+    let positions: Vec<&str> =
+        lines.lines().map(|l| l.split("\"position\":\"").nth(1).unwrap().split('"').next().unwrap()).collect();
+    let unique: std::collections::BTreeSet<&str> = positions.iter().copied().collect();
+    assert_eq!(unique.len(), positions.len(), "the file holds no event twice");
+}

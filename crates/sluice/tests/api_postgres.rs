@@ -123,7 +123,7 @@ fn an_optional_sink_that_pins_wal_past_the_slo_is_detached_and_stays_detached() 
     // The mark survives a restart: the sink stays detached and the slot
     // is not held for it.
     let child = spawn(&["run", "-c", config], dir.path());
-    let addr = second_api_addr(dir.path());
+    let addr = common::api::api_addr_after(dir.path(), 1);
     wait_until(Duration::from_secs(30), "the restarted pipeline to keep the sink detached", || {
         get(&addr, "/pipelines/pg", None).json()["sinks"][1]["state"] == "detached"
     });
@@ -134,20 +134,4 @@ fn an_optional_sink_that_pins_wal_past_the_slo_is_detached_and_stays_detached() 
     let reset = run(&["checkpoints", "reset", "-c", config, "--sink", "hook", "--yes"], dir.path());
     assert!(reset.status.success(), "{}", stderr(&reset));
     assert!(String::from_utf8_lossy(&reset.stdout).contains("cleared the detachment mark"));
-}
-
-/// The API address the second `sluice run` logged.
-fn second_api_addr(dir: &std::path::Path) -> String {
-    let mut addr = None;
-    wait_until(Duration::from_secs(60), "the restarted API", || {
-        let log = std::fs::read_to_string(dir.join("sluice.log")).unwrap_or_default();
-        let starts: Vec<&str> = log
-            .lines()
-            .filter(|l| l.contains("HTTP API listening"))
-            .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("addr=")))
-            .collect();
-        addr = starts.get(1).map(|a| a.to_string());
-        addr.is_some()
-    });
-    addr.unwrap()
 }

@@ -8,6 +8,23 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+/// The address the API of the `n`-th (from 0) `sluice run` logging to
+/// `dir/sluice.log` bound.
+pub fn api_addr_after(dir: &Path, n: usize) -> String {
+    let mut found = None;
+    super::wait_until(Duration::from_secs(60), "the API to listen", || {
+        let log = std::fs::read_to_string(dir.join("sluice.log")).unwrap_or_default();
+        found = log
+            .lines()
+            .filter(|l| l.contains("HTTP API listening"))
+            .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("addr=")))
+            .nth(n)
+            .map(str::to_string);
+        found.is_some()
+    });
+    found.unwrap()
+}
+
 /// The address the API of the `sluice run` logging to `dir/sluice.log`
 /// bound (tests pass port 0).
 pub fn api_addr(dir: &Path) -> String {
