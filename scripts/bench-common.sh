@@ -26,13 +26,16 @@ calc() { awk "BEGIN { print $1 }"; }
 
 # Runs sluice until `done_check` succeeds (or it exits); prints "seconds peak_kib".
 measure() {
-  local config=$1 done_check=$2 start pid peak=0
+  local config=$1 done_check=$2 start pid peak=0 sample
   start=$(now)
   RUST_LOG=info,sluice_runtime::checkpointer=debug "$SLUICE" run -c "$config" --data-dir "$work/data-$RANDOM" \
     2> "$work/sluice.log" &
   pid=$!
   while kill -0 "$pid" 2>/dev/null; do
-    peak=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo "$peak")
+    # An exited process not yet reaped has a status without VmHWM: keep
+    # the last figure read rather than lose it.
+    sample=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+    if [ -n "$sample" ] && [ "$sample" -gt "$peak" ]; then peak=$sample; fi
     if $done_check; then kill -TERM "$pid"; break; fi
     sleep 0.05
   done
