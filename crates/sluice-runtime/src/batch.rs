@@ -70,7 +70,19 @@ impl Batch {
         let last = events.last()?.position.clone();
         let last_commit_us = events.last()?.commit_time_us;
         let commit_runs = commit_runs(&events);
-        Some(Self {
+        Some(Self::new(seq, byte_size, (first, last), last_commit_us, commit_runs, Body::Memory(events)))
+    }
+
+    /// A batch not yet counted along the stream ([`Batcher`] does that).
+    fn new(
+        seq: u64,
+        byte_size: usize,
+        (first, last): (Position, Position),
+        last_commit_us: i64,
+        commit_runs: Vec<(i64, u64)>,
+        body: Body,
+    ) -> Self {
+        Self {
             seq,
             byte_size,
             through_events: 0,
@@ -80,8 +92,8 @@ impl Batch {
             last,
             last_commit_us,
             commit_runs,
-            body: Body::Memory(events),
-        })
+            body,
+        }
     }
 
     pub fn first(&self) -> &Position {
@@ -352,18 +364,7 @@ impl Batcher {
         self.age_expired = false;
         // The events are on disk: all of them are counted at the last commit.
         let commit_runs = vec![(last_commit_us, file.event_count() as u64)];
-        let mut batch = Batch {
-            seq,
-            byte_size,
-            through_events: 0,
-            through_bytes: 0,
-            cut_at_us: 0,
-            first,
-            last,
-            last_commit_us,
-            commit_runs,
-            body: Body::Spilled(file),
-        };
+        let mut batch = Batch::new(seq, byte_size, (first, last), last_commit_us, commit_runs, Body::Spilled(file));
         self.count(&mut batch);
         Ok(Arc::new(batch))
     }

@@ -177,10 +177,7 @@ fn every_route_answers_as_its_openapi_document_says_and_needs_the_token() {
 
 #[test]
 fn ready_fails_while_a_required_sink_keeps_failing_and_recovers_with_it() {
-    let receiver = Receiver::start();
-    let down = Arc::new(AtomicBool::new(false));
-    let failing = down.clone();
-    receiver.set_rule(move |_| if failing.load(Ordering::SeqCst) { Reply::Status(503) } else { Reply::Status(200) });
+    let (receiver, down) = Receiver::switchable(false);
     let dir = tempfile::tempdir().unwrap();
     let sinks = format!(
         "      - {{ type: http, config: {{ id: hook, url: \"{}\", max_attempts: 1 }} }}\n",
@@ -231,10 +228,7 @@ fn generator_index(position: &Value, rows_per_tx: u64) -> u64 {
 
 #[test]
 fn replay_filtering_is_counted_as_duplicates_avoided() {
-    let receiver = Receiver::start();
-    let down = Arc::new(AtomicBool::new(true));
-    let failing = down.clone();
-    receiver.set_rule(move |_| if failing.load(Ordering::SeqCst) { Reply::Status(503) } else { Reply::Status(200) });
+    let (receiver, down) = Receiver::switchable(true);
     let dir = tempfile::tempdir().unwrap();
     let sinks = format!(
         "      - {{ type: file, config: {{ id: local, path: out.jsonl }} }}\n      - {{ type: http, config: {{ id: hook, url: \"{}\", required: false, max_attempts: 1 }} }}\n",

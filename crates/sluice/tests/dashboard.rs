@@ -8,12 +8,11 @@
 mod common;
 
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::api::{api_addr, call};
-use common::receiver::{Receiver, Reply};
+use common::receiver::Receiver;
 use common::*;
 use serde_json::{Value, json};
 
@@ -101,10 +100,7 @@ return {
 
 #[test]
 fn the_dashboard_follows_a_run_and_keeps_the_min_line_behind_a_stalled_sink() {
-    let receiver = Receiver::start();
-    let stalled = Arc::new(AtomicBool::new(false));
-    let stalling = stalled.clone();
-    receiver.set_rule(move |_| if stalling.load(Ordering::SeqCst) { Reply::Status(503) } else { Reply::Status(200) });
+    let (receiver, stalled) = Receiver::switchable(false);
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
         "pipelines:\n  - name: dash\n    source: {{ type: generator, config: {{ id: gen1, rows_per_tx: 10, events_per_sec: 500 }} }}\n    sinks:\n      - {{ type: file, config: {{ id: local, path: out.jsonl }} }}\n      - {{ type: http, config: {{ id: hook, url: \"{}\", required: false, max_attempts: 1 }} }}\n    batch: {{ max_events: 100, max_ms: 20, max_inflight: 64 }}\n    sink_batch_deadline_secs: 300\n",

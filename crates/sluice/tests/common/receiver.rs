@@ -4,6 +4,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -67,6 +68,17 @@ impl Receiver {
             }
         });
         Self { addr, requests, rule }
+    }
+
+    /// A receiver that answers 503 while the returned switch is on and
+    /// 200 otherwise: a webhook to take down and bring back.
+    pub fn switchable(down: bool) -> (Self, Arc<AtomicBool>) {
+        let receiver = Self::start();
+        let switch = Arc::new(AtomicBool::new(down));
+        let failing = switch.clone();
+        receiver
+            .set_rule(move |_| if failing.load(Ordering::SeqCst) { Reply::Status(503) } else { Reply::Status(200) });
+        (receiver, switch)
     }
 
     pub fn url(&self, path: &str) -> String {
