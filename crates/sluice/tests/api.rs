@@ -58,7 +58,7 @@ fn every_route_answers_as_its_openapi_document_says_and_needs_the_token() {
     let health = get(&addr, "/health", None);
     assert_eq!(health.status, 200);
     assert_documented(&doc, "/health", "GET", &health);
-    for path in ["/pipelines", "/ready", "/metrics", "/dlq", "/", "/openapi.json"] {
+    for path in ["/pipelines", "/ready", "/metrics", "/dlq", "/", "/openapi.json", "/events"] {
         let refused = get(&addr, path, None);
         assert_eq!(refused.status, 401, "{path} without the token");
         assert_eq!(get(&addr, path, Some("wrong")).status, 401, "{path} with a wrong token");
@@ -150,6 +150,12 @@ fn every_route_answers_as_its_openapi_document_says_and_needs_the_token() {
     assert_documented(&doc, "/pipelines/{name}/resume", "POST", &resumed);
     wait_until(Duration::from_secs(30), "the resumed pipeline to read again", || head_events(&addr, "api") > before);
     assert_eq!(call(&addr, "POST", "/pipelines/nope/pause", Some(TOKEN), None).status, 404);
+
+    let event = common::api::first_event(&addr, "/events", Some(TOKEN));
+    let pipeline_schema = serde_json::json!({ "$ref": "#/components/schemas/Pipeline" });
+    let problems = common::api::mismatches(&doc, &pipeline_schema, &event["pipelines"][0], "$.pipelines[0]");
+    assert!(problems.is_empty(), "an /events payload does not match the Pipeline schema: {problems:?}");
+    assert!(event["at"].is_string());
 
     let metrics = get(&addr, "/metrics", Some(TOKEN));
     assert_documented(&doc, "/metrics", "GET", &metrics);

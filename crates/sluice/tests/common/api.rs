@@ -109,6 +109,27 @@ pub fn get(addr: &str, path: &str, token: Option<&str>) -> Answer {
     call(addr, "GET", path, token, None)
 }
 
+/// The first server-sent event of `path`, as JSON; checks the content type.
+pub fn first_event(addr: &str, path: &str, token: Option<&str>) -> Value {
+    let mut stream = TcpStream::connect(addr).expect("connect to the API");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}\r\n").as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the event stream closed before its first event");
+        raw.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&raw);
+        let event = text.lines().filter_map(|l| l.strip_prefix("data: ")).find_map(|d| serde_json::from_str(d).ok());
+        if let Some(event) = event {
+            assert!(text.to_ascii_lowercase().contains("content-type: text/event-stream"), "{text}");
+            return event;
+        }
+    }
+}
+
 /// Checks `value` against `schema`, resolving `$ref`s in `doc`; returns
 /// every mismatch with its JSON path. Covers the keywords openapi.json
 /// uses: type (with null), properties, required, additionalProperties,
