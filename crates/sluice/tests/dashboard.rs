@@ -20,20 +20,33 @@ const TOKEN: &str = "dash-token";
 
 /// A chromedriver on a port of its own, stopped when dropped.
 struct Driver {
-    child: Child,
+    _chromedriver: Stopped,
     addr: String,
     session: String,
+}
+
+/// Kills the process when dropped, so a test that fails while the
+/// browser session is set up leaves no chromedriver behind.
+struct Stopped(Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 impl Driver {
     fn start() -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromedriver runs (scripts/services.sh installs chromium-driver)");
+        let child = Stopped(
+            Command::new("chromedriver")
+                .arg(format!("--port={port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("chromedriver runs (scripts/services.sh installs chromium-driver)"),
+        );
         let addr = format!("127.0.0.1:{port}");
         wait_until(Duration::from_secs(30), "chromedriver to listen", || std::net::TcpStream::connect(&addr).is_ok());
         let capabilities = json!({ "capabilities": { "alwaysMatch": {
@@ -46,7 +59,7 @@ impl Driver {
         let answer = call(&addr, "POST", "/session", None, Some(&capabilities.to_string()));
         assert_eq!(answer.status, 200, "a browser session: {}", answer.body);
         let session = answer.json()["value"]["sessionId"].as_str().unwrap().to_string();
-        Self { child, addr, session }
+        Self { _chromedriver: child, addr, session }
     }
 
     fn command(&self, method: &str, path: &str, body: Value) -> Value {
@@ -68,9 +81,8 @@ impl Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
+        // The session ends the browser; dropping `_chromedriver` then ends chromedriver.
         let _ = call(&self.addr, "DELETE", &format!("/session/{}", self.session), None, None);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
