@@ -4,6 +4,11 @@
 //! `signal_table`, which Sluice reads from the binlog like any table and
 //! never hands to the sinks. Chunks are read by primary key on a
 //! connection of their own, one autocommit statement each.
+//!
+//! A read just after the low watermark sees every transaction before it in
+//! the binlog because the server makes commits visible in binlog order
+//! (MariaDB always; MySQL while `binlog_order_commits` is ON, which is
+//! checked before each table).
 
 use std::sync::Arc;
 
@@ -39,6 +44,21 @@ async fn ensure_table(conn: &mut Conn, signal_table: &str) -> Result<(), SourceE
             "create it yourself (id bigint AUTO_INCREMENT PRIMARY KEY, kind varchar(16), content varchar(2048)), and GRANT INSERT, DELETE on it to the user",
         )
     })
+}
+
+/// Why a chunk read could miss a transaction before its low watermark:
+/// MySQL with `binlog_order_commits` OFF may make commits visible out of
+/// binlog order (MariaDB has no such setting and always keeps the order).
+async fn out_of_order_commits(conn: &mut Conn) -> Result<Option<String>, SourceError> {
+    let order: Option<(String, String)> = conn
+        .query_first("SHOW GLOBAL VARIABLES LIKE 'binlog_order_commits'")
+        .await
+        .map_err(|e| mysql_error("SHOW GLOBAL VARIABLES", e))?;
+    Ok(order.filter(|(_, value)| value.eq_ignore_ascii_case("OFF")).map(|_| {
+        "binlog_order_commits is OFF, so commits may become visible out of binlog order and a chunk could \
+         hold a row older than a change before it; SET GLOBAL binlog_order_commits = ON"
+            .to_string()
+    }))
 }
 
 /// Recognises the signal table's rows among the stream's events: inserts
@@ -79,6 +99,12 @@ pub async fn request(config: &MysqlConfig, table: &str) -> Result<Position, Sour
             ));
         }
         None => return Err(SourceError::permanent(format!("{table} does not exist"), "name an existing table")),
+    }
+    if let Some(why) = out_of_order_commits(&mut conn).await? {
+        return Err(SourceError::permanent(
+            format!("cannot snapshot {table}: {why}"),
+            "turn binlog_order_commits ON, then ask again",
+        ));
     }
     ensure_table(&mut conn, signal_table).await?;
     let signal = serde_json::to_string(&Signal { source: config.id.clone(), table: table.to_string() })
@@ -129,6 +155,9 @@ impl ChunkReader for Reader {
             .await
             .map_err(|e| mysql_error("incremental snapshot session", e))?;
         ensure_table(&mut conn, &self.signal_table).await?;
+        if let Some(why) = out_of_order_commits(&mut conn).await? {
+            return Ok(Err(why));
+        }
         let (database, name) = table.split_once('.').unwrap_or(("", table));
         let plan = match plan_table(&mut conn, database, name, 0).await {
             Ok(Some(plan)) if !plan.order.is_empty() => plan,

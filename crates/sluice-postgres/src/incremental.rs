@@ -2,8 +2,10 @@
 //! [`sluice_core::snapshot::incremental`]): signals and watermarks are
 //! transactional logical decoding messages, so they need no table and
 //! arrive in the stream in commit order; chunks are read by primary key on
-//! a connection of their own, in READ COMMITTED.
+//! a connection of their own, each in a REPEATABLE READ transaction whose
+//! snapshot tells which transactions the read could not see.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -41,11 +43,48 @@ pub struct Reader {
     database: Arc<str>,
     chunk_size: u64,
     open: Option<(TablePlan, Connection, Option<Vec<KeyPart>>)>,
+    /// The snapshot of the last chunk's read.
+    read_view: Option<ReadView>,
 }
 
 impl Reader {
     pub fn new(params: ConnectParams, source_id: &str, database: &str, chunk_size: u64) -> Self {
-        Self { params, source_id: source_id.into(), database: database.into(), chunk_size, open: None }
+        Self { params, source_id: source_id.into(), database: database.into(), chunk_size, open: None, read_view: None }
+    }
+}
+
+/// Which transactions a snapshot sees, from `pg_current_snapshot()` as
+/// text (`xmin:xmax:xip,...`), cut to the 32-bit ids pgoutput carries.
+///
+/// A commit is in the WAL before the server takes the transaction out of
+/// its running set, so a chunk read just after the low watermark may miss
+/// a transaction whose commit is before the watermark in the stream. The
+/// snapshot names every such transaction: it is still running to it.
+#[derive(Debug)]
+struct ReadView {
+    xmin: u32,
+    xmax: u32,
+    running: HashSet<u32>,
+}
+
+impl ReadView {
+    fn parse(text: &str) -> Option<Self> {
+        let low32 = |part: &str| part.parse::<u64>().ok().map(|xid| xid as u32);
+        let mut parts = text.trim().split(':');
+        let xmin = low32(parts.next()?)?;
+        let xmax = low32(parts.next()?)?;
+        let running = match parts.next()? {
+            "" => HashSet::new(),
+            list => list.split(',').map(low32).collect::<Option<_>>()?,
+        };
+        Some(Self { xmin, xmax, running })
+    }
+
+    /// Transaction ids wrap around: `a` is at or after `b` when it is less
+    /// than half the id space ahead.
+    fn sees(&self, xid: u32) -> bool {
+        let at_or_after = |a: u32, b: u32| a.wrapping_sub(b) as i32 >= 0;
+        !at_or_after(xid, self.xmax) && (!at_or_after(xid, self.xmin) || !self.running.contains(&xid))
     }
 }
 
@@ -89,8 +128,17 @@ impl ChunkReader for Reader {
         };
         let error = |e| source_error(&format!("incremental snapshot of {}", plan.name), e);
         conn.simple_query(&mark(low)).await.map_err(error)?;
+        let snapshot = conn
+            .simple_query("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SELECT pg_current_snapshot()::text")
+            .await
+            .map_err(error)?;
+        let text = snapshot.rows.first().and_then(|r| r.first().cloned().flatten()).unwrap_or_default();
+        self.read_view = Some(ReadView::parse(&text).ok_or_else(|| {
+            SourceError::transient(format!("incremental snapshot: pg_current_snapshot() gave {text:?}"))
+        })?);
         let result =
             conn.simple_query(&plan.key_chunk_sql(key, after.as_deref(), self.chunk_size)).await.map_err(error)?;
+        conn.simple_query("COMMIT").await.map_err(error)?;
         conn.simple_query(&mark(high)).await.map_err(error)?;
         let full = result.rows.len() as u64 >= self.chunk_size;
         let mut rows = Vec::with_capacity(result.rows.len());
@@ -119,6 +167,15 @@ impl ChunkReader for Reader {
             }
         }
         Ok(ChunkRows { rows, last_key: after.as_ref().map(|p| encode_key(p)), full })
+    }
+
+    fn unseen(&self, event: &Event) -> bool {
+        // An id that is not a number is taken as unseen: the row then comes
+        // from the stream alone, which is never stale.
+        match (&self.read_view, event.tx_id.parse::<u32>()) {
+            (Some(view), Ok(xid)) => !view.sees(xid),
+            _ => true,
+        }
     }
 }
 
@@ -172,4 +229,31 @@ pub async fn request(config: &PostgresConfig, table: &str) -> Result<Position, S
     conn.close().await;
     let lsn = rows.rows.first().and_then(|r| r.first().cloned().flatten()).unwrap_or_default();
     Ok(Position::Postgres { commit_lsn: lsn.parse().unwrap_or(sluice_core::Lsn(0)), seq: 0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReadView;
+
+    #[test]
+    fn a_snapshot_sees_finished_transactions_below_xmax_and_not_the_running_ones() {
+        let view = ReadView::parse("100:110:100,104").unwrap();
+        let seen: Vec<u32> = (95..115).filter(|xid| view.sees(*xid)).collect();
+        assert_eq!(seen, vec![95, 96, 97, 98, 99, 101, 102, 103, 105, 106, 107, 108, 109]);
+        assert!(ReadView::parse("5:5:").unwrap().sees(4));
+        assert!(ReadView::parse("not a snapshot").is_none());
+    }
+
+    #[test]
+    fn ids_compare_across_wraparound_and_the_epoch_is_cut_off() {
+        // Epoch 1, xmax just past the 32-bit wrap: pgoutput's ids are 32-bit.
+        let base = 1u64 << 32;
+        let view = ReadView::parse(&format!("{}:{}:{}", base - 10, base + 5, base + 2)).unwrap();
+        assert!(view.sees(u32::MAX - 20), "long finished");
+        assert!(view.sees(u32::MAX), "before the wrap, finished");
+        assert!(view.sees(1), "after the wrap, finished");
+        assert!(!view.sees(2), "running");
+        assert!(!view.sees(5), "at xmax");
+        assert!(!view.sees(1000), "after xmax");
+    }
 }

@@ -10,7 +10,10 @@
 //!
 //! A row the stream changes between the watermarks may have been read
 //! before or after the change, so it is dropped from the chunk: the stream
-//! carries it in its newer state. Every other row of the chunk is as the
+//! carries it in its newer state. So is a row changed before the low
+//! watermark by a transaction the read could not see yet: PostgreSQL
+//! writes a commit to the WAL before other sessions see it, so the log
+//! order alone does not prove what the read saw ([`ChunkReader::unseen`]). Every other row of the chunk is as the
 //! database held it at the high watermark, so the chunk goes out there, at
 //! the high watermark's position (the watermark's own transaction holds
 //! nothing else), and no row is ever emitted stale after a newer change.
@@ -61,6 +64,14 @@ pub trait ChunkReader: Send {
     /// Writes the watermark `low` into the log, reads the next rows by key,
     /// then writes `high`.
     async fn read_chunk(&mut self, low: &str, high: &str) -> Result<ChunkRows, SourceError>;
+
+    /// Whether the last chunk's read could not see the changes of
+    /// `event`'s transaction, though the transaction may be before the low
+    /// watermark in the log. The default, for sources whose log order is
+    /// the order in which commits become visible, answers no.
+    fn unseen(&self, _event: &Event) -> bool {
+        false
+    }
 }
 
 pub struct ChunkRows {
@@ -224,8 +235,9 @@ impl<R: ChunkReader> Incremental<R> {
                 Some(Mark::Internal) => continue,
                 None => {}
             }
+            let reader = &self.reader;
             if let Some(active) = self.active.as_mut().filter(|a| *a.table == *event.table)
-                && let Some(pending) = active.pending.as_mut().filter(|p| p.low_seen)
+                && let Some(pending) = active.pending.as_mut().filter(|p| p.low_seen || reader.unseen(&event))
                 && let Some(key) = &event.key
             {
                 pending.changed.insert(key_text(key));
@@ -368,10 +380,18 @@ mod tests {
     use crate::position::Lsn;
 
     /// A table of ids 1..=rows, read two per chunk; remembers the marks.
+    /// Its reads do not see transaction `unseen_tx`.
     struct Fake {
         rows: i64,
         next: i64,
         marks: Vec<(String, String)>,
+        unseen_tx: &'static str,
+    }
+
+    impl Fake {
+        fn new(rows: i64) -> Self {
+            Self { rows, next: 0, marks: Vec::new(), unseen_tx: "" }
+        }
     }
 
     fn row(table: &str, op: Op, id: i64, lsn: u64) -> Event {
@@ -412,6 +432,10 @@ mod tests {
                 full: ids.len() == 2,
             })
         }
+
+        fn unseen(&self, event: &Event) -> bool {
+            *event.tx_id == *self.unseen_tx
+        }
     }
 
     fn marked(kind: &str, content: &str, lsn: u64) -> Event {
@@ -432,11 +456,36 @@ mod tests {
         }
     }
 
+    fn ids(events: &[Event]) -> Vec<(Op, i64)> {
+        events
+            .iter()
+            .map(|e| {
+                let Some(Value::Int(id)) = e.key.as_ref().map(|k| k.values[0].clone()) else { panic!() };
+                (e.op, id)
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_row_changed_before_the_low_watermark_by_a_transaction_the_read_did_not_see_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = Fake { unseen_tx: "late", ..Fake::new(2) };
+        let mut incremental = Incremental::open(fake, "src", dir.path().join("state.json"), None).unwrap();
+        let mut out = Vec::new();
+        let signal = marked("signal", r#"{"source":"src","table":"public.t"}"#, 10);
+        incremental.filter(vec![signal], &mut out, mark).await.unwrap();
+        let (low, high) = incremental.reader.marks[0].clone();
+        let late = Event { tx_id: "late".into(), ..row("public.t", Op::Update, 2, 11) };
+        let events = vec![late, marked("watermark", &low, 12), marked("watermark", &high, 13)];
+        incremental.filter(events, &mut out, mark).await.unwrap();
+        assert_eq!(ids(&out), vec![(Op::Update, 2), (Op::Read, 1)], "row 2 as the read held it would be stale");
+    }
+
     #[tokio::test]
     async fn a_row_changed_between_the_watermarks_is_left_out_and_a_restart_reads_unheld_chunks_again() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.json");
-        let fake = Fake { rows: 3, next: 0, marks: Vec::new() };
+        let fake = Fake::new(3);
         let mut incremental = Incremental::open(fake, "src", path.clone(), None).unwrap();
         let mut out = Vec::new();
         let signal = marked("signal", r#"{"source":"src","table":"public.t"}"#, 10);
@@ -472,14 +521,14 @@ mod tests {
         incremental.filter(vec![signal], &mut out, mark).await.unwrap();
         assert_eq!(incremental.reader.marks.len(), 2);
         // A restart whose sinks hold nothing of the first chunk reads it again.
-        let fake = Fake { rows: 3, next: 0, marks: Vec::new() };
+        let fake = Fake::new(3);
         let mut again =
             Incremental::open(fake, "src", path.clone(), Some(&Position::Postgres { commit_lsn: Lsn(13), seq: 0 }))
                 .unwrap();
         again.filter(Vec::new(), &mut out, mark).await.unwrap();
         assert_eq!(again.reader.next, 3, "read from row 1 again, two rows");
         // One whose sinks hold it goes on after it.
-        let fake = Fake { rows: 3, next: 0, marks: Vec::new() };
+        let fake = Fake::new(3);
         let mut on =
             Incremental::open(fake, "src", path, Some(&Position::Postgres { commit_lsn: Lsn(14), seq: 0 })).unwrap();
         on.filter(Vec::new(), &mut out, mark).await.unwrap();
