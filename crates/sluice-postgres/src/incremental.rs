@@ -169,10 +169,10 @@ impl ChunkReader for Reader {
         Ok(ChunkRows { rows, last_key: after.as_ref().map(|p| encode_key(p)), full })
     }
 
-    fn unseen(&self, event: &Event) -> bool {
+    fn unseen(&self, tx_id: &str) -> bool {
         // An id that is not a number is taken as unseen: the row then comes
         // from the stream alone, which is never stale.
-        match (&self.read_view, event.tx_id.parse::<u32>()) {
+        match (&self.read_view, tx_id.parse::<u32>()) {
             (Some(view), Ok(xid)) => !view.sees(xid),
             _ => true,
         }

@@ -10,13 +10,16 @@
 //!
 //! A row the stream changes between the watermarks may have been read
 //! before or after the change, so it is dropped from the chunk: the stream
-//! carries it in its newer state. So is a row changed before the low
-//! watermark by a transaction the read could not see yet: PostgreSQL
-//! writes a commit to the WAL before other sessions see it, so the log
-//! order alone does not prove what the read saw ([`ChunkReader::unseen`]). Every other row of the chunk is as the
-//! database held it at the high watermark, so the chunk goes out there, at
-//! the high watermark's position (the watermark's own transaction holds
-//! nothing else), and no row is ever emitted stale after a newer change.
+//! carries it in its newer state. So is a row changed, before the low
+//! watermark, by a transaction the read could not see yet: PostgreSQL
+//! writes a commit to the WAL a moment before other sessions see it, so
+//! the log order alone does not prove what the read saw
+//! ([`ChunkReader::unseen`]; the changes already handed on are looked up
+//! among the table's last [`RECENT_CHANGES`]). Every other row of the
+//! chunk is as the database held it at the high watermark, so the chunk
+//! goes out there, at the high watermark's position (the watermark's own
+//! transaction holds nothing else), and no row is ever emitted stale after
+//! a newer change.
 //! The rows' positions are stream positions, so each sink's checkpoint and
 //! dedup work as for any change.
 //!
@@ -26,6 +29,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -66,10 +70,10 @@ pub trait ChunkReader: Send {
     async fn read_chunk(&mut self, low: &str, high: &str) -> Result<ChunkRows, SourceError>;
 
     /// Whether the last chunk's read could not see the changes of
-    /// `event`'s transaction, though the transaction may be before the low
-    /// watermark in the log. The default, for sources whose log order is
-    /// the order in which commits become visible, answers no.
-    fn unseen(&self, _event: &Event) -> bool {
+    /// transaction `tx_id`, though it may be before the low watermark in
+    /// the log. The default, for sources whose log order is the order in
+    /// which commits become visible, answers no.
+    fn unseen(&self, _tx_id: &str) -> bool {
         false
     }
 }
@@ -101,8 +105,17 @@ struct Table {
     chunks: Vec<(String, String)>,
 }
 
+/// How many of the table's latest changes are kept to check against each
+/// chunk's read. A transaction the read missed though the stream already
+/// handed it on committed a whole chunk round trip earlier, so it is
+/// among the latest few.
+pub const RECENT_CHANGES: usize = 65_536;
+
 /// The table being read.
 struct Active {
+    /// The table's changes handed on since it started being read, newest
+    /// last: their transaction and key.
+    recent: VecDeque<(Arc<str>, String)>,
     table: String,
     /// Tells this process's watermarks from replayed ones of an earlier run.
     run: String,
@@ -235,14 +248,22 @@ impl<R: ChunkReader> Incremental<R> {
                 Some(Mark::Internal) => continue,
                 None => {}
             }
-            let reader = &self.reader;
             if let Some(active) = self.active.as_mut().filter(|a| *a.table == *event.table)
-                && let Some(pending) = active.pending.as_mut().filter(|p| p.low_seen || reader.unseen(&event))
                 && let Some(key) = &event.key
             {
-                pending.changed.insert(key_text(key));
+                let mut keys = vec![key_text(key)];
                 if let Some(before) = &event.before {
-                    pending.changed.insert(key_text(&project(before, key)));
+                    keys.push(key_text(&project(before, key)));
+                }
+                let unseen = self.reader.unseen(&event.tx_id);
+                for key in keys {
+                    if let Some(pending) = active.pending.as_mut().filter(|p| p.low_seen || unseen) {
+                        pending.changed.insert(key.clone());
+                    }
+                    if active.recent.len() == RECENT_CHANGES {
+                        active.recent.pop_front();
+                    }
+                    active.recent.push_back((event.tx_id.clone(), key));
                 }
             }
             out.push(event);
@@ -296,7 +317,13 @@ impl<R: ChunkReader> Incremental<R> {
             }
             info!(table = table.name, resume = after.is_some(), "incremental snapshot starting");
             let run = format!("{:x}", crate::time::now_us());
-            self.active = Some(Active { table: table.name, run, chunk: table.chunks.len() as u64, pending: None });
+            self.active = Some(Active {
+                table: table.name,
+                run,
+                chunk: table.chunks.len() as u64,
+                pending: None,
+                recent: VecDeque::new(),
+            });
             return self.read_chunk().await;
         }
         Ok(())
@@ -306,10 +333,11 @@ impl<R: ChunkReader> Incremental<R> {
         let Some(active) = self.active.as_mut() else { return Ok(()) };
         let mark = |side: &str| format!("{}:{}:{side}", active.run, active.chunk);
         let chunk = self.reader.read_chunk(&mark("low"), &mark("high")).await?;
+        let changed = active.recent.iter().filter(|(tx, _)| self.reader.unseen(tx)).map(|(_, key)| key.clone());
         active.pending = Some(Pending {
             low_seen: false,
             rows: chunk.rows,
-            changed: HashSet::new(),
+            changed: changed.collect(),
             last_key: chunk.last_key,
             full: chunk.full,
         });
@@ -433,8 +461,8 @@ mod tests {
             })
         }
 
-        fn unseen(&self, event: &Event) -> bool {
-            *event.tx_id == *self.unseen_tx
+        fn unseen(&self, tx_id: &str) -> bool {
+            tx_id == self.unseen_tx
         }
     }
 
@@ -479,6 +507,26 @@ mod tests {
         let events = vec![late, marked("watermark", &low, 12), marked("watermark", &high, 13)];
         incremental.filter(events, &mut out, mark).await.unwrap();
         assert_eq!(ids(&out), vec![(Op::Update, 2), (Op::Read, 1)], "row 2 as the read held it would be stale");
+    }
+
+    #[tokio::test]
+    async fn a_change_handed_on_before_the_read_by_a_transaction_it_did_not_see_is_left_out_of_the_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = Fake { unseen_tx: "late", ..Fake::new(4) };
+        let mut incremental = Incremental::open(fake, "src", dir.path().join("state.json"), None).unwrap();
+        let mut out = Vec::new();
+        let signal = marked("signal", r#"{"source":"src","table":"public.t"}"#, 10);
+        incremental.filter(vec![signal], &mut out, mark).await.unwrap();
+        let (low, high) = incremental.reader.marks[0].clone();
+        // Row 3 belongs to the second chunk, read when the first one's high
+        // watermark arrives: after its change went out.
+        let late = Event { tx_id: "late".into(), ..row("public.t", Op::Update, 3, 12) };
+        let events = vec![marked("watermark", &low, 11), late, marked("watermark", &high, 13)];
+        incremental.filter(events, &mut out, mark).await.unwrap();
+        let (low, high) = incremental.reader.marks[1].clone();
+        let events = vec![marked("watermark", &low, 14), marked("watermark", &high, 15)];
+        incremental.filter(events, &mut out, mark).await.unwrap();
+        assert_eq!(ids(&out), vec![(Op::Update, 3), (Op::Read, 1), (Op::Read, 2), (Op::Read, 4)]);
     }
 
     #[tokio::test]
