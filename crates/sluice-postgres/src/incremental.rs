@@ -7,6 +7,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sluice_config::PostgresConfig;
@@ -51,6 +52,25 @@ impl Reader {
     pub fn new(params: ConnectParams, source_id: &str, database: &str, chunk_size: u64) -> Self {
         Self { params, source_id: source_id.into(), database: database.into(), chunk_size, open: None, read_view: None }
     }
+}
+
+/// How long a chunk's read waits for the transactions the stream handed
+/// on to become visible; they are committed, so this is a moment unless
+/// the server is starved.
+const VISIBLE_WAIT: Duration = Duration::from_secs(10);
+
+/// The snapshot `pg_current_snapshot()` gives after `begin` (empty, or a
+/// BEGIN that makes it the snapshot of the queries after it), for a read
+/// of `table`.
+async fn read_view(conn: &mut Connection, begin: &str, table: &str) -> Result<ReadView, SourceError> {
+    let rows = conn
+        .simple_query(&format!("{begin}SELECT pg_current_snapshot()::text"))
+        .await
+        .map_err(|e| source_error(&format!("incremental snapshot of {table}"), e))?;
+    let text = rows.rows.first().and_then(|r| r.first().cloned().flatten()).unwrap_or_default();
+    ReadView::parse(&text).ok_or_else(|| {
+        SourceError::transient(format!("incremental snapshot of {table}: pg_current_snapshot() gave {text:?}"))
+    })
 }
 
 /// Which transactions a snapshot sees, from `pg_current_snapshot()` as
@@ -128,14 +148,7 @@ impl ChunkReader for Reader {
         };
         let error = |e| source_error(&format!("incremental snapshot of {}", plan.name), e);
         conn.simple_query(&mark(low)).await.map_err(error)?;
-        let snapshot = conn
-            .simple_query("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SELECT pg_current_snapshot()::text")
-            .await
-            .map_err(error)?;
-        let text = snapshot.rows.first().and_then(|r| r.first().cloned().flatten()).unwrap_or_default();
-        self.read_view = Some(ReadView::parse(&text).ok_or_else(|| {
-            SourceError::transient(format!("incremental snapshot: pg_current_snapshot() gave {text:?}"))
-        })?);
+        self.read_view = Some(read_view(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; ", &plan.name).await?);
         let result =
             conn.simple_query(&plan.key_chunk_sql(key, after.as_deref(), self.chunk_size)).await.map_err(error)?;
         conn.simple_query("COMMIT").await.map_err(error)?;
@@ -167,6 +180,26 @@ impl ChunkReader for Reader {
             }
         }
         Ok(ChunkRows { rows, last_key: after.as_ref().map(|p| encode_key(p)), full })
+    }
+
+    async fn wait_visible(&mut self, tx_ids: &[Arc<str>]) -> Result<(), SourceError> {
+        let Some((plan, conn, _)) = self.open.as_mut() else { return Ok(()) };
+        let xids: Vec<u32> = tx_ids.iter().filter_map(|tx| tx.parse().ok()).collect();
+        let started = Instant::now();
+        loop {
+            let view = read_view(conn, "", &plan.name).await?;
+            if xids.iter().all(|xid| view.sees(*xid)) {
+                return Ok(());
+            }
+            if started.elapsed() > VISIBLE_WAIT {
+                return Err(SourceError::transient(format!(
+                    "incremental snapshot of {}: transactions the stream already delivered are still not visible after {} s",
+                    plan.name,
+                    VISIBLE_WAIT.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
     }
 
     fn unseen(&self, tx_id: &str) -> bool {

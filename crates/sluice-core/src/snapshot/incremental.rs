@@ -14,8 +14,9 @@
 //! watermark, by a transaction the read could not see yet: PostgreSQL
 //! writes a commit to the WAL a moment before other sessions see it, so
 //! the log order alone does not prove what the read saw
-//! ([`ChunkReader::unseen`]; the changes already handed on are looked up
-//! among the table's last [`RECENT_CHANGES`]). Every other row of the
+//! ([`ChunkReader::unseen`]). For the same reason each read waits until
+//! the transactions already handed on are visible
+//! ([`ChunkReader::wait_visible`]). Every other row of the
 //! chunk is as the database held it at the high watermark, so the chunk
 //! goes out there, at the high watermark's position (the watermark's own
 //! transaction holds nothing else), and no row is ever emitted stale after
@@ -76,6 +77,13 @@ pub trait ChunkReader: Send {
     fn unseen(&self, _tx_id: &str) -> bool {
         false
     }
+
+    /// Waits until a read would see every one of `tx_ids`, transactions
+    /// the stream has handed on. The default, for sources whose log order
+    /// is the order in which commits become visible, returns at once.
+    async fn wait_visible(&mut self, _tx_ids: &[Arc<str>]) -> Result<(), SourceError> {
+        Ok(())
+    }
 }
 
 pub struct ChunkRows {
@@ -105,17 +113,13 @@ struct Table {
     chunks: Vec<(String, String)>,
 }
 
-/// How many of the table's latest changes are kept to check against each
-/// chunk's read. A transaction the read missed though the stream already
-/// handed it on committed a whole chunk round trip earlier, so it is
-/// among the latest few.
-pub const RECENT_CHANGES: usize = 65_536;
+/// How many of the latest transactions handed on each chunk's read waits
+/// to see. One still unseen when the read starts committed a moment before
+/// a watermark the stream has since delivered, so it is among the latest.
+pub const HANDED_ON_TXS: usize = 4096;
 
 /// The table being read.
 struct Active {
-    /// The table's changes handed on since it started being read, newest
-    /// last: their transaction and key.
-    recent: VecDeque<(Arc<str>, String)>,
     table: String,
     /// Tells this process's watermarks from replayed ones of an earlier run.
     run: String,
@@ -138,6 +142,8 @@ pub struct Incremental<R> {
     path: PathBuf,
     state: State,
     active: Option<Active>,
+    /// The latest transactions handed on, newest last.
+    handed_on: VecDeque<Arc<str>>,
 }
 
 fn state_error(path: &Path, detail: impl std::fmt::Display) -> SourceError {
@@ -186,7 +192,7 @@ impl<R: ChunkReader> Incremental<R> {
             }
             table.chunks.truncate(keep);
         }
-        Ok(Self { reader, source_id: source_id.to_string(), path, state, active: None })
+        Ok(Self { reader, source_id: source_id.to_string(), path, state, active: None, handed_on: VecDeque::new() })
     }
 
     fn save(&self) -> Result<(), SourceError> {
@@ -248,23 +254,21 @@ impl<R: ChunkReader> Incremental<R> {
                 Some(Mark::Internal) => continue,
                 None => {}
             }
+            let reader = &self.reader;
             if let Some(active) = self.active.as_mut().filter(|a| *a.table == *event.table)
+                && let Some(pending) = active.pending.as_mut().filter(|p| p.low_seen || reader.unseen(&event.tx_id))
                 && let Some(key) = &event.key
             {
-                let mut keys = vec![key_text(key)];
+                pending.changed.insert(key_text(key));
                 if let Some(before) = &event.before {
-                    keys.push(key_text(&project(before, key)));
+                    pending.changed.insert(key_text(&project(before, key)));
                 }
-                let unseen = self.reader.unseen(&event.tx_id);
-                for key in keys {
-                    if let Some(pending) = active.pending.as_mut().filter(|p| p.low_seen || unseen) {
-                        pending.changed.insert(key.clone());
-                    }
-                    if active.recent.len() == RECENT_CHANGES {
-                        active.recent.pop_front();
-                    }
-                    active.recent.push_back((event.tx_id.clone(), key));
+            }
+            if self.handed_on.back().is_none_or(|tx| *tx != event.tx_id) {
+                if self.handed_on.len() == HANDED_ON_TXS {
+                    self.handed_on.pop_front();
                 }
+                self.handed_on.push_back(event.tx_id.clone());
             }
             out.push(event);
         }
@@ -317,13 +321,7 @@ impl<R: ChunkReader> Incremental<R> {
             }
             info!(table = table.name, resume = after.is_some(), "incremental snapshot starting");
             let run = format!("{:x}", crate::time::now_us());
-            self.active = Some(Active {
-                table: table.name,
-                run,
-                chunk: table.chunks.len() as u64,
-                pending: None,
-                recent: VecDeque::new(),
-            });
+            self.active = Some(Active { table: table.name, run, chunk: table.chunks.len() as u64, pending: None });
             return self.read_chunk().await;
         }
         Ok(())
@@ -332,12 +330,12 @@ impl<R: ChunkReader> Incremental<R> {
     async fn read_chunk(&mut self) -> Result<(), SourceError> {
         let Some(active) = self.active.as_mut() else { return Ok(()) };
         let mark = |side: &str| format!("{}:{}:{side}", active.run, active.chunk);
+        self.reader.wait_visible(self.handed_on.make_contiguous()).await?;
         let chunk = self.reader.read_chunk(&mark("low"), &mark("high")).await?;
-        let changed = active.recent.iter().filter(|(tx, _)| self.reader.unseen(tx)).map(|(_, key)| key.clone());
         active.pending = Some(Pending {
             low_seen: false,
             rows: chunk.rows,
-            changed: changed.collect(),
+            changed: HashSet::new(),
             last_key: chunk.last_key,
             full: chunk.full,
         });
@@ -408,17 +406,19 @@ mod tests {
     use crate::position::Lsn;
 
     /// A table of ids 1..=rows, read two per chunk; remembers the marks.
-    /// Its reads do not see transaction `unseen_tx`.
+    /// Its reads do not see transaction `unseen_tx`; remembers what each
+    /// read waited to see.
     struct Fake {
         rows: i64,
         next: i64,
         marks: Vec<(String, String)>,
         unseen_tx: &'static str,
+        waited: Vec<Vec<String>>,
     }
 
     impl Fake {
         fn new(rows: i64) -> Self {
-            Self { rows, next: 0, marks: Vec::new(), unseen_tx: "" }
+            Self { rows, next: 0, marks: Vec::new(), unseen_tx: "", waited: Vec::new() }
         }
     }
 
@@ -463,6 +463,11 @@ mod tests {
 
         fn unseen(&self, tx_id: &str) -> bool {
             tx_id == self.unseen_tx
+        }
+
+        async fn wait_visible(&mut self, tx_ids: &[Arc<str>]) -> Result<(), SourceError> {
+            self.waited.push(tx_ids.iter().map(|tx| tx.to_string()).collect());
+            Ok(())
         }
     }
 
@@ -510,23 +515,18 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_change_handed_on_before_the_read_by_a_transaction_it_did_not_see_is_left_out_of_the_chunk() {
+    async fn each_read_first_waits_to_see_the_transactions_already_handed_on() {
         let dir = tempfile::tempdir().unwrap();
-        let fake = Fake { unseen_tx: "late", ..Fake::new(4) };
-        let mut incremental = Incremental::open(fake, "src", dir.path().join("state.json"), None).unwrap();
+        let mut incremental = Incremental::open(Fake::new(4), "src", dir.path().join("state.json"), None).unwrap();
         let mut out = Vec::new();
+        let early = Event { tx_id: "early".into(), ..row("public.other", Op::Insert, 9, 9) };
         let signal = marked("signal", r#"{"source":"src","table":"public.t"}"#, 10);
-        incremental.filter(vec![signal], &mut out, mark).await.unwrap();
+        incremental.filter(vec![early, signal], &mut out, mark).await.unwrap();
         let (low, high) = incremental.reader.marks[0].clone();
-        // Row 3 belongs to the second chunk, read when the first one's high
-        // watermark arrives: after its change went out.
         let late = Event { tx_id: "late".into(), ..row("public.t", Op::Update, 3, 12) };
         let events = vec![marked("watermark", &low, 11), late, marked("watermark", &high, 13)];
         incremental.filter(events, &mut out, mark).await.unwrap();
-        let (low, high) = incremental.reader.marks[1].clone();
-        let events = vec![marked("watermark", &low, 14), marked("watermark", &high, 15)];
-        incremental.filter(events, &mut out, mark).await.unwrap();
-        assert_eq!(ids(&out), vec![(Op::Update, 3), (Op::Read, 1), (Op::Read, 2), (Op::Read, 4)]);
+        assert_eq!(incremental.reader.waited, vec![vec!["early"], vec!["early", "late"]]);
     }
 
     #[tokio::test]
