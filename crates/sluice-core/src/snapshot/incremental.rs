@@ -14,13 +14,12 @@
 //! watermark, by a transaction the read could not see yet: PostgreSQL
 //! writes a commit to the WAL a moment before other sessions see it, so
 //! the log order alone does not prove what the read saw
-//! ([`ChunkReader::unseen`]). For the same reason each read waits until
-//! the transactions already handed on are visible
-//! ([`ChunkReader::wait_visible`]). Every other row of the
-//! chunk is as the database held it at the high watermark, so the chunk
-//! goes out there, at the high watermark's position (the watermark's own
-//! transaction holds nothing else), and no row is ever emitted stale after
-//! a newer change.
+//! ([`ChunkReader::unseen`]). For the same reason each read first waits
+//! until the transactions already handed on are visible
+//! ([`ChunkReader::wait_visible`]). Every other row of the chunk is as the
+//! database held it at the high watermark, so the chunk goes out there, at
+//! the high watermark's position (the watermark's own transaction holds
+//! nothing else), and no row is ever emitted stale after a newer change.
 //! The rows' positions are stream positions, so each sink's checkpoint and
 //! dedup work as for any change.
 //!
