@@ -225,9 +225,8 @@ fn a_taken_api_port_is_a_clear_error_before_anything_runs() {
 }
 
 /// `gen:TX:SEQ` as an index along the stream (events before it, from 1).
-fn generator_index(position: &Value, rows_per_tx: u64) -> u64 {
-    let text = position.as_str().unwrap_or_else(|| panic!("a position: {position}"));
-    let mut parts = text.trim_start_matches("gen:").split(':').map(|p| p.parse::<u64>().unwrap());
+fn generator_index(position: &str, rows_per_tx: u64) -> u64 {
+    let mut parts = position.trim_start_matches("gen:").split(':').map(|p| p.parse::<u64>().unwrap());
     let (tx, seq) = (parts.next().unwrap(), parts.next().unwrap());
     (tx - 1) * rows_per_tx + seq + 1
 }
@@ -257,7 +256,7 @@ fn replay_filtering_is_counted_as_duplicates_avoided() {
     let local_at = local_line.split_whitespace().find(|w| w.starts_with("gen:")).unwrap();
     let hook_line = listed.lines().find(|l| l.contains("::sink::hook")).unwrap_or_else(|| panic!("{listed}"));
     assert!(hook_line.ends_with("none"), "the webhook never held anything: {listed}");
-    let held = generator_index(&Value::String(local_at.to_string()), 10);
+    let held = generator_index(local_at, 10);
     let lines_before = line_count(&dir.path().join("out.jsonl"));
     assert_eq!(lines_before as u64, held);
 
@@ -277,9 +276,8 @@ fn replay_filtering_is_counted_as_duplicates_avoided() {
     let line = format!("sluice_sink_replay_skipped_events_total{{pipeline=\"replay\",sink=\"local\"}} {held}");
     assert!(metrics.contains(&line), "{line}\n{metrics}");
     assert!(second.terminate().success());
-    let lines = std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap();
-    let positions: Vec<&str> =
-        lines.lines().map(|l| l.split("\"position\":\"").nth(1).unwrap().split('"').next().unwrap()).collect();
+    let events = common::replay::events(&dir.path().join("out.jsonl"));
+    let positions: Vec<&str> = events.iter().map(|e| e["position"].as_str().unwrap()).collect();
     let unique: std::collections::BTreeSet<&str> = positions.iter().copied().collect();
     assert_eq!(unique.len(), positions.len(), "the file holds no event twice");
 }

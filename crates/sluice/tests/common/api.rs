@@ -11,32 +11,27 @@ use serde_json::Value;
 /// The address the API of the `n`-th (from 0) `sluice run` logging to
 /// `dir/sluice.log` bound.
 pub fn api_addr_after(dir: &Path, n: usize) -> String {
-    let mut found = None;
-    super::wait_until(Duration::from_secs(60), "the API to listen", || {
-        let log = std::fs::read_to_string(dir.join("sluice.log")).unwrap_or_default();
-        found = log
-            .lines()
-            .filter(|l| l.contains("HTTP API listening"))
-            .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("addr=")))
-            .nth(n)
-            .map(str::to_string);
-        found.is_some()
-    });
-    found.unwrap()
+    wait_for_addr(dir, |addrs| addrs.get(n).cloned())
 }
 
 /// The address the API of the `sluice run` logging to `dir/sluice.log`
 /// bound (tests pass port 0).
 pub fn api_addr(dir: &Path) -> String {
+    wait_for_addr(dir, |addrs| addrs.last().cloned())
+}
+
+/// Waits until `pick` finds its address among those the API logged.
+fn wait_for_addr(dir: &Path, pick: impl Fn(&[String]) -> Option<String>) -> String {
     let mut found = None;
     super::wait_until(Duration::from_secs(60), "the API to listen", || {
         let log = std::fs::read_to_string(dir.join("sluice.log")).unwrap_or_default();
-        found = log
+        let addrs: Vec<String> = log
             .lines()
-            .rev()
             .filter(|l| l.contains("HTTP API listening"))
-            .find_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("addr=")))
-            .map(str::to_string);
+            .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("addr=")))
+            .map(str::to_string)
+            .collect();
+        found = pick(&addrs);
         found.is_some()
     });
     found.unwrap()
