@@ -35,6 +35,25 @@ pub enum SslMode {
     VerifyFull,
 }
 
+/// What Sluice does with a matched table that has no primary key and a
+/// replica identity that names no row (DEFAULT without a key, or
+/// NOTHING), when it puts the table into a publication it creates.
+/// PostgreSQL refuses every UPDATE and DELETE of such a table once it is
+/// in a publication of updates and deletes, so the default never adds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeylessTables {
+    /// Leave the table out, with a warning that names it and the fixes.
+    #[default]
+    Skip,
+    /// Capture only its inserts and truncates, through a second
+    /// publication (`<publication>_inserts`) that publishes nothing else.
+    InsertsOnly,
+    /// Run `ALTER TABLE … REPLICA IDENTITY FULL` on it, then capture it
+    /// whole (the server then logs every old row in full).
+    SetReplicaIdentityFull,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PostgresConfig {
@@ -64,6 +83,8 @@ pub struct PostgresConfig {
     /// `schema.table` patterns; `*` matches any run of characters.
     #[serde(default = "default_tables")]
     pub tables: Vec<String>,
+    #[serde(default)]
+    pub keyless_tables: KeylessTables,
     /// Emit `pg_logical_emit_message` messages as events (op `m`).
     #[serde(default = "default_true")]
     pub messages: bool,
@@ -86,6 +107,12 @@ impl PostgresConfig {
 
     pub fn publication_name(&self) -> String {
         self.publication.clone().unwrap_or_else(|| default_object_name(&self.id))
+    }
+
+    /// The publication of inserts and truncates only, for keyless tables
+    /// under `keyless_tables: inserts_only`.
+    pub fn inserts_publication_name(&self) -> String {
+        format!("{}_inserts", self.publication_name())
     }
 }
 

@@ -126,7 +126,8 @@ impl<'a> Envelope<'a> {
 impl Serialize for Envelope<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let event = self.event;
-        let mut map = serializer.serialize_map(Some(13))?;
+        let unchanged: Vec<&str> = event.after.as_ref().map(|a| a.unchanged().collect()).unwrap_or_default();
+        let mut map = serializer.serialize_map(Some(13 + usize::from(!unchanged.is_empty())))?;
         map.serialize_entry("id", &self.id)?;
         map.serialize_entry("op", event.op.code())?;
         map.serialize_entry("source", &*event.source_id)?;
@@ -135,6 +136,10 @@ impl Serialize for Envelope<'_> {
         map.serialize_entry("key", &event.key)?;
         map.serialize_entry("before", &event.before)?;
         map.serialize_entry("after", &event.after)?;
+        // Only when there are some, so every other event keeps its bytes.
+        if !unchanged.is_empty() {
+            map.serialize_entry("unchanged", &unchanged)?;
+        }
         map.serialize_entry("schema_version", &event.schema_version)?;
         map.serialize_entry("position", &event.position)?;
         map.serialize_entry("tx_id", &*event.tx_id)?;
@@ -189,5 +194,19 @@ mod tests {
         assert_eq!(json["after"]["id"], 1);
         assert_eq!(json["commit_time"], "2023-11-14T22:13:20.123456Z");
         assert_eq!(json["id"], event(5, 2).id().to_string());
+        assert!(json.get("unchanged").is_none());
+    }
+
+    #[test]
+    fn unchanged_columns_are_listed_beside_the_after_image() {
+        let mut update = event(5, 2);
+        update.op = Op::Update;
+        update.after = Some(Row {
+            columns: vec![Arc::from("id"), Arc::from("body")].into(),
+            values: vec![Value::Int(1), Value::Unchanged],
+        });
+        let json: serde_json::Value = serde_json::to_value(update).unwrap();
+        assert_eq!(json["after"], serde_json::json!({"id": 1}));
+        assert_eq!(json["unchanged"], serde_json::json!(["body"]));
     }
 }

@@ -56,24 +56,35 @@ pub fn parse_http_date(text: &str) -> Option<i64> {
 
 /// Days since 1970-01-01 of an ISO-8601 date `YYYY-MM-DD` (years 0 to 9999).
 pub fn parse_iso_date(text: &str) -> Option<i64> {
-    let bytes = text.as_bytes();
-    if bytes.len() != 10 || bytes[4] != b'-' || bytes[7] != b'-' {
+    // ISO 8601's expanded years (`+294276-12-31`, `-004712-01-01`) carry a
+    // sign and more than four digits; plain years are four digits.
+    let (sign, unsigned) = match text.as_bytes().first()? {
+        b'+' => (1, &text[1..]),
+        b'-' => (-1, &text[1..]),
+        _ => (1, text),
+    };
+    let (year, month_day) = unsigned.split_once('-')?;
+    let plain = sign == 1 && !text.starts_with('+');
+    if (plain && year.len() != 4) || (!plain && year.len() < 6) || month_day.len() != 5 {
         return None;
     }
-    let number = |range: std::ops::Range<usize>| -> Option<u32> {
-        let part = text.get(range)?;
-        part.bytes().all(|b| b.is_ascii_digit()).then(|| part.parse().ok())?
-    };
-    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
+    let digits = |part: &str| -> Option<i64> { part.bytes().all(|b| b.is_ascii_digit()).then(|| part.parse().ok())? };
+    let (month, day) = month_day.split_once('-')?;
+    if month.len() != 2 || day.len() != 2 {
+        return None;
+    }
+    let year = sign * digits(year)?;
+    let (month, day) = (u32::try_from(digits(month)?).ok()?, u32::try_from(digits(day)?).ok()?);
     if !(1..=12).contains(&month) || !(1..=days_in_month(year, month)).contains(&day) {
         return None;
     }
-    Some(days_from_civil(i64::from(year), month, day))
+    Some(days_from_civil(year, month, day))
 }
 
-fn days_in_month(year: u32, month: u32) -> u32 {
+fn days_in_month(year: i64, month: u32) -> u32 {
+    let leap = year.rem_euclid(4) == 0 && (year.rem_euclid(100) != 0 || year.rem_euclid(400) == 0);
     match month {
-        2 if year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400)) => 29,
+        2 if leap => 29,
         2 => 28,
         4 | 6 | 9 | 11 => 30,
         _ => 31,
@@ -84,8 +95,9 @@ fn days_in_month(year: u32, month: u32) -> u32 {
 /// `YYYY-MM-DDTHH:MM:SS[.fraction][Z|±HH[:MM]]`; a zone is applied, and
 /// the flag says whether there was one. Digits past microseconds are cut.
 pub fn parse_iso_timestamp(text: &str) -> Option<(i64, bool)> {
-    let days = parse_iso_date(text.get(..10)?)?;
-    let rest = text.get(10..)?.strip_prefix(['T', ' '])?;
+    let split = text.find(['T', ' '])?;
+    let days = parse_iso_date(&text[..split])?;
+    let rest = &text[split + 1..];
     let clock = rest.get(..8)?;
     let parts: Vec<i64> = clock.split(':').map(|p| p.parse().ok().filter(|_| p.len() == 2)).collect::<Option<_>>()?;
     let [hour @ 0..=23, minute @ 0..=59, second @ 0..=60] = parts.as_slice() else { return None };
@@ -118,8 +130,10 @@ pub fn parse_iso_timestamp(text: &str) -> Option<(i64, bool)> {
             Some(sign * (hours * 3600 + minutes * 60))
         }
     };
-    let local = (days * 86_400 + hour * 3600 + minute * 60 + second) * 1_000_000 + micros;
-    Some((local - offset_secs.unwrap_or(0) * 1_000_000, offset_secs.is_some()))
+    // Checked: PostgreSQL's last timestamp (294276 AD) lies past what i64
+    // microseconds since 1970 can hold; such a value is not a timestamp here.
+    let seconds = days.checked_mul(86_400)? + hour * 3600 + minute * 60 + second - offset_secs.unwrap_or(0);
+    Some((seconds.checked_mul(1_000_000)?.checked_add(micros)?, offset_secs.is_some()))
 }
 
 /// Days from 1970-01-01 to a proleptic Gregorian date (the inverse of
@@ -144,6 +158,13 @@ mod tests {
         assert_eq!(parse_iso_date("2024-02-29"), Some(19_782));
         assert_eq!(parse_iso_date("2023-02-29"), None);
         assert_eq!(parse_iso_date("infinity"), None);
+        assert_eq!(parse_iso_date("-000001-12-31"), Some(days_from_civil(-1, 12, 31)));
+        assert_eq!(parse_iso_date("+010000-01-01"), Some(days_from_civil(10_000, 1, 1)));
+        assert_eq!(parse_iso_date("0000-02-29"), Some(days_from_civil(0, 2, 29)));
+        assert_eq!(parse_iso_date("10000-01-01"), None);
+        assert_eq!(parse_iso_date("+2024-01-01"), None);
+        assert_eq!(parse_iso_timestamp("+294276-12-31T23:59:59.999999"), None);
+        assert_eq!(parse_iso_timestamp("-004712-01-01T00:00:00Z").map(|(_, zoned)| zoned), Some(true));
         let at = |text| parse_iso_timestamp(text);
         assert_eq!(at("1970-01-01T00:00:01"), Some((1_000_000, false)));
         assert_eq!(at("1970-01-01T00:00:01.5Z"), Some((1_500_000, true)));

@@ -36,7 +36,10 @@ pub enum Value {
     TimestampTz(String),
     Array(Vec<Value>),
     /// The source did not send this column because it did not change
-    /// (PostgreSQL's unchanged TOAST values). Never confused with `Null`.
+    /// (PostgreSQL's unchanged TOAST values, MySQL's minimal row images).
+    /// It has no value form: a row leaves it out, and the envelope lists
+    /// such columns apart (`unchanged`), so no real value, not even the
+    /// JSON document `{"unchanged": true}`, can be taken for it.
     Unchanged,
 }
 
@@ -138,11 +141,8 @@ impl Serialize for Value {
                 }
                 seq.end()
             }
-            Value::Unchanged => {
-                let mut map = serializer.serialize_map(Some(1))?;
-                map.serialize_entry("unchanged", &true)?;
-                map.end()
-            }
+            // Rows leave these out (see `Row`); a lone one has no value.
+            Value::Unchanged => serializer.serialize_none(),
         }
     }
 }
@@ -166,13 +166,22 @@ impl Row {
     pub fn approx_byte_size(&self) -> usize {
         self.values.iter().map(Value::approx_byte_size).sum::<usize>() + 16
     }
+
+    /// The columns the source did not send because they did not change.
+    pub fn unchanged(&self) -> impl Iterator<Item = &str> {
+        self.columns.iter().zip(&self.values).filter(|(_, v)| matches!(v, Value::Unchanged)).map(|(c, _)| &**c)
+    }
 }
 
+/// An object of the columns the row has values for: an unchanged column
+/// is left out, and listed apart by the envelope.
 impl Serialize for Row {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(self.values.len()))?;
+        let mut map = serializer.serialize_map(None)?;
         for (column, value) in self.columns.iter().zip(&self.values) {
-            map.serialize_entry(&**column, value)?;
+            if !matches!(value, Value::Unchanged) {
+                map.serialize_entry(&**column, value)?;
+            }
         }
         map.end()
     }
@@ -192,7 +201,6 @@ mod tests {
         assert_eq!(json(&Value::Float(f64::NAN)), "\"NaN\"");
         assert_eq!(json(&Value::Float(f64::NEG_INFINITY)), "\"-Infinity\"");
         assert_eq!(json(&Value::Bytes(vec![0, 255])), "\"AP8=\"");
-        assert_eq!(json(&Value::Unchanged), "{\"unchanged\":true}");
         assert_eq!(Value::Null.text(), "null");
         assert_eq!(Value::Float(f64::NAN).text(), "NaN");
         assert_eq!(Value::Bytes(vec![0, 255]).text(), "AP8=");
@@ -212,5 +220,16 @@ mod tests {
         assert_eq!(serde_json::to_string(&row).unwrap(), "{\"id\":7,\"name\":\"ada\"}");
         assert_eq!(row.get("name"), Some(&Value::Text("ada".into())));
         assert_eq!(row.get("missing"), None);
+    }
+
+    #[test]
+    fn an_unchanged_column_is_left_out_so_no_value_can_look_like_it() {
+        let doc = JsonText::parse("{\"unchanged\": true}".into()).unwrap();
+        let row = Row {
+            columns: vec![Arc::from("id"), Arc::from("doc"), Arc::from("big")].into(),
+            values: vec![Value::Int(7), Value::Json(doc), Value::Unchanged],
+        };
+        assert_eq!(serde_json::to_string(&row).unwrap(), "{\"id\":7,\"doc\":{\"unchanged\": true}}");
+        assert_eq!(row.unchanged().collect::<Vec<_>>(), ["big"]);
     }
 }

@@ -4,7 +4,9 @@
 //! Every failure here is an operator's to fix, so each error says what is
 //! wrong and the statement that fixes it.
 
+use sluice_config::KeylessTables;
 use sluice_core::SourceError;
+use tracing::warn;
 
 use crate::types::{Kind, PgType, builtin};
 use crate::wire::{Connection, PgError};
@@ -65,21 +67,67 @@ pub async fn check_server(conn: &mut Connection, user: &str) -> Result<u32, Sour
     Ok(version.first("server_version_num").and_then(|v| v.parse().ok()).unwrap_or(0))
 }
 
-/// The `schema.table` names that match the patterns.
-pub async fn matching_tables(conn: &mut Connection, patterns: &[String]) -> Result<Vec<(String, String)>, SourceError> {
+/// A table the patterns reach, as the catalog shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Matched {
+    pub schema: String,
+    pub table: String,
+    /// A partitioned table: its rows live in its partitions.
+    pub partitioned: bool,
+    /// The root of its partition tree (`schema.table`), for a partition.
+    /// Its changes go by this name.
+    pub root: Option<String>,
+    /// No primary key, and a replica identity that names no row.
+    pub keyless: bool,
+}
+
+impl Matched {
+    pub fn name(&self) -> String {
+        format!("{}.{}", self.schema, self.table)
+    }
+
+    /// The name its changes go by: the root's for a partition.
+    pub fn event_name(&self) -> String {
+        self.root.clone().unwrap_or_else(|| self.name())
+    }
+
+    fn quoted(&self) -> String {
+        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.table))
+    }
+}
+
+/// The tables the patterns match, and every partition of a matched
+/// partitioned table, whatever its own name: its changes are the root's.
+pub async fn matching_tables(conn: &mut Connection, patterns: &[String]) -> Result<Vec<Matched>, SourceError> {
     let rows = conn
         .simple_query(
-            "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+            "SELECT n.nspname, c.relname, c.relkind, rn.nspname AS root_schema, r.relname AS root_table, \
+               (c.relkind = 'r' AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) \
+                 AND (c.relreplident = 'n' OR (c.relreplident = 'd') \
+                   OR (c.relreplident = 'i' AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident)))) AS keyless \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             LEFT JOIN pg_class r ON c.relispartition AND r.oid = pg_partition_root(c.oid) \
+             LEFT JOIN pg_namespace rn ON rn.oid = r.relnamespace \
              WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') \
              AND n.nspname NOT LIKE 'pg\\_toast%' ORDER BY 1, 2",
         )
         .await
         .map_err(query_error)?;
-    let tables: Vec<(String, String)> = rows
+    let field = |row: &[Option<String>], i: usize| row.get(i).cloned().flatten();
+    let tables: Vec<Matched> = rows
         .rows
         .iter()
-        .filter_map(|r| Some((r.first()?.clone()?, r.get(1)?.clone()?)))
-        .filter(|(schema, table)| patterns.iter().any(|p| glob_match(p, &format!("{schema}.{table}"))))
+        .filter_map(|r| {
+            let root = field(r, 3).zip(field(r, 4)).map(|(schema, table)| format!("{schema}.{table}"));
+            Some(Matched {
+                schema: field(r, 0)?,
+                table: field(r, 1)?,
+                partitioned: field(r, 2).as_deref() == Some("p"),
+                root,
+                keyless: field(r, 5).as_deref() == Some("t"),
+            })
+        })
+        .filter(|m| patterns.iter().any(|p| glob_match(p, &m.name()) || glob_match(p, &m.event_name())))
         .collect();
     if tables.is_empty() {
         return Err(SourceError::permanent(
@@ -90,30 +138,109 @@ pub async fn matching_tables(conn: &mut Connection, patterns: &[String]) -> Resu
     Ok(tables)
 }
 
-/// Makes sure the publication exists and covers every matched table.
+/// The tables a publication must hold to capture `tables`: a partition
+/// is published through its root when the root is among them.
+pub fn published(tables: &[Matched]) -> Vec<&Matched> {
+    tables.iter().filter(|m| m.root.as_ref().is_none_or(|root| !tables.iter().any(|t| t.name() == *root))).collect()
+}
+
+/// A published table holds a keyless one: itself, or one of its partitions.
+fn holds_keyless(table: &Matched, tables: &[Matched]) -> bool {
+    table.keyless || tables.iter().any(|t| t.keyless && t.root.as_deref() == Some(table.name().as_str()))
+}
+
+/// Applies `keyless_tables` to the matched tables: drops the keyless ones
+/// (with a warning), marks them for the inserts-only publication, or sets
+/// their replica identity to FULL. Returns the tables to capture and, for
+/// `inserts_only`, the published tables that go to that publication.
+pub async fn settle_keyless(
+    conn: &mut Connection,
+    tables: Vec<Matched>,
+    choice: KeylessTables,
+) -> Result<(Vec<Matched>, Vec<String>), SourceError> {
+    let keyless: Vec<String> = tables.iter().filter(|t| t.keyless).map(Matched::name).collect();
+    if keyless.is_empty() {
+        return Ok((tables, Vec::new()));
+    }
+    match choice {
+        KeylessTables::Skip => {
+            warn!(
+                tables = keyless.join(", "),
+                "left out of capture: these tables have no primary key and no replica identity, and PostgreSQL refuses every UPDATE and DELETE of a table in a publication of updates and deletes without one; add a primary key, or run ALTER TABLE … REPLICA IDENTITY FULL, or set keyless_tables: inserts_only or set_replica_identity_full"
+            );
+            let kept: Vec<Matched> = tables.iter().filter(|t| !holds_keyless(t, &tables)).cloned().collect();
+            if kept.is_empty() {
+                return Err(SourceError::permanent(
+                    format!(
+                        "every matched table is keyless (no primary key, no replica identity): {}",
+                        keyless.join(", ")
+                    ),
+                    "add a primary key, or run ALTER TABLE … REPLICA IDENTITY FULL, or set keyless_tables: inserts_only or set_replica_identity_full",
+                ));
+            }
+            Ok((kept, Vec::new()))
+        }
+        KeylessTables::InsertsOnly => {
+            warn!(
+                tables = keyless.join(", "),
+                "keyless_tables: inserts_only: only inserts and truncates of these tables are captured; their updates and deletes are not"
+            );
+            let inserts =
+                published(&tables).into_iter().filter(|t| holds_keyless(t, &tables)).map(Matched::name).collect();
+            Ok((tables, inserts))
+        }
+        KeylessTables::SetReplicaIdentityFull => {
+            for table in tables.iter().filter(|t| t.keyless) {
+                conn.simple_query(&format!("ALTER TABLE {} REPLICA IDENTITY FULL", table.quoted()))
+                    .await
+                    .map_err(|e| source_error(&format!("cannot set the replica identity of {}", table.name()), e))?;
+                warn!(
+                    table = table.name(),
+                    "replica identity set to FULL (keyless_tables: set_replica_identity_full): the server now logs the whole old row of every update and delete"
+                );
+            }
+            let tables = tables.into_iter().map(|t| Matched { keyless: false, ..t }).collect();
+            Ok((tables, Vec::new()))
+        }
+    }
+}
+
+/// Makes sure the publication exists and covers `tables`. One Sluice
+/// creates publishes partitions through their root, so their changes
+/// carry the root's name (and a table and its partition never both).
+/// With `inserts_only`, those tables go to a publication of inserts and
+/// truncates alone.
 pub async fn ensure_publication(
     conn: &mut Connection,
     name: &str,
     create: bool,
-    tables: &[(String, String)],
+    tables: &[&Matched],
+    inserts_only: bool,
 ) -> Result<(), SourceError> {
-    let list =
-        tables.iter().map(|(s, t)| format!("{}.{}", quote_ident(s), quote_ident(t))).collect::<Vec<_>>().join(", ");
+    if tables.is_empty() {
+        return Ok(());
+    }
+    let list = tables.iter().map(|t| t.quoted()).collect::<Vec<_>>().join(", ");
     let existing = conn
         .simple_query(&format!("SELECT puballtables FROM pg_publication WHERE pubname = {}", quote_literal(name)))
         .await
         .map_err(query_error)?;
+    let options = if inserts_only {
+        "publish_via_partition_root = true, publish = 'insert, truncate'"
+    } else {
+        "publish_via_partition_root = true"
+    };
     if existing.rows.is_empty() {
         if !create {
             return Err(SourceError::permanent(
                 format!("publication {name:?} does not exist"),
                 format!(
-                    "set create_publication: true, or run CREATE PUBLICATION {} FOR TABLE {list}",
+                    "set create_publication: true, or run CREATE PUBLICATION {} FOR TABLE {list} WITH ({options})",
                     quote_ident(name)
                 ),
             ));
         }
-        conn.simple_query(&format!("CREATE PUBLICATION {} FOR TABLE {list}", quote_ident(name)))
+        conn.simple_query(&format!("CREATE PUBLICATION {} FOR TABLE {list} WITH ({options})", quote_ident(name)))
             .await
             .map_err(|e| source_error(&format!("cannot create publication {name:?}"), e))?;
         tracing::info!(publication = name, tables = tables.len(), "publication created");
@@ -122,19 +249,26 @@ pub async fn ensure_publication(
     if existing.first("puballtables") == Some("t") {
         return Ok(());
     }
+    // pg_publication_tables lists a partitioned table, or its leaves,
+    // depending on publish_via_partition_root: a listed leaf covers its root.
     let covered = conn
         .simple_query(&format!(
-            "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = {}",
-            quote_literal(name)
+            "SELECT pt.schemaname, pt.tablename FROM pg_publication_tables pt WHERE pt.pubname = {name} \
+             UNION SELECT rn.nspname, r.relname FROM pg_publication_tables pt \
+             JOIN pg_namespace n ON n.nspname = pt.schemaname \
+             JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename \
+             JOIN pg_class r ON r.oid = pg_partition_root(c.oid) JOIN pg_namespace rn ON rn.oid = r.relnamespace \
+             WHERE pt.pubname = {name}",
+            name = quote_literal(name)
         ))
         .await
         .map_err(query_error)?;
-    let covered: Vec<(String, String)> =
-        covered.rows.iter().filter_map(|r| Some((r.first()?.clone()?, r.get(1)?.clone()?))).collect();
+    let covered: Vec<String> =
+        covered.rows.iter().filter_map(|r| Some(format!("{}.{}", r.first()?.clone()?, r.get(1)?.clone()?))).collect();
     let missing: Vec<String> = tables
         .iter()
-        .filter(|t| !covered.contains(t))
-        .map(|(s, t)| format!("{}.{}", quote_ident(s), quote_ident(t)))
+        .filter(|t| !covered.contains(&t.name()) && t.root.as_ref().is_none_or(|root| !covered.contains(root)))
+        .map(|t| t.quoted())
         .collect();
     if !missing.is_empty() {
         return Err(SourceError::permanent(
@@ -143,6 +277,59 @@ pub async fn ensure_publication(
         ));
     }
     Ok(())
+}
+
+/// What the stream needs to know of a relation beyond its Relation
+/// message: the root of its partition tree, and the columns that name a
+/// row, from the catalog as it is now.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RelationMeta {
+    pub root: Option<String>,
+    /// `None` when nothing names a row but the whole row.
+    pub key: Option<Vec<String>>,
+}
+
+pub async fn relation_meta(conn: &mut Connection, oid: u32) -> Result<RelationMeta, SourceError> {
+    let root = conn
+        .simple_query(&format!(
+            "SELECT n.nspname, r.relname FROM pg_class c JOIN pg_class r ON r.oid = pg_partition_root(c.oid) \
+             JOIN pg_namespace n ON n.oid = r.relnamespace WHERE c.oid = {oid} AND c.relispartition"
+        ))
+        .await
+        .map_err(query_error)?;
+    let root = root.rows.first().and_then(|r| Some(format!("{}.{}", r.first()?.clone()?, r.get(1)?.clone()?)));
+    let columns = |flag: &str| {
+        format!(
+            "SELECT a.attname FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) AS k(attnum) \
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+             WHERE i.indrelid = {oid} AND i.{flag} ORDER BY a.attnum"
+        )
+    };
+    let names = |rows: crate::wire::Rows| -> Vec<String> {
+        rows.rows.iter().filter_map(|r| r.first().cloned().flatten()).collect()
+    };
+    let primary = names(conn.simple_query(&columns("indisprimary")).await.map_err(query_error)?);
+    let identity = names(conn.simple_query(&columns("indisreplident")).await.map_err(query_error)?);
+    let replident = conn
+        .simple_query(&format!("SELECT relreplident FROM pg_class WHERE oid = {oid}"))
+        .await
+        .map_err(query_error)?;
+    let replident = replident.first("relreplident").and_then(|r| r.bytes().next()).unwrap_or(b'd');
+    Ok(RelationMeta { root, key: event_key(replident, primary, identity) })
+}
+
+/// The columns that name a row in its events: the primary key, unless the
+/// replica identity is an index that does not hold it (the server then
+/// sends only that index's columns for a delete, so only they can name
+/// the row every time); `None` for a table with neither, whose rows only
+/// their whole image names.
+pub fn event_key(replident: u8, primary: Vec<String>, identity_index: Vec<String>) -> Option<Vec<String>> {
+    match replident {
+        b'i' if !primary.is_empty() && primary.iter().all(|c| identity_index.contains(c)) => Some(primary),
+        b'i' if !identity_index.is_empty() => Some(identity_index),
+        _ if !primary.is_empty() => Some(primary),
+        _ => None,
+    }
 }
 
 /// What the server knows of the slot.
@@ -234,5 +421,49 @@ async fn resolve(conn: &mut Connection, oid: u32, depth: usize) -> Result<PgType
             Ok(PgType::Array { element: Box::new(element), delimiter })
         }
         _ => Ok(PgType::Scalar(Kind::Text)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_key_is_the_primary_key_unless_deletes_cannot_carry_it() {
+        assert_eq!(event_key(b'f', names(&["id"]), vec![]), Some(names(&["id"])));
+        assert_eq!(event_key(b'd', names(&["a", "b"]), names(&["a", "b"])), Some(names(&["a", "b"])));
+        assert_eq!(event_key(b'i', names(&["id"]), names(&["id", "email"])), Some(names(&["id"])));
+        assert_eq!(event_key(b'i', names(&["id"]), names(&["email"])), Some(names(&["email"])));
+        assert_eq!(event_key(b'f', vec![], vec![]), None);
+        assert_eq!(event_key(b'd', vec![], vec![]), None);
+    }
+
+    fn table(name: &str, root: Option<&str>, partitioned: bool) -> Matched {
+        let (schema, table) = name.split_once('.').unwrap();
+        Matched {
+            schema: schema.into(),
+            table: table.into(),
+            partitioned,
+            root: root.map(str::to_string),
+            keyless: false,
+        }
+    }
+
+    #[test]
+    fn a_partition_is_published_through_its_root_when_the_root_is_captured() {
+        let tables = vec![
+            table("public.meas", None, true),
+            table("public.meas_2024", Some("public.meas"), false),
+            table("public.other_p1", Some("public.other"), false),
+            table("public.plain", None, false),
+        ];
+        let published: Vec<String> = published(&tables).iter().map(|t| t.name()).collect();
+        assert_eq!(published, ["public.meas", "public.other_p1", "public.plain"]);
+        assert_eq!(tables[1].event_name(), "public.meas");
+        assert_eq!(tables[2].event_name(), "public.other");
     }
 }

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use sluice_config::glob_match;
 use sluice_core::{Columns, Event, Lsn, Op, Position, Row, Value};
 
+use crate::catalog::RelationMeta;
 use crate::incremental::{SIGNAL_PREFIX, WATERMARK_PREFIX};
 use crate::pgoutput::{Datum, Message, OldTuple, PG_EPOCH_OFFSET_US, Relation, Tuple};
 use crate::types::{PgType, builtin, bytes_value, decode_text};
@@ -53,6 +54,9 @@ pub struct Decoder {
     patterns: Vec<String>,
     emit_messages: bool,
     relations: HashMap<u32, RelationInfo>,
+    /// Matched tables left out of capture (`keyless_tables: skip`).
+    excluded: Vec<String>,
+    metas: HashMap<u32, RelationMeta>,
     types: HashMap<u32, PgType>,
     tx: Option<Transaction>,
     held: Option<Event>,
@@ -66,6 +70,8 @@ impl Decoder {
             patterns,
             emit_messages,
             relations: HashMap::new(),
+            excluded: Vec::new(),
+            metas: HashMap::new(),
             types: HashMap::new(),
             tx: None,
             held: None,
@@ -92,6 +98,17 @@ impl Decoder {
 
     pub fn add_type(&mut self, oid: u32, ty: PgType) {
         self.types.insert(oid, ty);
+    }
+
+    /// Leaves these `schema.table` names out even where patterns match.
+    pub fn exclude(&mut self, tables: Vec<String>) {
+        self.excluded = tables;
+    }
+
+    /// What the catalog says of relation `oid`, for its next Relation
+    /// message: its partition root and the columns that name its rows.
+    pub fn set_meta(&mut self, oid: u32, meta: RelationMeta) {
+        self.metas.insert(oid, meta);
     }
 
     /// Applies one message; finished events go to `out`.
@@ -125,8 +142,17 @@ impl Decoder {
             Message::Update { relation, old, new } => {
                 let info = self.relation(relation)?;
                 if info.included {
-                    let after = row(info, &new)?;
+                    let mut after = row(info, &new)?;
                     let before = old.as_ref().map(|old| old_row(info, old)).transpose()?;
+                    // REPLICA IDENTITY FULL sends the old row whole, so an
+                    // unchanged TOAST value is known: it is the old one.
+                    if let (Some(OldTuple::Full(_)), Some(before)) = (&old, &before) {
+                        for (value, old_value) in after.values.iter_mut().zip(&before.values) {
+                            if matches!(value, Value::Unchanged) {
+                                *value = old_value.clone();
+                            }
+                        }
+                    }
                     let key = key_of(info, &new)?;
                     self.emit(Op::Update, relation, key, before, Some(after), out)?;
                 }
@@ -160,8 +186,13 @@ impl Decoder {
     }
 
     fn add_relation(&mut self, relation: Relation) {
-        let table = format!("{}.{}", relation.namespace, relation.name);
-        let included = self.patterns.iter().any(|p| glob_match(p, &table));
+        let own = format!("{}.{}", relation.namespace, relation.name);
+        let meta = self.metas.get(&relation.oid);
+        // A partition's changes go by its root's name, whether the
+        // publication sends them through the root or not.
+        let table = meta.and_then(|m| m.root.clone()).unwrap_or_else(|| own.clone());
+        let included = self.patterns.iter().any(|p| glob_match(p, &table) || glob_match(p, &own))
+            && !self.excluded.iter().any(|t| *t == table || *t == own);
         let types = relation
             .columns
             .iter()
@@ -172,8 +203,7 @@ impl Decoder {
             })
             .collect();
         let columns: Columns = relation.columns.iter().map(|c| Arc::from(c.name.as_str())).collect();
-        let key_index: Vec<usize> =
-            relation.columns.iter().enumerate().filter(|(_, c)| c.key).map(|(i, _)| i).collect();
+        let key_index = key_index(&relation, meta.and_then(|m| m.key.as_deref()));
         let key_columns: Columns = key_index.iter().map(|i| columns[*i].clone()).collect();
         let info = RelationInfo {
             fingerprint: fingerprint(&relation),
@@ -317,6 +347,21 @@ fn key_row(info: &RelationInfo, tuple: &Tuple) -> Result<Row, DecodeError> {
     Ok(Row { columns: info.key_columns.clone(), values })
 }
 
+/// The columns that name a row: the catalog's key when it is known and
+/// every column of it is in the relation, otherwise the columns the
+/// server flags as the replica identity (every column under FULL).
+pub(crate) fn key_index(relation: &Relation, key: Option<&[String]>) -> Vec<usize> {
+    let by_name: Option<Vec<usize>> =
+        key.and_then(|key| key.iter().map(|name| relation.columns.iter().position(|c| c.name == *name)).collect());
+    match by_name {
+        Some(mut index) if !index.is_empty() => {
+            index.sort_unstable();
+            index
+        }
+        _ => relation.columns.iter().enumerate().filter(|(_, c)| c.key).map(|(i, _)| i).collect(),
+    }
+}
+
 fn key_of(info: &RelationInfo, tuple: &Tuple) -> Result<Option<Row>, DecodeError> {
     if info.key_index.is_empty() {
         return Ok(None);
@@ -398,6 +443,46 @@ mod tests {
         assert_eq!(out[1].key.as_ref().unwrap().values, vec![Value::Int(2)]);
         assert_eq!(&*out[0].tx_id, "7");
         assert_eq!(out[0].commit_time_us, PG_EPOCH_OFFSET_US);
+    }
+
+    #[test]
+    fn under_replica_identity_full_the_key_is_the_primary_key_and_toast_comes_from_the_old_row() {
+        let mut full = relation();
+        full.replica_identity = b'f';
+        for column in &mut full.columns {
+            column.key = true;
+        }
+        let mut decoder = Decoder::new("pg", "shop", vec!["public.*".into()], true);
+        decoder.set_meta(1, RelationMeta { root: None, key: Some(vec!["id".into()]) });
+        let mut out = Vec::new();
+        decoder.apply(Message::Relation(full), &mut out).unwrap();
+        decoder.apply(Message::Begin { final_lsn: 0x100, commit_time_pg_us: 0, xid: 7 }, &mut out).unwrap();
+        let update = Message::Update {
+            relation: 1,
+            old: Some(OldTuple::Full(Tuple(vec![text("1"), text("long")]))),
+            new: Tuple(vec![text("1"), Datum::Unchanged]),
+        };
+        decoder.apply(update, &mut out).unwrap();
+        decoder.apply(Message::Commit { commit_lsn: 0x100, end_lsn: 0x108 }, &mut out).unwrap();
+        let key = out[0].key.as_ref().unwrap();
+        assert_eq!(&*key.columns, [Arc::from("id")]);
+        assert_eq!(key.values, vec![Value::Int(1)]);
+        assert_eq!(out[0].after.as_ref().unwrap().values[1], Value::Text("long".into()));
+    }
+
+    #[test]
+    fn a_partition_goes_by_its_roots_name_even_when_only_the_root_matches() {
+        let mut partition = relation();
+        partition.name = "orders_2024".into();
+        let mut decoder = Decoder::new("pg", "shop", vec!["public.orders".into()], true);
+        decoder.set_meta(1, RelationMeta { root: Some("public.orders".into()), key: Some(vec!["id".into()]) });
+        let mut out = Vec::new();
+        decoder.apply(Message::Relation(partition), &mut out).unwrap();
+        decoder.apply(Message::Begin { final_lsn: 1, commit_time_pg_us: 0, xid: 1 }, &mut out).unwrap();
+        decoder.apply(Message::Insert { relation: 1, new: Tuple(vec![text("1"), text("a")]) }, &mut out).unwrap();
+        decoder.apply(Message::Commit { commit_lsn: 1, end_lsn: 2 }, &mut out).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(&*out[0].table, "public.orders");
     }
 
     #[test]

@@ -97,6 +97,10 @@ pub struct PostgresSource {
     incremental: Option<Incremental<incremental::Reader>>,
     /// `snapshot.mode: always` re-reads the tables once per process.
     started_once: bool,
+    /// Matched tables left out by `keyless_tables: skip`.
+    skipped: Vec<String>,
+    /// Keyless tables go through the inserts-only publication.
+    inserts_publication: bool,
 }
 
 impl PostgresSource {
@@ -112,6 +116,8 @@ impl PostgresSource {
             state_dir: None,
             incremental: None,
             started_once: false,
+            skipped: Vec::new(),
+            inserts_publication: false,
         }
     }
 
@@ -180,8 +186,20 @@ impl Source for PostgresSource {
         let (slot, publication) = (config.slot_name(), config.publication_name());
         let mut sql = self.connect(false).await?;
         let version = catalog::check_server(&mut sql, &config.user).await?;
-        let tables = catalog::matching_tables(&mut sql, &config.tables).await?;
-        catalog::ensure_publication(&mut sql, &publication, config.create_publication, &tables).await?;
+        let matched = catalog::matching_tables(&mut sql, &config.tables).await?;
+        let names = |tables: &[catalog::Matched]| tables.iter().map(catalog::Matched::name).collect::<Vec<_>>();
+        let all = names(&matched);
+        let (tables, inserts) = catalog::settle_keyless(&mut sql, matched, config.keyless_tables).await?;
+        let kept = names(&tables);
+        self.skipped = all.into_iter().filter(|t| !kept.contains(t)).collect();
+        self.inserts_publication = !inserts.is_empty();
+        let published = catalog::published(&tables);
+        let (main, keyless): (Vec<_>, Vec<_>) = published.into_iter().partition(|t| !inserts.contains(&t.name()));
+        catalog::ensure_publication(&mut sql, &publication, config.create_publication, &main, false).await?;
+        let inserts_publication = config.inserts_publication_name();
+        catalog::ensure_publication(&mut sql, &inserts_publication, config.create_publication, &keyless, true).await?;
+        // A partitioned table is read through its partitions.
+        let tables: Vec<catalog::Matched> = tables.into_iter().filter(|t| !t.partitioned).collect();
         let state = catalog::slot_state(&mut sql, &slot, &config.database).await?;
         let mut replication = self.connect(true).await?;
         let mut exported = None;
@@ -222,7 +240,7 @@ impl Source for PostgresSource {
             let incremental = self.incremental.as_mut().ok_or_else(|| {
                 SourceError::permanent("incremental snapshots need a data dir for their state", "run with --data-dir")
             })?;
-            incremental.enqueue(tables.iter().map(|(schema, table)| format!("{schema}.{table}")))?;
+            incremental.enqueue(tables.iter().map(catalog::Matched::name))?;
             info!(tables = tables.len(), mode = ?mode, "every table queued for an incremental snapshot");
         }
         self.started_once = true;
@@ -283,8 +301,10 @@ impl Source for PostgresSource {
         }
         if exported.is_some() || resume.is_some() {
             let mut plans = Vec::with_capacity(tables.len());
-            for (schema, table) in &tables {
-                plans.extend(snapshot::plan_table(&mut sql, schema, table, config.snapshot.chunk_size).await?);
+            for table in &tables {
+                plans.extend(
+                    snapshot::plan_table(&mut sql, &table.schema, &table.table, config.snapshot.chunk_size).await?,
+                );
             }
             plans.sort_by(|a, b| a.name.cmp(&b.name));
             let (stream_from, import) = match (exported, &resume) {
@@ -422,7 +442,11 @@ impl PostgresSource {
     ) -> Result<(), SourceError> {
         let config = &self.config;
         let (slot, publication) = (config.slot_name(), config.publication_name());
-        let mut options = format!("proto_version '1', publication_names {}", quote_literal(&quote_ident(&publication)));
+        let mut names = quote_ident(&publication);
+        if self.inserts_publication {
+            names = format!("{names},{}", quote_ident(&config.inserts_publication_name()));
+        }
+        let mut options = format!("proto_version '1', publication_names {}", quote_literal(&names));
         // Messages carry incremental snapshot signals and watermarks too.
         if (config.messages || self.state_dir.is_some()) && version >= 140_000 {
             options.push_str(", messages 'true'");
@@ -438,7 +462,11 @@ impl PostgresSource {
         let reader = Reader {
             conn: replication,
             sql,
-            decoder: Decoder::new(&config.id, &config.database, config.tables.clone(), config.messages),
+            decoder: {
+                let mut decoder = Decoder::new(&config.id, &config.database, config.tables.clone(), config.messages);
+                decoder.exclude(self.skipped.clone());
+                decoder
+            },
             acked,
             events: tx,
             status_interval: Duration::from_secs(config.status_interval_secs),
@@ -551,6 +579,8 @@ impl Reader {
                         _ => {}
                     }
                     if let Message::Relation(relation) = &message {
+                        let meta = catalog::relation_meta(&mut self.sql, relation.oid).await?;
+                        self.decoder.set_meta(relation.oid, meta);
                         let unknown = self.decoder.unknown_types(relation);
                         if !unknown.is_empty() {
                             for (oid, ty) in catalog::resolve_types(&mut self.sql, &unknown).await? {

@@ -96,20 +96,24 @@ fn scalar(kind: Kind, text: &str) -> Value {
         Kind::Text => Value::Text(text.to_string()),
         Kind::Json => JsonText::parse(text.to_string()).map(Value::Json).unwrap_or_else(|_| fallback()),
         Kind::Bytea => text.strip_prefix("\\x").and_then(decode_hex).map(Value::Bytes).unwrap_or_else(fallback),
-        Kind::Date => Value::Date(text.to_string()),
+        Kind::Date => Value::Date(iso_date(text)),
         Kind::Time => Value::Time(text.to_string()),
         Kind::Timestamp => Value::Timestamp(iso_timestamp(text)),
         Kind::TimestampTz => Value::TimestampTz(iso_timestamptz(text)),
     }
 }
 
-/// `2026-01-01 12:00:00.5` → `2026-01-01T12:00:00.5`; `infinity` and BC
-/// dates stay as the server wrote them.
+/// `2026-01-01 12:00:00.5` → `2026-01-01T12:00:00.5`, through [`iso_date`]
+/// for the date part; `infinity` and `-infinity` stay as they are.
 fn iso_timestamp(text: &str) -> String {
-    if text.ends_with(" BC") || text.as_bytes().get(10).is_none_or(|b| *b != b' ') {
+    let (body, bc) = split_era(text);
+    let Some((date, time)) = body.split_once(' ') else {
         return text.to_string();
+    };
+    match iso_year(date, bc) {
+        Some(date) => format!("{date}T{time}"),
+        None => text.to_string(),
     }
-    format!("{}T{}", &text[..10], &text[11..])
 }
 
 /// With TimeZone UTC the server writes `+00`; ISO-8601 says `Z`.
@@ -119,6 +123,39 @@ fn iso_timestamptz(text: &str) -> String {
         Some(utc) if iso.contains('T') => format!("{utc}Z"),
         _ => iso,
     }
+}
+
+/// A date in ISO 8601 form: years 0 to 9999 as four digits, any other
+/// year (PostgreSQL reaches 5874897 AD for dates, 294276 AD for
+/// timestamps, 4713 BC for both) with a sign and at least six digits, as
+/// ISO 8601's expanded form and JavaScript write them. BC years become
+/// astronomical ones, where 1 BC is year 0 and 2 BC is -1.
+fn iso_date(text: &str) -> String {
+    let (body, bc) = split_era(text);
+    iso_year(body, bc).unwrap_or_else(|| text.to_string())
+}
+
+fn split_era(text: &str) -> (&str, bool) {
+    match text.strip_suffix(" BC") {
+        Some(body) => (body, true),
+        None => (text, false),
+    }
+}
+
+/// `YYYY…-MM-DD` with its year rewritten; `None` when it is not a date.
+fn iso_year(date: &str, bc: bool) -> Option<String> {
+    let (year, month_day) = date.split_once('-')?;
+    if year.len() < 4 || !year.bytes().all(|b| b.is_ascii_digit()) || month_day.len() != 5 {
+        return None;
+    }
+    let year: i64 = year.parse().ok()?;
+    let year = if bc { 1 - year } else { year };
+    Some(if (0..=9999).contains(&year) {
+        format!("{year:04}-{month_day}")
+    } else {
+        let sign = if year < 0 { '-' } else { '+' };
+        format!("{sign}{:06}-{month_day}", year.unsigned_abs())
+    })
 }
 
 fn decode_hex(hex: &str) -> Option<Vec<u8>> {
@@ -224,9 +261,22 @@ mod tests {
         assert_eq!(json(&t(1114), "2026-01-02 03:04:05.123456"), "\"2026-01-02T03:04:05.123456\"");
         assert_eq!(json(&t(1184), "2026-01-02 03:04:05+00"), "\"2026-01-02T03:04:05Z\"");
         assert_eq!(json(&t(1184), "infinity"), "\"infinity\"");
-        assert_eq!(json(&t(1114), "0044-03-15 00:00:00 BC"), "\"0044-03-15 00:00:00 BC\"");
         assert_eq!(json(&t(1186), "P1Y2M3DT4H5M6S"), "\"P1Y2M3DT4H5M6S\"");
         assert_eq!(json(&t(2950), "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"), "\"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11\"");
+    }
+
+    #[test]
+    fn dates_and_timestamps_outside_years_1_to_9999_take_the_expanded_iso_form() {
+        let t = |oid| builtin(oid).unwrap();
+        assert_eq!(json(&t(1114), "0044-03-15 00:00:00 BC"), "\"-000043-03-15T00:00:00\"");
+        assert_eq!(json(&t(1114), "0001-01-01 00:00:00 BC"), "\"0000-01-01T00:00:00\"");
+        assert_eq!(json(&t(1114), "294276-12-31 23:59:59.999999"), "\"+294276-12-31T23:59:59.999999\"");
+        assert_eq!(json(&t(1184), "4713-01-01 00:00:00+00 BC"), "\"-004712-01-01T00:00:00Z\"");
+        assert_eq!(json(&t(1184), "-infinity"), "\"-infinity\"");
+        assert_eq!(json(&t(1082), "5874897-12-31"), "\"+5874897-12-31\"");
+        assert_eq!(json(&t(1082), "4713-11-24 BC"), "\"-004712-11-24\"");
+        assert_eq!(json(&t(1082), "2026-02-03"), "\"2026-02-03\"");
+        assert_eq!(json(&t(1082), "infinity"), "\"infinity\"");
     }
 
     #[test]

@@ -254,8 +254,11 @@ impl<R: ChunkReader> Incremental<R> {
                 None => {}
             }
             let reader = &self.reader;
-            if let Some(active) = self.active.as_mut().filter(|a| *a.table == *event.table)
+            if let Some(active) = self.active.as_mut()
                 && let Some(pending) = active.pending.as_mut().filter(|p| p.low_seen || reader.unseen(&event.tx_id))
+                // Rows carry the name the stream gives the table's changes,
+                // which for a partition is its root's, not the name asked for.
+                && pending.rows.first().map_or(active.table.as_str(), |row| &*row.table) == &*event.table
                 && let Some(key) = &event.key
             {
                 pending.changed.insert(key_text(key));

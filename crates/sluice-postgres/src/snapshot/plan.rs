@@ -6,8 +6,8 @@ use std::sync::Arc;
 use sluice_core::snapshot::{KeyKind, KeyPart};
 use sluice_core::{Columns, SourceError};
 
-use crate::catalog::{quote_ident, quote_literal, resolve_types, source_error};
-use crate::decode::fingerprint;
+use crate::catalog::{event_key, quote_ident, quote_literal, resolve_types, source_error};
+use crate::decode::{fingerprint, key_index};
 use crate::pgoutput::{Column, Relation};
 use crate::types::{PgType, builtin};
 use crate::wire::Connection;
@@ -19,7 +19,7 @@ pub struct TablePlan {
     select_list: String,
     pub columns: Columns,
     pub types: Vec<PgType>,
-    /// The replica identity columns: the event's key, as the stream gives it.
+    /// The columns that name a row: the event's key, as the stream gives it.
     pub identity: Vec<usize>,
     pub identity_columns: Columns,
     /// The stream's schema version for this shape of the table.
@@ -62,8 +62,8 @@ fn query_error(e: crate::wire::PgError) -> SourceError {
 }
 
 /// The plan for one matched table; `None` for a partitioned table, whose
-/// rows live in its partitions: the stream names changes by partition, so
-/// the snapshot reads the partitions the patterns match, not the parent.
+/// rows live in its partitions: the snapshot reads each partition, and
+/// names its rows by the partition tree's root, as the stream does.
 pub async fn plan_table(
     conn: &mut Connection,
     schema: &str,
@@ -95,14 +95,28 @@ pub async fn plan_table(
             "check `tables` in the source config",
         ));
     }
+    let root = conn
+        .simple_query(&format!(
+            "SELECT rn.nspname, r.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             JOIN pg_class r ON r.oid = pg_partition_root(c.oid) JOIN pg_namespace rn ON rn.oid = r.relnamespace \
+             WHERE n.nspname = {schema_lit} AND c.relname = {table_lit} AND c.relispartition"
+        ))
+        .await
+        .map_err(query_error)?;
+    let (event_schema, event_table) = root
+        .rows
+        .first()
+        .and_then(|r| Some((r.first()?.clone()?, r.get(1)?.clone()?)))
+        .unwrap_or_else(|| (schema.to_string(), table.to_string()));
     let mut relation = Relation {
         oid: 0,
-        namespace: schema.to_string(),
-        name: table.to_string(),
+        namespace: event_schema,
+        name: event_table,
         replica_identity: rows.first("relreplident").and_then(|r| r.bytes().next()).unwrap_or(b'd'),
         columns: Vec::new(),
     };
     let mut key: Vec<(i64, usize, u32)> = Vec::new();
+    let mut identity_index = Vec::new();
     for (index, row) in rows.rows.iter().enumerate() {
         let field = |name: &str| rows.get(row, name).unwrap_or_default();
         let type_oid: u32 = field("atttypid").parse().unwrap_or(0);
@@ -115,8 +129,13 @@ pub async fn plan_table(
         if let Ok(position) = field("pk_position").parse::<i64>() {
             key.push((position, index, type_oid));
         }
+        if field("identity") == "t" {
+            identity_index.push(field("attname").to_string());
+        }
     }
     key.sort();
+    let primary: Vec<String> = key.iter().map(|(_, index, _)| relation.columns[*index].name.clone()).collect();
+    let event_key = event_key(relation.replica_identity, primary, identity_index);
     let unknown: Vec<u32> = relation.columns.iter().map(|c| c.type_oid).filter(|oid| builtin(*oid).is_none()).collect();
     let resolved = resolve_types(conn, &unknown).await?;
     let types = relation
@@ -129,7 +148,7 @@ pub async fn plan_table(
         })
         .collect();
     let columns: Columns = relation.columns.iter().map(|c| Arc::from(c.name.as_str())).collect();
-    let identity: Vec<usize> = relation.columns.iter().enumerate().filter(|(_, c)| c.key).map(|(i, _)| i).collect();
+    let identity = key_index(&relation, event_key.as_deref());
     let identity_columns: Columns = identity.iter().map(|i| columns[*i].clone()).collect();
     let size = conn
         .simple_query(&format!(
@@ -162,7 +181,7 @@ pub async fn plan_table(
     };
     let select_list = columns.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
     Ok(Some(TablePlan {
-        name: format!("{schema}.{table}").into(),
+        name: format!("{}.{}", relation.namespace, relation.name).into(),
         from_sql: format!("{}.{}", quote_ident(schema), quote_ident(table)),
         select_list,
         fingerprint: fingerprint(&relation),

@@ -65,6 +65,7 @@ pub fn config(database: &str, id: &str) -> PostgresConfig {
         create_slot: true,
         create_publication: true,
         tables: vec!["public.*".into()],
+        keyless_tables: Default::default(),
         messages: true,
         heartbeat_secs: None,
         status_interval_secs: 1,

@@ -1,0 +1,191 @@
+//! What adversarial testing found against a real PostgreSQL: partitioned
+//! tables, REPLICA IDENTITY FULL keys, dates past year 9999 or before
+//! year 1, and keyless tables in a publication.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use sluice_config::KeylessTables;
+use sluice_core::{AckWatermark, Event, Op};
+
+fn tables(events: &[Event]) -> Vec<String> {
+    events.iter().map(|e| e.table.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_tables_changes_arrive_under_the_roots_name() {
+    fresh_database("t_parts").await;
+    sql(
+        "t_parts",
+        "CREATE TABLE meas (day date, id int, v int, PRIMARY KEY (day, id)) PARTITION BY RANGE (day);
+         CREATE TABLE meas_2024 PARTITION OF meas FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+         CREATE TABLE meas_2025 PARTITION OF meas FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');",
+    )
+    .await;
+    let mut config = config("t_parts", "parts");
+    config.tables = vec!["public.meas".into()];
+    let mut source = started(config, None, AckWatermark::default()).await;
+    let published = sql("t_parts", "SELECT pubviaroot FROM pg_publication WHERE pubname = 'sluice_parts'").await;
+    assert_eq!(published.first("pubviaroot"), Some("t"));
+    sql(
+        "t_parts",
+        "INSERT INTO meas VALUES ('2024-03-01', 1, 1), ('2025-03-01', 2, 1);
+         UPDATE meas SET v = 2 WHERE id = 1;
+         UPDATE meas SET day = '2025-06-01' WHERE id = 1;
+         DELETE FROM meas WHERE id = 2;",
+    )
+    .await;
+    let events = collect(&mut source, 6).await;
+    assert_eq!(tables(&events), vec!["public.meas"; 6]);
+    // Moving a row to another partition is a delete and an insert.
+    let ops: Vec<Op> = events.iter().map(|e| e.op).collect();
+    assert_eq!(ops, [Op::Insert, Op::Insert, Op::Update, Op::Delete, Op::Insert, Op::Delete]);
+    assert_eq!(serde_json::to_value(&events[2]).unwrap()["key"], json!({"day": "2024-03-01", "id": 1}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_publication_without_publish_via_root_still_names_changes_by_the_root() {
+    fresh_database("t_parts_own").await;
+    sql(
+        "t_parts_own",
+        "CREATE TABLE meas (day date, id int, PRIMARY KEY (day, id)) PARTITION BY RANGE (day);
+         CREATE TABLE meas_2024 PARTITION OF meas FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+         CREATE PUBLICATION own FOR TABLE meas;",
+    )
+    .await;
+    let mut config = config("t_parts_own", "parts_own");
+    config.tables = vec!["public.meas".into()];
+    config.publication = Some("own".into());
+    config.create_publication = false;
+    let mut source = started(config, None, AckWatermark::default()).await;
+    let listed = sql("t_parts_own", "SELECT tablename FROM pg_publication_tables WHERE pubname = 'own'").await;
+    assert_eq!(listed.first("tablename"), Some("meas_2024"), "the server publishes by partition here");
+    sql("t_parts_own", "INSERT INTO meas VALUES ('2024-03-01', 1), ('2024-04-01', 2)").await;
+    let events = collect(&mut source, 2).await;
+    assert_eq!(tables(&events), vec!["public.meas"; 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_replica_identity_full_every_change_of_a_row_has_its_primary_key() {
+    fresh_database("t_full_key").await;
+    sql(
+        "t_full_key",
+        "CREATE TABLE f (id int PRIMARY KEY, n int, big text);
+         ALTER TABLE f ALTER COLUMN big SET STORAGE EXTERNAL;
+         ALTER TABLE f REPLICA IDENTITY FULL;",
+    )
+    .await;
+    let mut source = started(config("t_full_key", "full_key"), None, AckWatermark::default()).await;
+    let mut statements = "INSERT INTO f VALUES (1, 0, repeat('x', 10000));".to_string();
+    for n in 1..=12 {
+        statements.push_str(&format!("UPDATE f SET n = {n} WHERE id = 1;"));
+    }
+    sql("t_full_key", &statements).await;
+    let events = collect(&mut source, 13).await;
+    for event in &events {
+        let json = serde_json::to_value(event).unwrap();
+        assert_eq!(json["key"], json!({"id": 1}), "{json}");
+        // The old row is whole under FULL, so the unchanged value is filled in.
+        assert_eq!(json["after"]["big"].as_str().map(str::len), Some(10_000), "{json}");
+        assert!(json.get("unchanged").is_none(), "{json}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dates_and_timestamps_beyond_four_digit_years_are_iso_8601() {
+    fresh_database("t_far_dates").await;
+    sql("t_far_dates", "CREATE TABLE d (id int PRIMARY KEY, ts timestamp, tstz timestamptz, d date)").await;
+    let mut source = started(config("t_far_dates", "far_dates"), None, AckWatermark::default()).await;
+    sql(
+        "t_far_dates",
+        "INSERT INTO d VALUES
+           (1, '294276-12-31 23:59:59.999999', '294276-12-31 23:59:59.999999+00', '5874897-12-31'),
+           (2, '4713-01-01 00:00:00 BC', '4713-01-01 00:00:00+00 BC', '4713-01-01 BC'),
+           (3, 'infinity', '-infinity', '0001-01-01 BC')",
+    )
+    .await;
+    let events = collect(&mut source, 3).await;
+    let rows: Vec<serde_json::Value> = events.iter().map(after_json).collect();
+    assert_eq!(
+        rows[0],
+        json!({"id": 1, "ts": "+294276-12-31T23:59:59.999999", "tstz": "+294276-12-31T23:59:59.999999Z", "d": "+5874897-12-31"})
+    );
+    assert_eq!(
+        rows[1],
+        json!({"id": 2, "ts": "-004712-01-01T00:00:00", "tstz": "-004712-01-01T00:00:00Z", "d": "-004712-01-01"})
+    );
+    assert_eq!(rows[2], json!({"id": 3, "ts": "infinity", "tstz": "-infinity", "d": "0000-01-01"}));
+}
+
+async fn keyless_setup(database: &str) {
+    fresh_database(database).await;
+    sql(database, "CREATE TABLE keyed (id int PRIMARY KEY); CREATE TABLE loose (v int);").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyless_table_is_left_out_by_default_so_the_applications_writes_go_on() {
+    keyless_setup("t_keyless_skip").await;
+    let mut source = started(config("t_keyless_skip", "keyless_skip"), None, AckWatermark::default()).await;
+    sql("t_keyless_skip", "INSERT INTO loose VALUES (1)").await;
+    // Before, the publication made PostgreSQL refuse this statement.
+    sql("t_keyless_skip", "UPDATE loose SET v = 2; DELETE FROM loose; INSERT INTO keyed VALUES (1)").await;
+    let events = collect(&mut source, 1).await;
+    assert_eq!(tables(&events), ["public.keyed"]);
+    let listed =
+        sql("t_keyless_skip", "SELECT tablename FROM pg_publication_tables WHERE pubname = 'sluice_keyless_skip'")
+            .await;
+    assert_eq!(listed.rows.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyless_tables_inserts_only_captures_inserts_and_keeps_updates_working() {
+    keyless_setup("t_keyless_ins").await;
+    let mut config = config("t_keyless_ins", "keyless_ins");
+    config.keyless_tables = KeylessTables::InsertsOnly;
+    let mut source = started(config, None, AckWatermark::default()).await;
+    sql("t_keyless_ins", "INSERT INTO loose VALUES (1); UPDATE loose SET v = 2; DELETE FROM loose;").await;
+    sql("t_keyless_ins", "UPDATE keyed SET id = 2; INSERT INTO keyed VALUES (7)").await;
+    let events = collect(&mut source, 2).await;
+    assert_eq!(tables(&events), ["public.loose", "public.keyed"]);
+    assert_eq!(after_json(&events[0]), json!({"v": 1}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyless_tables_set_replica_identity_full_captures_every_change() {
+    keyless_setup("t_keyless_full").await;
+    let mut config = config("t_keyless_full", "keyless_full");
+    config.keyless_tables = KeylessTables::SetReplicaIdentityFull;
+    let mut source = started(config, None, AckWatermark::default()).await;
+    let identity = sql("t_keyless_full", "SELECT relreplident FROM pg_class WHERE relname = 'loose'").await;
+    assert_eq!(identity.first("relreplident"), Some("f"));
+    sql("t_keyless_full", "INSERT INTO loose VALUES (1); UPDATE loose SET v = 2; DELETE FROM loose;").await;
+    let events = collect(&mut source, 3).await;
+    let ops: Vec<Op> = events.iter().map(|e| e.op).collect();
+    assert_eq!(ops, [Op::Insert, Op::Update, Op::Delete]);
+    assert_eq!(serde_json::to_value(&events[2]).unwrap()["before"], json!({"v": 2}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_initial_snapshot_of_a_partitioned_table_names_its_rows_by_the_root() {
+    fresh_database("t_parts_snap").await;
+    sql(
+        "t_parts_snap",
+        "CREATE TABLE meas (day date, id int, PRIMARY KEY (day, id)) PARTITION BY RANGE (day);
+         CREATE TABLE meas_2024 PARTITION OF meas FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+         CREATE TABLE meas_2025 PARTITION OF meas FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
+         INSERT INTO meas VALUES ('2024-03-01', 1), ('2025-03-01', 2);",
+    )
+    .await;
+    let mut config = config("t_parts_snap", "parts_snap");
+    config.tables = vec!["public.meas".into()];
+    config.snapshot.mode = sluice_config::SnapshotMode::Initial;
+    let mut source = started(config, None, AckWatermark::default()).await;
+    let read = collect(&mut source, 2).await;
+    assert!(read.iter().all(|e| e.op == Op::Read), "{read:?}");
+    assert_eq!(tables(&read), vec!["public.meas"; 2]);
+    sql("t_parts_snap", "INSERT INTO meas VALUES ('2025-04-01', 3)").await;
+    let streamed = collect(&mut source, 1).await;
+    assert_eq!(tables(&streamed), ["public.meas"]);
+    assert_eq!(read[0].schema_version, streamed[0].schema_version, "snapshot and stream agree on the shape");
+}
