@@ -306,7 +306,7 @@ impl Source for PostgresSource {
                     snapshot::plan_table(&mut sql, &table.schema, &table.table, config.snapshot.chunk_size).await?,
                 );
             }
-            plans.sort_by(|a, b| a.name.cmp(&b.name));
+            plans.sort_by(|a, b| a.read_name.cmp(&b.read_name));
             let (stream_from, import) = match (exported, &resume) {
                 (Some((point, name)), _) => (point, Some(name)),
                 (None, Some(pos)) => (pos.stream_from.to_string(), None),

@@ -262,7 +262,9 @@ fn a_partitioned_table_is_read_once_through_its_partitions() {
         .map(|e| (e["table"].as_str().unwrap().to_string(), e["after"]["id"].as_i64().unwrap()))
         .collect();
     assert_eq!(reads.len(), 4000, "each row once, not again through the parent");
-    assert!(reads.iter().all(|(table, _)| table.starts_with("public.readings_20")), "{:?}", &reads[..3]);
+    // Rows of a partition go by the partitioned table's name, as its
+    // changes do in the stream.
+    assert!(reads.iter().all(|(table, _)| table == "public.readings"), "{:?}", &reads[..3]);
     let ids: HashSet<i64> = reads.iter().map(|(_, id)| *id).collect();
     assert_eq!(ids.len(), 4000);
 }

@@ -62,7 +62,7 @@ pub fn spawn(settings: Settings, parallel: usize, tables: Vec<TablePlan>, resume
 
 impl SnapshotTable for TablePlan {
     fn name(&self) -> &Arc<str> {
-        &self.name
+        &self.read_name
     }
 
     fn estimated_rows(&self) -> u64 {
@@ -151,7 +151,7 @@ async fn check_slot(settings: &Settings) -> Result<Option<i64>, SourceError> {
 }
 
 fn snapshot_error(table: &TablePlan, e: crate::wire::PgError) -> SourceError {
-    source_error(&format!("snapshot of {}", table.name), e)
+    source_error(&format!("snapshot of {}", table.read_name), e)
 }
 
 async fn read_table(
@@ -165,7 +165,7 @@ async fn read_table(
             SourceError::permanent(
                 format!(
                     "the checkpoint's snapshot key does not fit table {}'s key: did its primary key change?",
-                    table.name
+                    table.read_name
                 ),
                 "reset this pipeline's checkpoints with `sluice checkpoints reset` to take the snapshot again",
             )
@@ -235,7 +235,7 @@ async fn read_table(
 
 fn bad_key(table: &TablePlan) -> SourceError {
     SourceError::permanent(
-        format!("snapshot of {}: a row's key came back in a form Sluice cannot order", table.name),
+        format!("snapshot of {}: a row's key came back in a form Sluice cannot order", table.read_name),
         "report this with the table definition",
     )
 }
@@ -266,7 +266,7 @@ fn event(settings: &Settings, table: &TablePlan, tx_id: &Arc<str>, key: Vec<u8>,
         after: Some(after),
         schema_version: table.fingerprint,
         position: Position::Snapshot(SnapshotPos {
-            table: table.name.clone(),
+            table: table.read_name.clone(),
             key: key.into(),
             stream_from: settings.stream_from.clone(),
         }),

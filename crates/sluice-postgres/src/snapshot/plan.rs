@@ -13,8 +13,12 @@ use crate::types::{PgType, builtin};
 use crate::wire::Connection;
 
 pub struct TablePlan {
-    /// `schema.table`, as events name it.
+    /// `schema.table`, as events name it: a partition's root for a partition.
     pub name: Arc<str>,
+    /// `schema.table` of the table read, which orders the snapshot and
+    /// names it in positions: two partitions of one root may hold rows
+    /// with keys in any order, so they must not share positions.
+    pub read_name: Arc<str>,
     from_sql: String,
     select_list: String,
     pub columns: Columns,
@@ -182,6 +186,7 @@ pub async fn plan_table(
     let select_list = columns.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
     Ok(Some(TablePlan {
         name: format!("{}.{}", relation.namespace, relation.name).into(),
+        read_name: format!("{schema}.{table}").into(),
         from_sql: format!("{}.{}", quote_ident(schema), quote_ident(table)),
         select_list,
         fingerprint: fingerprint(&relation),
