@@ -377,9 +377,11 @@ impl SinkWriter {
         }
     }
 
-    /// What the sink holds, unless it is of an older log generation: the
+    /// What the sink holds, unless it is of another log generation: the
     /// log it came from was reset, and its coordinates (a binlog file
-    /// number, an LSN) compare with nothing in the log read now.
+    /// number, an LSN) compare with nothing in the log read now. A newer
+    /// generation than the store's means the store was replaced (a new
+    /// data dir); trusting it would hide every event, so it is ignored too.
     fn current_generation(&self, holds: Option<Position>) -> Option<Position> {
         match holds {
             Some(held) if held.generation() < self.generation => {
@@ -387,6 +389,14 @@ impl SinkWriter {
                     %held, held_generation = held.generation(), generation = self.generation,
                     "the sink holds a position of the source's log from before a checkpoint reset; \
                      ignored: the sink gets every event of the new log"
+                );
+                None
+            }
+            Some(held) if held.generation() > self.generation => {
+                warn!(
+                    %held, held_generation = held.generation(), generation = self.generation,
+                    "the sink holds a position of a later log generation than the checkpoint store knows \
+                     (was the data dir replaced?); ignored: the sink gets the events again"
                 );
                 None
             }

@@ -108,6 +108,14 @@ fn checkpoints_reset_needs_confirmation_and_then_replays() {
         assert_ne!(new["id"], old["id"]);
         assert_eq!(new["after"], old["after"]);
     }
+
+    // A replaced store knows generation 0 again: the file's later
+    // generation is ignored rather than left to hide every event.
+    std::fs::remove_file(dir.path().join("sluice-data").join("checkpoints.redb")).unwrap();
+    assert!(run(&["run", "-c", config], dir.path()).status.success());
+    let events = replay::events(&dir.path().join("out.jsonl"));
+    assert_eq!(events.len(), 30);
+    assert_eq!(events[20..], events[..10]);
 }
 
 #[test]
