@@ -47,4 +47,15 @@ pub trait CheckpointStore: Send + Sync {
 
     /// Deletes the given keys; returns how many existed.
     fn remove(&self, keys: &[CheckpointKey]) -> Result<usize, StoreError>;
+
+    /// The source's log generation: 0 until [`CheckpointStore::reset_source`]
+    /// first runs for it. The coordinator puts it in every position of the
+    /// source (see [`Position::in_generation`]).
+    fn generation(&self, source_id: &str) -> Result<u32, StoreError>;
+
+    /// Deletes `keys` (the checkpoints of every sink of the source) and
+    /// moves the source to its next generation, in one atomic transaction,
+    /// so no checkpoint of the old log survives into the new generation.
+    /// Returns how many keys existed and the new generation.
+    fn reset_source(&self, source_id: &str, keys: &[CheckpointKey]) -> Result<(usize, u32), StoreError>;
 }

@@ -184,6 +184,25 @@ mod tests {
     }
 
     #[test]
+    fn a_later_log_generation_gets_new_ids_and_generation_zero_keeps_the_old_ones() {
+        // The ids events had before generations existed: unchanged.
+        let a = event(5, 2);
+        let name = "gen1/gen:5:2";
+        assert_eq!(a.id(), EventId(Uuid::new_v5(&EVENT_ID_NAMESPACE, name.as_bytes())));
+        let mut zero = event(5, 2);
+        zero.position = zero.position.in_generation(0);
+        assert_eq!(zero.id(), a.id());
+        // After a log reset the same coordinates name another event:
+        // a consumer that drops repeats by id must not drop it.
+        let mut later = event(5, 2);
+        later.position = later.position.in_generation(1);
+        assert_ne!(later.id(), a.id());
+        let mut latest = event(5, 2);
+        latest.position = latest.position.in_generation(2);
+        assert_ne!(latest.id(), later.id());
+    }
+
+    #[test]
     fn envelope_carries_lineage() {
         let json: serde_json::Value = serde_json::to_value(event(5, 2)).unwrap();
         assert_eq!(json["op"], "c");

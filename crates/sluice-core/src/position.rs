@@ -113,9 +113,50 @@ pub enum Position {
     Postgres { commit_lsn: Lsn, seq: u32 },
     /// MySQL / MariaDB binlog.
     Mysql(BinlogPos),
+    /// A position of a later log generation of its source: the log was
+    /// started over (`RESET MASTER`, a new server, a new replication slot)
+    /// and `sluice checkpoints reset` began generation `generation` (from
+    /// 1; generation 0 is the plain position). Last, so that every
+    /// position of a later generation orders after every position of an
+    /// earlier one, whatever the log coordinates: a sink that still holds
+    /// an old generation's position never hides a newer event. Built only
+    /// by [`Position::in_generation`], which never nests it.
+    Later { generation: u32, inner: Box<Position> },
 }
 
 impl Position {
+    /// This position, placed in log generation `generation` (0 is the
+    /// source's first generation, written without a marker, so the text
+    /// and event ids of positions that predate generations stay as they were).
+    pub fn in_generation(self, generation: u32) -> Position {
+        let base = self.into_base();
+        if generation == 0 { base } else { Position::Later { generation, inner: Box::new(base) } }
+    }
+
+    /// The log generation the position belongs to.
+    pub fn generation(&self) -> u32 {
+        match self {
+            Position::Later { generation, .. } => *generation,
+            _ => 0,
+        }
+    }
+
+    /// The position in its source's log, without its generation: what a
+    /// source reads and resumes from.
+    pub fn base(&self) -> &Position {
+        match self {
+            Position::Later { inner, .. } => inner,
+            other => other,
+        }
+    }
+
+    pub fn into_base(self) -> Position {
+        match self {
+            Position::Later { inner, .. } => *inner,
+            other => other,
+        }
+    }
+
     /// A fixed-width text whose byte order is the position's order, for
     /// servers that can only compare strings (a Redis script, say).
     pub fn sort_key(&self) -> String {
@@ -124,6 +165,8 @@ impl Position {
             Position::Postgres { commit_lsn, seq } => format!("p{:016X}{seq:010}", commit_lsn.0),
             Position::Mysql(pos) => format!("m{:020}{:020}{:010}", pos.file_index(), pos.offset, pos.seq),
             Position::Snapshot(pos) => pos.sort_key(),
+            // `z` follows every other kind's first letter.
+            Position::Later { generation, inner } => format!("z{generation:010}{}", inner.sort_key()),
         }
     }
 
@@ -135,6 +178,9 @@ impl Position {
             Position::Postgres { commit_lsn, .. } => Position::Postgres { commit_lsn: *commit_lsn, seq },
             Position::Mysql(pos) => Position::Mysql(BinlogPos { seq, ..pos.clone() }),
             Position::Snapshot(pos) => Position::Snapshot(pos.clone()),
+            Position::Later { generation, inner } => {
+                Position::Later { generation: *generation, inner: Box::new(inner.with_seq(seq)) }
+            }
         }
     }
 
@@ -144,6 +190,7 @@ impl Position {
             Position::Generator { seq, .. } | Position::Postgres { seq, .. } => *seq,
             Position::Mysql(pos) => pos.seq,
             Position::Snapshot(_) => 0,
+            Position::Later { inner, .. } => inner.seq(),
         }
     }
 }
@@ -161,6 +208,7 @@ impl fmt::Display for Position {
                 }
             }
             Position::Snapshot(pos) => write!(f, "snap:{pos}"),
+            Position::Later { generation, inner } => write!(f, "e{generation}/{inner}"),
         }
     }
 }
@@ -169,6 +217,19 @@ impl FromStr for Position {
     type Err = PositionParseError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(rest) = s.strip_prefix('e') {
+            let (generation, inner) =
+                rest.split_once('/').ok_or_else(|| PositionParseError::new(s, "expected eGENERATION/POSITION"))?;
+            let generation = generation
+                .parse::<u32>()
+                .ok()
+                .filter(|g| *g > 0)
+                .ok_or_else(|| PositionParseError::new(s, "the log generation is not a number from 1"))?;
+            if inner.starts_with('e') {
+                return Err(PositionParseError::new(s, "a position has one log generation"));
+            }
+            return Ok(inner.parse::<Position>()?.in_generation(generation));
+        }
         if let Some(rest) = s.strip_prefix("my:") {
             return parse_binlog(s, rest);
         }
@@ -326,6 +387,48 @@ mod tests {
         assert_eq!(snapshot.to_string().parse::<Position>().unwrap(), snapshot);
         assert!(snapshot.to_string().starts_with("snap:7075626c69632e6f7264657273:ff"), "{snapshot}");
         assert!("snap:7:00:x".parse::<Position>().is_err());
+    }
+
+    #[test]
+    fn a_later_generation_orders_after_every_position_of_an_earlier_one() {
+        // After RESET MASTER the log starts over at file 1: a sink that
+        // holds file 5 of the old log must not hide the new file 1.
+        let old = binlog("mariadb-bin.000005", 900, 3, None);
+        let new = binlog("mariadb-bin.000001", 4, 0, None).in_generation(1);
+        assert!(old < new && old.sort_key() < new.sort_key());
+        let newer = binlog("mariadb-bin.000001", 4, 0, None).in_generation(2);
+        assert!(new < newer && new.sort_key() < newer.sort_key());
+        let snapshot = Position::Snapshot(SnapshotPos {
+            table: "t".into(),
+            key: vec![0].into(),
+            stream_from: "my:mariadb-bin.000001:4:0".into(),
+        });
+        let pg = Position::Postgres { commit_lsn: Lsn(u64::MAX), seq: u32::MAX };
+        assert!(pg < snapshot.clone().in_generation(1), "a new generation's snapshot follows the old stream");
+        // Within a generation, the log's own order.
+        let later = binlog("mariadb-bin.000001", 4, 1, None).in_generation(1);
+        assert!(new < later && new.sort_key() < later.sort_key());
+        assert_eq!(later.seq(), 1);
+        assert_eq!(new.with_seq(1), later);
+    }
+
+    #[test]
+    fn generation_zero_is_the_plain_position_and_later_ones_round_trip() {
+        let plain = binlog("mariadb-bin.000001", 4, 0, Some("0-1-5"));
+        assert_eq!(plain.clone().in_generation(0).to_string(), plain.to_string());
+        let later = plain.clone().in_generation(3);
+        assert_eq!(later.to_string(), "e3/my:mariadb-bin.000001:4:0:0-1-5");
+        assert_eq!(later.generation(), 3);
+        assert_eq!(later.base(), &plain);
+        assert_eq!(later.clone().in_generation(4).generation(), 4, "moved, not nested");
+        assert_eq!(later.clone().in_generation(0), plain);
+        for position in [later, Position::Postgres { commit_lsn: Lsn(0x16_B374_D848), seq: 3 }.in_generation(1)] {
+            let text = position.to_string();
+            assert_eq!(text.parse::<Position>().unwrap(), position, "{text}");
+        }
+        for bad in ["e", "e1", "e0/gen:1:0", "ex/gen:1:0", "e1/", "e1/e2/gen:1:0", "e99999999999/gen:1:0"] {
+            assert!(bad.parse::<Position>().is_err(), "{bad}");
+        }
     }
 
     #[test]

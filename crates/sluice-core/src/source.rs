@@ -108,7 +108,10 @@ impl AckWatermark {
     }
 
     /// Moves the watermark to `position` if that is forward; returns whether it moved.
+    /// Sources see positions in their log only: the generation, which the
+    /// coordinator adds, is taken off.
     pub fn advance(&self, position: &Position) -> bool {
+        let position = position.base();
         let mut current = self.lowest.lock().unwrap_or_else(PoisonError::into_inner);
         if current.as_ref().is_some_and(|c| c >= position) {
             return false;
@@ -119,7 +122,7 @@ impl AckWatermark {
 
     /// Set by the coordinator before the source starts.
     pub fn set_highest_at_start(&self, position: Option<Position>) {
-        *self.highest_at_start.lock().unwrap_or_else(PoisonError::into_inner) = position;
+        *self.highest_at_start.lock().unwrap_or_else(PoisonError::into_inner) = position.map(Position::into_base);
     }
 
     /// The highest stored checkpoint of any sink when the pipeline

@@ -131,7 +131,7 @@ impl MysqlSource {
                 format!(
                     "binlog file {file} is gone from the server (purged); the changes it held since the checkpoint are lost"
                 ),
-                "reset this source's checkpoints with `sluice checkpoints reset` and take a new snapshot; keep binlogs longer (binlog_expire_logs_seconds) so it does not happen again",
+                "reset this source's checkpoints with `sluice checkpoints reset --pipeline <name> --yes` (it also moves the schema history aside and starts a new log generation, so no sink skips the new log) and take a new snapshot; after a purge, keep binlogs longer (binlog_expire_logs_seconds) so it does not happen again",
             )
         };
         let current = async |conn: &mut Conn| -> Result<Start, SourceError> {
@@ -782,7 +782,7 @@ impl Reader {
         let schema = self.schema_at(&database, &table, &probe).await?.ok_or_else(|| {
             SourceError::permanent(
                 format!("rows for {name} arrived, but its schema history says the table did not exist then"),
-                "move the schema history file away and reset this source's checkpoints",
+                "if the binlog was reset (RESET MASTER) or the server replaced, run `sluice checkpoints reset --pipeline <name> --yes`, which resets the checkpoints and moves the schema history aside",
             )
         })?;
         let count = tme.columns_count() as usize;

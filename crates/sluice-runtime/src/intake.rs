@@ -19,6 +19,9 @@ pub(crate) struct Intake {
     pub chunks: mpsc::Sender<Vec<Event>>,
     pub shutdown: Shutdown,
     pub status: std::sync::Arc<PipelineStatus>,
+    /// The source's log generation, put in every position it reads; the
+    /// source itself only sees positions in its log.
+    pub generation: u32,
 }
 
 impl Intake {
@@ -49,6 +52,13 @@ impl Intake {
             match polled {
                 Ok(status) => {
                     backoff.reset();
+                    if self.generation > 0 {
+                        for event in &mut chunk {
+                            let position =
+                                std::mem::replace(&mut event.position, Position::Generator { tx: 0, seq: 0 });
+                            event.position = position.in_generation(self.generation);
+                        }
+                    }
                     if let Some(last) = &last {
                         chunk.retain(|e| e.position > *last);
                     }
@@ -89,7 +99,7 @@ impl Intake {
             } else {
                 backoff.next_delay();
             }
-            match self.source.start(from.clone(), self.ack.clone()).await {
+            match self.source.start(from.clone().map(Position::into_base), self.ack.clone()).await {
                 Ok(()) => {
                     self.status.source.set_log(self.source.log_stats());
                     self.status.source.started();

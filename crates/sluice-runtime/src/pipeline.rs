@@ -126,10 +126,16 @@ impl Pipeline {
         }
         let load_store = store.clone();
         let load_keys = keys.clone();
-        let stored = tokio::task::spawn_blocking(move || load_store.load(&load_keys))
-            .await
-            .map_err(|e| task_error(&pipeline, "checkpoint load", e))?
-            .map_err(|error| PipelineError::Store { pipeline: pipeline.clone(), error })?;
+        let load_source = source_id.clone();
+        let (stored, generation) = tokio::task::spawn_blocking(move || {
+            Ok::<_, sluice_core::StoreError>((load_store.load(&load_keys)?, load_store.generation(&load_source)?))
+        })
+        .await
+        .map_err(|e| task_error(&pipeline, "checkpoint load", e))?
+        .map_err(|error| PipelineError::Store { pipeline: pipeline.clone(), error })?;
+        if generation > 0 {
+            info!(generation, "the source's log was reset {generation} time(s); its positions carry the generation");
+        }
 
         // A sink detached for pinning the log stays detached: the log from
         // its checkpoint on is gone, so it must not hold the source back.
@@ -213,6 +219,7 @@ impl Pipeline {
                 control: control_rx,
                 detach_mark: detach_mark(&settings.detach_dir, &sink_id),
                 metrics: SinkMetrics::new(&pipeline, &sink_id),
+                generation,
             };
             let span = info_span!("sink", sink = %sink_id);
             writers.push((sink_id, spawn_guarded(&shutdown, writer.run().instrument(span))));
@@ -236,7 +243,15 @@ impl Pipeline {
         let checkpointer = spawn_guarded(&shutdown, checkpointer.run().instrument(info_span!("checkpointer")));
 
         let (chunk_tx, chunk_rx) = mpsc::channel(CHUNK_QUEUE);
-        let intake = Intake { source, from, ack, chunks: chunk_tx, shutdown: shutdown.clone(), status: status.clone() };
+        let intake = Intake {
+            source,
+            from,
+            ack,
+            chunks: chunk_tx,
+            shutdown: shutdown.clone(),
+            status: status.clone(),
+            generation,
+        };
         let intake = spawn_guarded(&shutdown, intake.run().instrument(info_span!("source", source = %source_id)));
         let dispatcher = Dispatcher {
             batcher: Batcher::new(settings.batch.clone(), settings.spill_dir.clone()),

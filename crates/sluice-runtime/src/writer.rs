@@ -82,6 +82,9 @@ pub(crate) struct SinkWriter {
     /// detached until an operator resyncs it.
     pub detach_mark: PathBuf,
     pub metrics: SinkMetrics,
+    /// The source's log generation: what a sink holds of an older one
+    /// says nothing about the log read now.
+    pub generation: u32,
 }
 
 /// The sink's histograms, looked up once.
@@ -374,12 +377,40 @@ impl SinkWriter {
         }
     }
 
+    /// What the sink holds, unless it is of another log generation: the
+    /// log it came from was reset, and its coordinates (a binlog file
+    /// number, an LSN) compare with nothing in the log read now. A newer
+    /// generation than the store's means the store was replaced (a new
+    /// data dir); trusting it would hide every event, so it is ignored too.
+    fn current_generation(&self, holds: Option<Position>) -> Option<Position> {
+        match holds {
+            Some(held) if held.generation() < self.generation => {
+                warn!(
+                    %held, held_generation = held.generation(), generation = self.generation,
+                    "the sink holds a position of the source's log from before a checkpoint reset; \
+                     ignored: the sink gets every event of the new log"
+                );
+                None
+            }
+            Some(held) if held.generation() > self.generation => {
+                warn!(
+                    %held, held_generation = held.generation(), generation = self.generation,
+                    "the sink holds a position of a later log generation than the checkpoint store knows \
+                     (was the data dir replaced?); ignored: the sink gets the events again"
+                );
+                None
+            }
+            other => other,
+        }
+    }
+
     /// Opens the sink, retrying transient failures.
     async fn open(&mut self, state: &mut State) -> Result<(), Stop> {
         let mut backoff = Backoff::default();
         loop {
             match with_deadline(self.deadline, "open", self.sink.open()).await {
                 Ok(holds) => {
+                    let holds = self.current_generation(holds);
                     // The higher of the stored checkpoint and what the sink
                     // holds: a sink that stores its position with its data
                     // may be ahead of the store after a crash.
@@ -416,7 +447,7 @@ impl SinkWriter {
         loop {
             match with_deadline(self.deadline, "open", self.sink.open()).await {
                 Ok(holds) => {
-                    state.position = state.durable.clone().max(holds);
+                    state.position = state.durable.clone().max(self.current_generation(holds));
                     return Ok(());
                 }
                 Err(err) => self.back_off(err, backoff).await?,

@@ -12,6 +12,8 @@ use sluice_core::{CheckpointKey, CheckpointStore, DeadLetter, DeadLetterQueue, P
 
 const CHECKPOINTS: TableDefinition<&str, &str> = TableDefinition::new("checkpoints");
 const DEAD_LETTERS: TableDefinition<&str, &str> = TableDefinition::new("dead_letters");
+/// Source id → its log generation; a source not listed is at 0.
+const GENERATIONS: TableDefinition<&str, u32> = TableDefinition::new("generations");
 
 /// The store file's name inside the data dir.
 pub const STORE_FILE_NAME: &str = "checkpoints.redb";
@@ -125,6 +127,45 @@ impl CheckpointStore for EmbeddedStore {
             Ok(())
         })?;
         Ok(removed)
+    }
+
+    fn generation(&self, source_id: &str) -> Result<u32, StoreError> {
+        let txn = self.db.begin_read().map_err(|e| self.error("cannot begin a read", e))?;
+        let table = match txn.open_table(GENERATIONS) {
+            Ok(table) => table,
+            // Written by a version without generations: every source is at 0.
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
+            Err(e) => return Err(self.error("cannot open the generations", e)),
+        };
+        let stored = table.get(source_id).map_err(|e| self.error("read failed", e))?;
+        Ok(stored.map_or(0, |g| g.value()))
+    }
+
+    fn reset_source(&self, source_id: &str, keys: &[CheckpointKey]) -> Result<(usize, u32), StoreError> {
+        let txn = self.db.begin_write().map_err(|e| self.error("cannot begin a transaction", e))?;
+        let mut removed = 0;
+        let next;
+        {
+            let mut checkpoints = txn.open_table(CHECKPOINTS).map_err(|e| self.error("cannot open the table", e))?;
+            for key in keys {
+                if checkpoints.remove(key.to_string().as_str()).map_err(|e| self.error("delete failed", e))?.is_some() {
+                    removed += 1;
+                }
+            }
+            let mut generations =
+                txn.open_table(GENERATIONS).map_err(|e| self.error("cannot open the generations", e))?;
+            let current =
+                generations.get(source_id).map_err(|e| self.error("read failed", e))?.map_or(0, |g| g.value());
+            next = current.checked_add(1).ok_or_else(|| {
+                self.error(
+                    &format!("source {source_id:?} is at the last log generation"),
+                    "4294967295 resets; give the source a new id",
+                )
+            })?;
+            generations.insert(source_id, next).map_err(|e| self.error("write failed", e))?;
+        }
+        txn.commit().map_err(|e| self.error("commit failed", e))?;
+        Ok((removed, next))
     }
 }
 

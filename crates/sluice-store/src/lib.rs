@@ -34,7 +34,18 @@ mod tests {
         );
         assert_eq!(store.remove(&[b.clone(), CheckpointKey::new("src", "zzz")]).unwrap(), 1);
         store.commit(&[(b.clone(), at(1))]).unwrap();
-        assert_eq!(store.load(&[b]).unwrap(), vec![Some(at(1))]);
+        assert_eq!(store.load(std::slice::from_ref(&b)).unwrap(), vec![Some(at(1))]);
+
+        // A source reset removes its keys and moves it to the next
+        // generation; other sources keep theirs.
+        let other = CheckpointKey::new("other", "a");
+        store.commit(&[(other.clone(), at(2))]).unwrap();
+        assert_eq!(store.generation("src").unwrap(), 0);
+        assert_eq!(store.reset_source("src", &[a.clone(), b.clone()]).unwrap(), (2, 1));
+        assert_eq!(store.load(&[a.clone(), b.clone(), other.clone()]).unwrap(), vec![None, None, Some(at(2))]);
+        assert_eq!((store.generation("src").unwrap(), store.generation("other").unwrap()), (1, 0));
+        assert_eq!(store.reset_source("src", &[a]).unwrap(), (0, 2));
+        assert_eq!(store.generation("src").unwrap(), 2);
     }
 
     #[test]
@@ -50,7 +61,8 @@ mod tests {
             contract(&store);
         }
         let reopened = EmbeddedStore::open(dir.path()).unwrap();
-        assert_eq!(reopened.list().unwrap().len(), 2);
+        assert_eq!(reopened.list().unwrap().len(), 1);
+        assert_eq!(reopened.generation("src").unwrap(), 2, "the generation is durable");
     }
 
     fn letter(key: &str, at: i64) -> sluice_core::DeadLetter {

@@ -13,6 +13,7 @@ use sluice_core::{CheckpointKey, CheckpointStore, DeadLetter, DeadLetterQueue, P
 pub struct MemoryStore {
     state: Mutex<BTreeMap<String, Position>>,
     letters: Mutex<Vec<DeadLetter>>,
+    generations: Mutex<BTreeMap<String, u32>>,
     changed: Condvar,
 }
 
@@ -73,6 +74,24 @@ impl CheckpointStore for MemoryStore {
     fn remove(&self, keys: &[CheckpointKey]) -> Result<usize, StoreError> {
         let mut state = self.lock();
         Ok(keys.iter().filter(|k| state.remove(&k.to_string()).is_some()).count())
+    }
+
+    fn generation(&self, source_id: &str) -> Result<u32, StoreError> {
+        Ok(self.generations.lock().unwrap_or_else(PoisonError::into_inner).get(source_id).copied().unwrap_or(0))
+    }
+
+    fn reset_source(&self, source_id: &str, keys: &[CheckpointKey]) -> Result<(usize, u32), StoreError> {
+        // Both locks held: no reader sees the keys gone but the old generation.
+        let mut state = self.lock();
+        let mut generations = self.generations.lock().unwrap_or_else(PoisonError::into_inner);
+        let generation = generations.entry(source_id.to_string()).or_insert(0);
+        *generation = generation.checked_add(1).ok_or_else(|| StoreError::Io {
+            path: "memory".into(),
+            detail: format!("source {source_id:?} is at the last log generation"),
+            cause: None,
+        })?;
+        let removed = keys.iter().filter(|k| state.remove(&k.to_string()).is_some()).count();
+        Ok((removed, *generation))
     }
 }
 

@@ -84,14 +84,38 @@ fn checkpoints_reset_needs_confirmation_and_then_replays() {
     assert!(stderr(&output).contains("--yes"));
     let output = run(&["checkpoints", "reset", "-c", config, "--sink", "nope", "--yes"], dir.path());
     assert_eq!(output.status.code(), Some(2));
-    let output = run(&["checkpoints", "reset", "-c", config, "--yes"], dir.path());
+    let output = run(&["checkpoints", "reset", "-c", config, "--sink", "local", "--yes"], dir.path());
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(String::from_utf8_lossy(&output.stdout).contains("removed 1 checkpoint(s)"));
     let listing = run(&["checkpoints", "list", "-c", config], dir.path());
     assert!(String::from_utf8_lossy(&listing.stdout).contains("gen1::sink::local  none"));
-    // The file sink still knows what it holds, so the replay adds nothing.
+    // One sink's reset: the file sink still knows what it holds, so the
+    // replay adds nothing.
     assert!(run(&["run", "-c", config], dir.path()).status.success());
     assert_eq!(line_count(&dir.path().join("out.jsonl")), 10);
+
+    // The whole source's reset starts a new log generation: what the sinks
+    // hold of the old one no longer counts, and every event comes again,
+    // with positions and ids of the new generation.
+    let output = run(&["checkpoints", "reset", "-c", config, "--yes"], dir.path());
+    let told = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success() && told.contains("starts log generation 1"), "{told}{}", stderr(&output));
+    assert!(run(&["run", "-c", config], dir.path()).status.success());
+    let events = replay::events(&dir.path().join("out.jsonl"));
+    assert_eq!(events.len(), 20);
+    for (old, new) in events[..10].iter().zip(&events[10..]) {
+        assert_eq!(new["position"].as_str().unwrap(), format!("e1/{}", old["position"].as_str().unwrap()));
+        assert_ne!(new["id"], old["id"]);
+        assert_eq!(new["after"], old["after"]);
+    }
+
+    // A replaced store knows generation 0 again: the file's later
+    // generation is ignored rather than left to hide every event.
+    std::fs::remove_file(dir.path().join("sluice-data").join("checkpoints.redb")).unwrap();
+    assert!(run(&["run", "-c", config], dir.path()).status.success());
+    let events = replay::events(&dir.path().join("out.jsonl"));
+    assert_eq!(events.len(), 30);
+    assert_eq!(events[20..], events[..10]);
 }
 
 #[test]

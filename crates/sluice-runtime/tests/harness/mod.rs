@@ -288,4 +288,10 @@ impl CheckpointStore for ObservedStore {
     fn remove(&self, keys: &[CheckpointKey]) -> Result<usize, StoreError> {
         self.inner.remove(keys)
     }
+    fn generation(&self, source_id: &str) -> Result<u32, StoreError> {
+        self.inner.generation(source_id)
+    }
+    fn reset_source(&self, source_id: &str, keys: &[CheckpointKey]) -> Result<(usize, u32), StoreError> {
+        self.inner.reset_source(source_id, keys)
+    }
 }

@@ -16,6 +16,7 @@
 //! stops with an error rather than fight.
 
 mod checkpoint;
+mod error;
 mod sink;
 
 pub use sink::KafkaSink;

@@ -11,6 +11,7 @@ use sluice_config::{KafkaSinkConfig, valid_topic};
 use sluice_core::{Envelope, Event, EventChunks, Guarantee, Position, Sink, SinkError, SliceChunks, failpoint};
 
 use super::checkpoint::{ensure_topic, read_position};
+use super::error::{Class, class_of, per_event};
 use crate::template::{Template, default_key};
 
 pub struct KafkaSink {
@@ -78,30 +79,27 @@ impl KafkaSink {
     fn classify(&self, context: &str, error: KafkaError) -> SinkError {
         let fatal_state = self.producer.as_ref().and_then(|p| p.client().fatal_error());
         let code = fatal_state.as_ref().map(|(code, _)| *code).or(error.rdkafka_error_code());
-        let fenced = matches!(
-            code,
-            Some(
-                RDKafkaErrorCode::Fenced
-                    | RDKafkaErrorCode::ProducerFenced
-                    | RDKafkaErrorCode::TransactionCoordinatorFenced
-            )
-        );
-        if fenced {
-            return SinkError::permanent_from(
-                format!(
-                    "another Sluice instance is running pipeline {:?}: kafka fenced transactional.id {:?}",
-                    self.pipeline, self.transactional_id
-                ),
-                "stop the other instance; two instances of one pipeline would each write the same changes",
-                error,
-            );
-        }
-        if code == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
-            return SinkError::permanent_from(
-                format!("kafka: {context}: a message is larger than the broker accepts"),
-                "raise message.max.bytes on the broker (or the topic's max.message.bytes) and message.max.bytes in client_conf",
-                error,
-            );
+        match code.map(class_of) {
+            Some(Class::Fenced) => {
+                return SinkError::permanent_from(
+                    format!(
+                        "another Sluice instance is running pipeline {:?}: kafka fenced transactional.id {:?}",
+                        self.pipeline, self.transactional_id
+                    ),
+                    "stop the other instance; two instances of one pipeline would each write the same changes",
+                    error,
+                );
+            }
+            // Only the checkpoint record gets here: the events' own
+            // refusals become `Rejected` where the event is known.
+            Some(Class::PerEvent { reason }) => {
+                return SinkError::permanent_from(
+                    format!("kafka: {context}: the record {reason}: {error}"),
+                    "check the broker's and the topic's limits",
+                    error,
+                );
+            }
+            Some(Class::Other) | None => {}
         }
         let fatal = fatal_state.is_some()
             || match &error {
@@ -187,7 +185,13 @@ impl KafkaSink {
                             }
                             record = Some(back);
                         }
-                        Err((error, _)) => return Err(self.classify("producing", error)),
+                        Err((error, _)) => match per_event(error.rdkafka_error_code()) {
+                            // librdkafka's own checks (message.max.bytes
+                            // among them) refuse the message here, before
+                            // any broker sees it.
+                            Some(reason) => return Err(rejected(event, reason, &error)),
+                            None => return Err(self.classify("producing", error)),
+                        },
                     }
                 }
             }
@@ -198,29 +202,47 @@ impl KafkaSink {
     async fn settle(&self, delivery: DeliveryFuture, position: &Position) -> Result<(), SinkError> {
         match delivery.await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err((error, _))) if error.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) => {
-                Err(SinkError::Rejected {
-                    detail: format!(
-                        "kafka: the event at {position} is larger than the broker accepts (message.max.bytes): {error}"
-                    ),
+            Ok(Err((error, _))) => match per_event(error.rdkafka_error_code()) {
+                Some(reason) => Err(SinkError::Rejected {
+                    detail: format!("kafka: the event {reason} (at {position}): {error}"),
                     position: position.clone(),
-                })
-            }
-            Ok(Err((error, _))) => Err(self.classify("delivery", error)),
+                }),
+                None => Err(self.classify("delivery", error)),
+            },
             Err(_) => Err(SinkError::transient("kafka: a delivery was cancelled (producer closed)")),
         }
     }
 
+    /// Waits for every delivery. A refused message is reported before any
+    /// other failure: in a transaction, one refusal makes the broker fail
+    /// the messages after it too, and only the refused one is at fault.
+    async fn settle_all(&self, pending: VecDeque<(DeliveryFuture, Position)>) -> Result<(), SinkError> {
+        let mut first = None;
+        for (delivery, position) in pending {
+            match self.settle(delivery, &position).await {
+                Ok(()) => {}
+                Err(rejected @ SinkError::Rejected { .. }) => return Err(rejected),
+                Err(error) => {
+                    first.get_or_insert(error);
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
     async fn write_transaction(&mut self, events: &mut dyn EventChunks, last: &Position) -> Result<(), SinkError> {
         self.blocking("begin transaction", |p| p.begin_transaction()).await?;
-        let mut pending = self.produce(events).await?;
+        let pending = self.produce(events).await?;
         let value = last.to_string();
         let record = FutureRecord::to(&self.config.checkpoint_topic).key(&self.checkpoint_key).payload(&value);
-        let delivery =
+        let checkpoint =
             self.producer()?.send_result(record).map_err(|(e, _)| self.classify("producing the checkpoint", e))?;
-        pending.push_back((delivery, last.clone()));
-        for (delivery, position) in pending {
-            self.settle(delivery, &position).await?;
+        self.settle_all(pending).await?;
+        // Not through `settle`: a refused checkpoint record is no event's fault.
+        match checkpoint.await {
+            Ok(Ok(_)) => {}
+            Ok(Err((error, _))) => return Err(self.classify("delivering the checkpoint", error)),
+            Err(_) => return Err(SinkError::transient("kafka: a delivery was cancelled (producer closed)")),
         }
         failpoint::hit("kafka.before_commit");
         let timeout = self.timeout;
@@ -234,6 +256,13 @@ impl KafkaSink {
     fn count_transaction(&self, outcome: &'static str) {
         metrics::counter!("sluice_kafka_transactions_total", "sink" => self.config.id.clone(), "outcome" => outcome)
             .increment(1);
+    }
+}
+
+fn rejected(event: &Event, reason: &str, error: &KafkaError) -> SinkError {
+    SinkError::Rejected {
+        detail: format!("kafka: the event {reason} (at {} of {}): {error}", event.position, event.table),
+        position: event.position.clone(),
     }
 }
 
@@ -314,9 +343,7 @@ impl Sink for KafkaSink {
             }
         } else {
             let pending = self.produce(events).await?;
-            for (delivery, position) in pending {
-                self.settle(delivery, &position).await?;
-            }
+            self.settle_all(pending).await?;
         }
         self.held = Some(last);
         Ok(self.held.clone())
@@ -342,21 +369,14 @@ impl Sink for KafkaSink {
         let mut one = SliceChunks::new(std::slice::from_ref(event))
             .ok_or_else(|| SinkError::transient("kafka: nothing to redeliver"))?;
         if !self.config.exactly_once {
-            for (delivery, position) in self.produce(&mut one).await? {
-                self.settle(delivery, &position).await?;
-            }
-            return Ok(());
+            let pending = self.produce(&mut one).await?;
+            return self.settle_all(pending).await;
         }
         self.blocking("begin transaction", |p| p.begin_transaction()).await?;
-        let mut produced = self.produce(&mut one).await;
-        if let Ok(pending) = &mut produced {
-            while let Some((delivery, position)) = pending.pop_front() {
-                if let Err(error) = self.settle(delivery, &position).await {
-                    produced = Err(error);
-                    break;
-                }
-            }
-        }
+        let produced = match self.produce(&mut one).await {
+            Ok(pending) => self.settle_all(pending).await,
+            Err(error) => Err(error),
+        };
         if let Err(error) = produced {
             let timeout = self.timeout;
             if self.blocking("abort transaction", move |p| p.abort_transaction(timeout)).await.is_ok() {
