@@ -441,6 +441,14 @@ pub(crate) async fn connect(config: &MysqlConfig) -> Result<Conn, SourceError> {
         MysqlSslMode::Require => opts.ssl_opts(SslOpts::default().with_danger_accept_invalid_certs(true)),
         MysqlSslMode::VerifyFull => {
             let ca = config.ca_file.clone().unwrap_or_default();
+            // The driver reads the file while connecting and reports a
+            // missing one as an I/O error, which would be retried forever.
+            if let Err(e) = std::fs::File::open(&ca) {
+                return Err(SourceError::permanent(
+                    format!("cannot read ca_file {}: {e}", ca.display()),
+                    "set ca_file to a readable PEM file of the CA that signed the server certificate",
+                ));
+            }
             opts.ssl_opts(SslOpts::default().with_root_certs(vec![ca.into()]))
         }
     };

@@ -167,6 +167,16 @@ fn tls_that_the_server_does_not_offer_stops_the_pipeline() {
 }
 
 #[test]
+fn an_unreadable_ca_file_stops_the_pipeline() {
+    refused(
+        "e2e_my_ca",
+        ", ssl_mode: verify-full, ca_file: /nonexistent/sluice-ca.pem",
+        "${SLUICE_TEST_MY_PASSWORD}",
+        &["cannot read ca_file /nonexistent/sluice-ca.pem"],
+    );
+}
+
+#[test]
 fn a_wrong_password_stops_the_pipeline() {
     refused("e2e_my_auth", "", "not-the-password", &["Access denied", "check user and password"]);
 }
