@@ -22,6 +22,24 @@ pub enum MysqlSslMode {
     VerifyFull,
 }
 
+/// What a schema-change event's `ddl` text keeps of the statement's
+/// string literals. A literal can hold anything the statement's author
+/// typed (a column default, a comment, a partition value), and every sink
+/// receives the text, so literals are replaced by `'?'` unless the
+/// operator says the sinks may see them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DdlLiterals {
+    /// Each string literal becomes `'?'`, and comments are dropped.
+    Redact,
+    /// The statement text as the server logged it.
+    Keep,
+}
+
+/// Literals in DDL text are redacted unless a config says otherwise:
+/// a leak cannot be taken back, a missing default value can be looked up.
+pub const DEFAULT_DDL_LITERALS: DdlLiterals = DdlLiterals::Redact;
+
 /// Where to start when there is no checkpoint yet. In YAML: `current`,
 /// `{ file: mariadb-bin.000001, offset: 4 }`, or `{ gtid: "0-1-100" }`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +85,9 @@ pub struct MysqlConfig {
     /// watermarks to (created if missing); without it, `sluice snapshot`
     /// is refused for this source.
     pub signal_table: Option<String>,
+    /// String literals in the `ddl` text of schema-change events.
+    #[serde(default = "default_ddl_literals")]
+    pub ddl_literals: DdlLiterals,
 }
 
 impl MysqlConfig {
@@ -119,6 +140,9 @@ fn default_port() -> u16 {
 }
 fn default_ssl_mode() -> MysqlSslMode {
     MysqlSslMode::Disable
+}
+fn default_ddl_literals() -> DdlLiterals {
+    DEFAULT_DDL_LITERALS
 }
 fn default_start() -> MysqlStart {
     MysqlStart::Current

@@ -268,6 +268,22 @@ fn a_mysql_snapshot_is_checked_like_postgres_and_excludes_a_start_position() {
 }
 
 #[test]
+fn mysql_ddl_literals_default_to_redact_and_name_the_choices() {
+    let with = |extra: &str| MYSQL.replace("tables: [shop.*]", &format!("tables: [shop.*], {extra}"));
+    let config = check(MYSQL).unwrap();
+    let SourceConfig::Mysql(my) = &config.pipelines[0].source else { panic!("mysql expected") };
+    assert_eq!(my.ddl_literals, DdlLiterals::Redact);
+    let config = check(&with("ddl_literals: keep")).unwrap();
+    let SourceConfig::Mysql(my) = &config.pipelines[0].source else { panic!("mysql expected") };
+    assert_eq!(my.ddl_literals, DdlLiterals::Keep);
+    let message = error_text(&with("ddl_literals: show"));
+    assert!(
+        message.contains("ddl_literals") && message.contains("`redact`") && message.contains("`keep`"),
+        "{message}"
+    );
+}
+
+#[test]
 fn table_patterns_glob() {
     assert!(glob_match("public.*", "public.orders"));
     assert!(glob_match("*.order_*", "sales.order_items"));

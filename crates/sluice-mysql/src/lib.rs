@@ -1,6 +1,7 @@
 //! The MySQL / MariaDB source: row-based binlog replication. See
 //! [`source`] for the data flow, positions and safety checks.
 
+pub mod ddl;
 mod errors;
 pub mod gtid;
 pub mod incremental;
@@ -9,4 +10,4 @@ pub mod snapshot;
 mod source;
 pub mod values;
 
-pub use source::{MysqlSource, ddl_target};
+pub use source::MysqlSource;

@@ -33,6 +33,12 @@ pub struct ColumnInfo {
     /// A MariaDB JSON column (LONGTEXT checked by json_valid).
     pub json: bool,
     pub key: bool,
+    /// The declared length in bytes of a `BINARY(n)` column. The binlog
+    /// drops a fixed-length binary value's trailing zero bytes, which the
+    /// server's own reads keep; the stream pads values back to this.
+    /// Absent in history written before Sluice recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixed_length: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,15 +131,19 @@ fn query_error(e: mysql_async::Error) -> SourceError {
     crate::source::mysql_error("information_schema query", e)
 }
 
+/// One information_schema.COLUMNS row: name, data type, column type,
+/// character set, key, byte length.
+type ColumnRow = (String, String, String, Option<String>, String, Option<u64>);
+
 /// The current schema of `database.table`, or `None` if it does not exist.
 pub async fn read_schema(
     conn: &mut mysql_async::Conn,
     database: &str,
     table: &str,
 ) -> Result<Option<TableSchema>, SourceError> {
-    let rows: Vec<(String, String, String, Option<String>, String)> = conn
+    let rows: Vec<ColumnRow> = conn
         .exec(
-            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, COLUMN_KEY \
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, COLUMN_KEY, CHARACTER_OCTET_LENGTH \
              FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
             (database, table),
         )
@@ -152,7 +162,7 @@ pub async fn read_schema(
         .unwrap_or_default();
     let columns = rows
         .into_iter()
-        .map(|(name, data_type, column_type, charset, key)| {
+        .map(|(name, data_type, column_type, charset, key, octets)| {
             let data_type = data_type.to_ascii_lowercase();
             let json =
                 data_type == "json" || checks.iter().any(|c| c.replace(' ', "") == format!("json_valid(`{name}`)"));
@@ -162,6 +172,7 @@ pub async fn read_schema(
                 charset: charset.map(|c| c.to_ascii_lowercase()),
                 json,
                 key: key == "PRI",
+                fixed_length: if data_type == "binary" { octets.and_then(|n| usize::try_from(n).ok()) } else { None },
                 data_type,
                 name,
             }
@@ -223,6 +234,7 @@ mod tests {
                 charset: None,
                 json: false,
                 key: true,
+                fixed_length: None,
             }],
         }
     }

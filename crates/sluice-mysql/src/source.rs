@@ -28,7 +28,7 @@ use mysql_async::binlog::events::{
 };
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, OptsBuilder, SslOpts};
-use sluice_config::{MysqlConfig, MysqlSslMode, MysqlStart, SnapshotMode, glob_match};
+use sluice_config::{DdlLiterals, MysqlConfig, MysqlSslMode, MysqlStart, SnapshotMode, glob_match};
 use sluice_core::snapshot::Run;
 use sluice_core::source::ReaderHandle;
 use sluice_core::{
@@ -38,6 +38,7 @@ use sluice_core::{
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+use crate::ddl::{Dialect, ddl_targets, redact};
 pub use crate::errors::mysql_error;
 use crate::gtid::{MariaGtid, MariaState};
 use crate::incremental;
@@ -298,6 +299,7 @@ impl MysqlSource {
             // The signal table's rows carry incremental snapshot requests
             // and watermarks; they are taken out before the sinks.
             patterns: self.config.tables.iter().chain(&self.config.signal_table).cloned().collect(),
+            ddl_literals: self.config.ddl_literals,
             events: tx,
             receive_timeout: Duration::from_secs(self.config.heartbeat_secs * 3 + 5),
             file: (!file.is_empty()).then(|| Arc::from(file.as_str())),
@@ -439,6 +441,14 @@ pub(crate) async fn connect(config: &MysqlConfig) -> Result<Conn, SourceError> {
         MysqlSslMode::Require => opts.ssl_opts(SslOpts::default().with_danger_accept_invalid_certs(true)),
         MysqlSslMode::VerifyFull => {
             let ca = config.ca_file.clone().unwrap_or_default();
+            // The driver reads the file while connecting and reports a
+            // missing one as an I/O error, which would be retried forever.
+            if let Err(e) = std::fs::File::open(&ca) {
+                return Err(SourceError::permanent(
+                    format!("cannot read ca_file {}: {e}", ca.display()),
+                    "set ca_file to a readable PEM file of the CA that signed the server certificate",
+                ));
+            }
             opts.ssl_opts(SslOpts::default().with_root_certs(vec![ca.into()]))
         }
     };
@@ -486,6 +496,7 @@ struct Reader {
     history: SchemaHistory,
     source_id: Arc<str>,
     patterns: Vec<String>,
+    ddl_literals: DdlLiterals,
     events: mpsc::Sender<Result<Vec<Event>, SourceError>>,
     receive_timeout: Duration,
     file: Option<Arc<str>>,
@@ -619,6 +630,7 @@ impl Reader {
                 let query: QueryEvent<'_> = event.read_event().map_err(|e| unreadable("query event", e))?;
                 let sql = query.query().trim().to_string();
                 let database = query.schema().to_string();
+                let dialect = statement_dialect(&query);
                 match sql.to_ascii_uppercase().as_str() {
                     "BEGIN" => {
                         if self.tx.is_none() {
@@ -630,7 +642,7 @@ impl Reader {
                         if self.tx.is_none() {
                             self.begin(offset, None, self.offset_id(offset), time_us, true);
                         }
-                        self.ddl(&database, &sql, out).await?;
+                        self.ddl(&database, &sql, dialect, out).await?;
                         if self.tx.as_ref().is_some_and(|t| t.standalone) {
                             self.commit(out);
                         }
@@ -727,34 +739,56 @@ impl Reader {
         Ok(self.history.at(&name, position))
     }
 
-    async fn ddl(&mut self, database: &str, sql: &str, out: &mut Vec<Event>) -> Result<(), SourceError> {
-        let Some((db, table)) = ddl_target(database, sql) else { return Ok(()) };
-        let name = format!("{db}.{table}");
-        if !self.matches(&name) {
+    /// A statement that is not an allow-listed table change (see
+    /// [`ddl_targets`]) is dropped here, text and all: a `CREATE USER` or
+    /// `GRANT` carries a password, and no captured table is changed by it.
+    async fn ddl(
+        &mut self,
+        database: &str,
+        sql: &str,
+        dialect: Dialect,
+        out: &mut Vec<Event>,
+    ) -> Result<(), SourceError> {
+        let mut targets: Vec<(String, String)> = Vec::new();
+        for target in ddl_targets(database, sql, dialect) {
+            if self.matches(&format!("{}.{}", target.0, target.1)) && !targets.contains(&target) {
+                targets.push(target);
+            }
+        }
+        if targets.is_empty() {
             return Ok(());
         }
-        let (position, tx_id, time_us) = self.position()?;
-        // Recorded once, when first read; a replay keeps the recorded schema.
-        if !self.history.has_entry_at(&name, &position) {
-            let schema = read_schema(&mut self.schema_conn, &db, &table).await?;
-            self.history.record(&name, &position, schema)?;
-        }
-        let columns: Columns = ["database", "ddl"].iter().map(|c| Arc::from(*c)).collect();
-        let event = Event {
-            op: Op::Schema,
-            source_id: self.source_id.clone(),
-            database: db.as_str().into(),
-            table: name.into(),
-            key: None,
-            before: None,
-            after: Some(Row { columns, values: vec![Value::Text(db), Value::Text(sql.to_string())] }),
-            schema_version: 0,
-            position,
-            tx_id,
-            tx_end: false,
-            commit_time_us: time_us,
+        let text = match self.ddl_literals {
+            DdlLiterals::Redact => redact(sql, dialect),
+            DdlLiterals::Keep => sql.to_string(),
         };
-        self.emit(event, out);
+        let columns: Columns = ["database", "ddl"].iter().map(|c| Arc::from(*c)).collect();
+        // One event per captured table the statement changes (both names
+        // of a rename), each recording that table's schema after it.
+        for (db, table) in targets {
+            let name = format!("{db}.{table}");
+            let (position, tx_id, time_us) = self.position()?;
+            // Recorded once, when first read; a replay keeps the recorded schema.
+            if !self.history.has_entry_at(&name, &position) {
+                let schema = read_schema(&mut self.schema_conn, &db, &table).await?;
+                self.history.record(&name, &position, schema)?;
+            }
+            let event = Event {
+                op: Op::Schema,
+                source_id: self.source_id.clone(),
+                database: db.as_str().into(),
+                table: name.into(),
+                key: None,
+                before: None,
+                after: Some(Row { columns: columns.clone(), values: vec![Value::Text(db), Value::Text(text.clone())] }),
+                schema_version: 0,
+                position,
+                tx_id,
+                tx_end: false,
+                commit_time_us: time_us,
+            };
+            self.emit(event, out);
+        }
         Ok(())
     }
 
@@ -880,41 +914,29 @@ pub(crate) fn schema_fingerprint(schema: &TableSchema) -> u32 {
     hash
 }
 
-/// The table a DDL statement changes: `ALTER|CREATE|DROP|TRUNCATE|RENAME TABLE [IF [NOT] EXISTS] [db.]name`.
-pub fn ddl_target(default_db: &str, sql: &str) -> Option<(String, String)> {
-    let words: Vec<&str> = sql.split_whitespace().collect();
-    let verb = words.first()?.to_ascii_uppercase();
-    if !matches!(verb.as_str(), "ALTER" | "CREATE" | "DROP" | "TRUNCATE" | "RENAME") {
-        return None;
-    }
-    let table_at = words.iter().position(|w| w.eq_ignore_ascii_case("TABLE"))?;
-    let mut rest =
-        words.iter().skip(table_at + 1).filter(|w| !matches!(w.to_ascii_uppercase().as_str(), "IF" | "NOT" | "EXISTS"));
-    let name = rest.next()?.trim_end_matches([';', '(', ',']);
-    let name = name.split('(').next()?;
-    let parts: Vec<String> = name.split('.').map(|p| p.trim_matches('`').to_string()).collect();
-    match parts.as_slice() {
-        [table] if !table.is_empty() => Some((default_db.to_string(), table.clone())),
-        [db, table] if !table.is_empty() => Some((db.clone(), table.clone())),
+/// How the server split the statement into tokens: the two `sql_mode`
+/// flags the query event logged with it. Without the status variable the
+/// server's defaults hold.
+fn statement_dialect(query: &QueryEvent<'_>) -> Dialect {
+    use mysql_async::binlog::StatusVarKey;
+    use mysql_async::binlog::events::StatusVarVal;
+    use mysql_async::consts::SqlMode;
+    let mode = query.status_vars().get_status_var(StatusVarKey::SqlMode).and_then(|var| match var.get_value() {
+        Ok(StatusVarVal::SqlMode(flags)) => Some(flags.get()),
         _ => None,
+    });
+    match mode {
+        Some(mode) => Dialect {
+            ansi_quotes: mode.contains(SqlMode::MODE_ANSI_QUOTES),
+            backslash_escapes: !mode.contains(SqlMode::MODE_NO_BACKSLASH_ESCAPES),
+        },
+        None => Dialect::default(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ddl_targets() {
-        assert_eq!(ddl_target("shop", "ALTER TABLE orders ADD COLUMN x int"), Some(("shop".into(), "orders".into())));
-        assert_eq!(ddl_target("shop", "create table if not exists `b`.`t`(id int)"), Some(("b".into(), "t".into())));
-        assert_eq!(
-            ddl_target("shop", "DROP TABLE IF EXISTS `t` /* generated by server */"),
-            Some(("shop".into(), "t".into()))
-        );
-        assert_eq!(ddl_target("shop", "CREATE DATABASE x"), None);
-        assert_eq!(ddl_target("shop", "INSERT INTO t VALUES (1)"), None);
-    }
 
     #[test]
     fn gtid_bodies_and_uuids() {

@@ -84,8 +84,36 @@ fn bytes_value(bytes: &[u8], column_type: ColumnType, meta: &[u8], info: &Column
         },
         _ => match info.charset.as_deref() {
             Some(charset) => decode_text(bytes, charset),
-            None => Value::Bytes(bytes.to_vec()),
+            None => match binary_length(column_type, meta, info) {
+                Some(length) if bytes.len() < length => {
+                    let mut padded = bytes.to_vec();
+                    padded.resize(length, 0);
+                    Value::Bytes(padded)
+                }
+                _ => Value::Bytes(bytes.to_vec()),
+            },
         },
+    }
+}
+
+/// The declared length of a `BINARY(n)` column, whose trailing zero bytes
+/// the binlog drops: from the schema history, or for a history recorded
+/// before it kept the length, from the table map's metadata for the
+/// column (real type and length, packed as the server's
+/// `Field_string::save_field_metadata` writes them).
+fn binary_length(column_type: ColumnType, meta: &[u8], info: &ColumnInfo) -> Option<usize> {
+    if info.data_type != "binary" {
+        return None;
+    }
+    if info.fixed_length.is_some() {
+        return info.fixed_length;
+    }
+    match (column_type, meta) {
+        (ColumnType::MYSQL_TYPE_STRING, [high, low, ..]) if high & 0x30 != 0x30 => {
+            Some(usize::from(*low) | (usize::from((high & 0x30) ^ 0x30) << 4))
+        }
+        (ColumnType::MYSQL_TYPE_STRING, [_, low, ..]) => Some(usize::from(*low)),
+        _ => None,
     }
 }
 
@@ -237,6 +265,7 @@ mod tests {
             charset: Some("utf8mb4".into()),
             json: false,
             key: false,
+            fixed_length: None,
         }
     }
 
@@ -303,6 +332,45 @@ mod tests {
         assert_eq!(
             json(convert_value(&My::Bytes(b"{\"a\":1}".to_vec()), ColumnType::MYSQL_TYPE_BLOB, &[], &doc)),
             "{\"a\":1}"
+        );
+    }
+
+    #[test]
+    fn fixed_length_binary_gets_its_trailing_zero_bytes_back() {
+        let mut binary = info("binary");
+        binary.charset = None;
+        binary.fixed_length = Some(4);
+        let string = ColumnType::MYSQL_TYPE_STRING;
+        let meta = [0xfe, 4];
+        assert_eq!(
+            json(convert_value(&My::Bytes(vec![1]), string, &meta, &binary)),
+            json(Value::Bytes(vec![1, 0, 0, 0]))
+        );
+        assert_eq!(json(convert_value(&My::Bytes(vec![]), string, &meta, &binary)), json(Value::Bytes(vec![0; 4])));
+        assert_eq!(
+            json(convert_value(&My::Bytes(vec![1, 2, 3, 4]), string, &meta, &binary)),
+            json(Value::Bytes(vec![1, 2, 3, 4]))
+        );
+        // A history written before the length was kept: the table map has it.
+        binary.fixed_length = None;
+        assert_eq!(
+            json(convert_value(&My::Bytes(vec![1]), string, &[0xfe, 16], &binary)),
+            json(Value::Bytes({
+                let mut v = vec![0; 16];
+                v[0] = 1;
+                v
+            }))
+        );
+        let mut varbinary = info("varbinary");
+        varbinary.charset = None;
+        assert_eq!(
+            json(convert_value(&My::Bytes(vec![1, 0]), ColumnType::MYSQL_TYPE_VARCHAR, &[8, 0], &varbinary)),
+            json(Value::Bytes(vec![1, 0]))
+        );
+        assert_eq!(
+            json(convert_value(&My::Bytes(vec![1]), ColumnType::MYSQL_TYPE_VARCHAR, &[8, 0], &varbinary)),
+            json(Value::Bytes(vec![1])),
+            "VARBINARY keeps the length it was given"
         );
     }
 

@@ -16,18 +16,32 @@ use rdkafka::message::Message;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use crate::Env;
-use crate::workload::{Change, TABLES};
+use crate::workload::{Change, TABLES, expected_tag};
 
-/// The change an event envelope describes.
+/// The change an event envelope describes. A MariaDB row's `tag` must be
+/// the bytes the server holds for its change number (base64 in JSON); a
+/// wrong one marks the change with op `!`, so it counts as a change no
+/// transaction made, and the comparison fails.
 pub fn change_of(event: &serde_json::Value) -> Option<Change> {
     let op = event["op"].as_str()?.chars().next()?;
     let row = if op == 'd' { &event["before"] } else { &event["after"] };
+    let change = row["change_no"].as_i64()?;
+    let tag_ok = match row.get("tag") {
+        None => true,
+        Some(tag) => tag.as_str().and_then(base64_bytes).is_some_and(|b| b == expected_tag(change)),
+    };
     Some(Change {
         table: event["table"].as_str()?.rsplit('.').next()?.to_string(),
-        op,
+        op: if tag_ok { op } else { '!' },
         id: row["id"].as_i64()?,
-        change: row["change_no"].as_i64()?,
+        change,
     })
+}
+
+/// Standard base64, as the JSON envelope writes bytes.
+fn base64_bytes(text: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.decode(text).ok()
 }
 
 fn parse(bytes: &[u8]) -> Option<Change> {
@@ -165,13 +179,21 @@ pub async fn s3(env: &Env, prefix: &str) -> anyhow::Result<Vec<Change>> {
             };
             let (op, id, change) =
                 (op.as_string::<i32>(), id.as_primitive::<Int64Type>(), change.as_primitive::<Int64Type>());
+            let tag = batch.column_by_name("tag").map(|t| t.as_binary_opt::<i32>());
             for row in 0..batch.num_rows() {
                 if id.is_null(row) || change.is_null(row) {
                     continue;
                 }
+                // As for JSON: a MariaDB row's tag must be its change's bytes.
+                let tag_ok = match tag {
+                    None => true,
+                    Some(None) => false,
+                    Some(Some(tag)) => !tag.is_null(row) && tag.value(row) == expected_tag(change.value(row)),
+                };
+                let op = op.value(row).chars().next().unwrap_or('?');
                 all.push(Change {
                     table: table.unwrap_or("?").to_string(),
-                    op: op.value(row).chars().next().unwrap_or('?'),
+                    op: if tag_ok { op } else { '!' },
                     id: id.value(row),
                     change: change.value(row),
                 });
@@ -179,4 +201,23 @@ pub async fn s3(env: &Env, prefix: &str) -> anyhow::Result<Vec<Change>> {
         }
     }
     Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mariadb_tag_must_hold_its_change_numbers_bytes() {
+        let event = |tag: serde_json::Value| serde_json::json!({"op": "c", "table": "db.t1", "after": {"id": 7, "change_no": 258, "tag": tag}});
+        // 258 = 0x0102: 02 01 and fourteen zero bytes.
+        let whole = event("AgEAAAAAAAAAAAAAAAAAAA==".into());
+        assert_eq!(change_of(&whole).unwrap().op, 'c');
+        let stripped = event("AgE=".into());
+        assert_eq!(change_of(&stripped).unwrap().op, '!', "trailing zero bytes lost");
+        assert_eq!(change_of(&event(serde_json::Value::Null)).unwrap().op, '!');
+        let postgres = serde_json::json!({"op": "d", "table": "public.t1", "before": {"id": 7, "change_no": 3}});
+        assert_eq!(change_of(&postgres).unwrap(), Change { table: "t1".into(), op: 'd', id: 7, change: 3 });
+        assert_eq!(base64_bytes("AP8="), Some(vec![0, 255]));
+    }
 }

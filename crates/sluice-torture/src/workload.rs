@@ -40,10 +40,26 @@ pub struct Workload {
 const PARTITIONED: &str = "t3";
 const PARTITIONS: u32 = 3;
 
+/// The MariaDB tables' `tag BINARY(16)`: the change number's bytes, least
+/// significant first, so nearly every value ends in zero bytes, which the
+/// binlog strips from fixed-length binary and Sluice must put back. The
+/// server computes it (a stored generated column, logged in the row image
+/// like any other); inserts name their columns, so they leave it out.
+const MARIADB_TAG: &str = "tag binary(16) AS (REVERSE(UNHEX(LPAD(HEX(change_no), 32, '0')))) STORED";
+
+/// The `tag` a MariaDB row with this change number holds.
+pub fn expected_tag(change: i64) -> [u8; 16] {
+    u128::from(change as u64).to_le_bytes()
+}
+
 fn table_ddl(kind: Kind) -> String {
     let mut ddl = String::from("CREATE TABLE tx_log (tx bigint PRIMARY KEY);");
     for table in TABLES {
-        let columns = "(id bigint PRIMARY KEY, change_no bigint NOT NULL, note text)";
+        let extra = match kind {
+            Kind::Postgres => String::new(),
+            Kind::MariaDb => format!(", {MARIADB_TAG}"),
+        };
+        let columns = format!("(id bigint PRIMARY KEY, change_no bigint NOT NULL, note text{extra})");
         if kind == Kind::Postgres && table == PARTITIONED {
             ddl.push_str(&format!("CREATE TABLE {table} {columns} PARTITION BY HASH (id);"));
             for part in 0..PARTITIONS {
@@ -192,12 +208,12 @@ impl Workload {
             let table = TABLES[t];
             sql.push_str(&match self.db.kind() {
                 Kind::Postgres => format!(
-                    "INSERT INTO {table} SELECT g, {first_change} + g - {first_id}, 'bulk' \
+                    "INSERT INTO {table} (id, change_no, note) SELECT g, {first_change} + g - {first_id}, 'bulk' \
                      FROM generate_series({first_id}, {last_id}) g;"
                 ),
                 // MariaDB's Sequence engine: a table of the numbers in its name.
                 Kind::MariaDb => format!(
-                    "INSERT INTO {table} SELECT seq, {first_change} + seq - {first_id}, 'bulk' FROM seq_{first_id}_to_{last_id};"
+                    "INSERT INTO {table} (id, change_no, note) SELECT seq, {first_change} + seq - {first_id}, 'bulk' FROM seq_{first_id}_to_{last_id};"
                 ),
             });
             for offset in 0..count {
@@ -220,7 +236,9 @@ impl Workload {
                 (0..=5, _) | (_, None) => {
                     let id = self.next_id;
                     self.next_id += 1;
-                    sql.push_str(&format!("INSERT INTO {table} VALUES ({id}, {change}, 'n{change}');"));
+                    sql.push_str(&format!(
+                        "INSERT INTO {table} (id, change_no, note) VALUES ({id}, {change}, 'n{change}');"
+                    ));
                     undo.push((t, id, self.rows[t].insert(id, change)));
                     changes.push(Change { table: table.into(), op: 'c', id, change });
                 }
@@ -249,4 +267,18 @@ fn pick(rng: &mut Rng, rows: &BTreeMap<i64, i64>) -> Option<(i64, i64)> {
     }
     let index = rng.range(0, rows.len() as u64) as usize;
     rows.iter().nth(index).map(|(id, change)| (*id, *change))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mariadb_tables_carry_a_fixed_length_binary_with_trailing_zero_bytes() {
+        let ddl = table_ddl(Kind::MariaDb);
+        assert_eq!(ddl.matches("tag binary(16)").count(), TABLES.len());
+        assert!(!table_ddl(Kind::Postgres).contains("tag"));
+        assert_eq!(expected_tag(0x0102), [2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(expected_tag(i64::MAX)[..8], [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F]);
+    }
 }

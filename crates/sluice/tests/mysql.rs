@@ -1,5 +1,6 @@
 //! The binary against a real MariaDB, killed with SIGKILL mid-stream,
-//! resuming by binlog file and offset, and by GTID.
+//! resuming by binlog file and offset, and by GTID; what a DDL statement
+//! sends to a sink; TLS and login refusals stopping the pipeline.
 
 mod common;
 
@@ -82,4 +83,100 @@ fn kill_9_resuming_by_file_and_offset_leaves_every_row_once() {
 #[test]
 fn kill_9_resuming_by_gtid_leaves_every_row_once() {
     kill_and_resume(true);
+}
+
+/// A pipeline of `tables` into a file sink, from the server's current
+/// position; `extra` goes into the source config.
+fn current_pipeline(id: &str, tables: &str, extra: &str) -> String {
+    let (file, offset): (String, u64) =
+        my_sql("SHOW MASTER STATUS").map(|(f, o, _, _): (String, u64, String, String)| (f, o)).unwrap();
+    format!(
+        "pipelines:\n  - name: my\n    source:\n      type: mysql\n      config: {{ id: {id}, host: 127.0.0.1, port: {port}, user: {user}, password: \"${{SLUICE_TEST_MY_PASSWORD}}\", tables: [{tables}], start: {{ file: {file}, offset: {offset} }}, heartbeat_secs: 1{extra} }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: out.jsonl }}\n",
+        port = env("SLUICE_TEST_MY_PORT"),
+        user = env("SLUICE_TEST_MY_USER"),
+    )
+}
+
+#[test]
+fn a_password_in_a_statement_reaches_no_sink_and_ddl_literals_are_redacted() {
+    let db = "e2e_my_sec";
+    my_exec(&format!(
+        "DROP USER IF EXISTS e2e_my_sec_u; DROP DATABASE IF EXISTS {db}; CREATE DATABASE {db}; \
+         CREATE TABLE {db}.t (id int PRIMARY KEY, note varchar(20))"
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &current_pipeline(db, &format!("{db}.t"), ""));
+    let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    // The statement of the issue, with the captured database as the default.
+    my_exec(&format!("USE {db}; CREATE USER e2e_my_sec_u IDENTIFIED BY 'Leak TABLE t '"));
+    my_exec(&format!(
+        "USE {db}; GRANT SELECT ON {db}.t TO e2e_my_sec_u; ALTER USER e2e_my_sec_u IDENTIFIED BY 'Leak2 TABLE t'"
+    ));
+    my_exec(&format!("USE {db}; ALTER TABLE t ADD COLUMN c varchar(10) DEFAULT 'secret'"));
+    my_exec(&format!("INSERT INTO {db}.t VALUES (1, 'after', 'plain')"));
+    let out = dir.path().join("out.jsonl");
+    wait_until(Duration::from_secs(60), "the row after the statements", || inserted_ids(&out) == [1]);
+    my_exec("DROP USER e2e_my_sec_u");
+    stop_cleanly(child, dir.path());
+    let text = std::fs::read_to_string(&out).unwrap();
+    let events: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let schema: Vec<&serde_json::Value> = events.iter().filter(|e| e["op"] == "s").collect();
+    assert_eq!(schema.len(), 1, "only the ALTER TABLE is a schema event: {text}");
+    assert_eq!(schema[0]["table"], format!("{db}.t"));
+    assert_eq!(schema[0]["after"]["ddl"], "ALTER TABLE t ADD COLUMN c varchar(10) DEFAULT '?'");
+    let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap();
+    for secret in ["Leak", "secret"] {
+        assert!(!text.contains(secret), "{secret} reached the sink: {text}");
+    }
+    for secret in ["Leak", "'secret'"] {
+        assert!(!log.contains(secret), "{secret} reached the log: {log}");
+    }
+}
+
+fn stop_cleanly(child: Running, dir: &std::path::Path) {
+    let status = child.terminate();
+    let log = std::fs::read_to_string(dir.join("sluice.log")).unwrap_or_default();
+    assert!(status.success(), "sluice did not stop cleanly:\n{log}");
+}
+
+/// `sluice run` must stop by itself, with exit 1, and say `expected` in its log.
+fn refused(id: &str, extra: &str, password: &str, expected: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let text = current_pipeline(id, "e2e_my_refused.*", extra).replace("${SLUICE_TEST_MY_PASSWORD}", password);
+    let config = write_config(dir.path(), &text);
+    let mut child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    let status = child.wait_exit(Duration::from_secs(30));
+    let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+    assert_eq!(status.code(), Some(1), "{log}");
+    for word in expected {
+        assert!(log.contains(word), "{word:?} missing from:\n{log}");
+    }
+}
+
+#[test]
+fn tls_that_the_server_does_not_offer_stops_the_pipeline() {
+    let have_ssl: Option<(String, String)> = my_sql("SHOW VARIABLES LIKE 'have_ssl'");
+    assert_ne!(have_ssl.map(|(_, v)| v).as_deref(), Some("YES"), "this test needs a server without TLS");
+    let ca = env("SLUICE_TEST_PG_CA");
+    refused(
+        "e2e_my_tls",
+        &format!(", ssl_mode: verify-full, ca_file: {ca}"),
+        "${SLUICE_TEST_MY_PASSWORD}",
+        &["does not offer TLS", "ssl_mode"],
+    );
+}
+
+#[test]
+fn an_unreadable_ca_file_stops_the_pipeline() {
+    refused(
+        "e2e_my_ca",
+        ", ssl_mode: verify-full, ca_file: /nonexistent/sluice-ca.pem",
+        "${SLUICE_TEST_MY_PASSWORD}",
+        &["cannot read ca_file /nonexistent/sluice-ca.pem"],
+    );
+}
+
+#[test]
+fn a_wrong_password_stops_the_pipeline() {
+    refused("e2e_my_auth", "", "not-the-password", &["Access denied", "check user and password"]);
 }

@@ -205,6 +205,7 @@ mod tests {
             charset: charset.map(str::to_string),
             json: false,
             key: true,
+            fixed_length: None,
         }
     }
 

@@ -47,6 +47,7 @@ pub fn config(database: &str) -> MysqlConfig {
         connect_timeout_secs: 10,
         snapshot: Default::default(),
         signal_table: None,
+        ddl_literals: sluice_config::DEFAULT_DDL_LITERALS,
     }
 }
 
