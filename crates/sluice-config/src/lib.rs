@@ -14,6 +14,7 @@ mod redis;
 mod s3;
 mod secret;
 mod snapshot;
+mod target;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -30,6 +31,7 @@ pub use redis::*;
 pub use s3::*;
 pub use secret::Secret;
 pub use snapshot::*;
+pub use target::{normalize, shared_target};
 pub use validate::{MAX_ID_LEN, validate};
 
 /// Whether `text` matches a table pattern: `*` matches any run of

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use crate::error::Invalid;
-use crate::http::{HttpMode, HttpSinkConfig};
+use crate::http::HttpSinkConfig;
 use crate::kafka::{KAFKA_MANAGED_SETTINGS, KafkaSinkConfig, check_template, valid_topic};
 use crate::mysql::{MysqlConfig, MysqlSslMode, MysqlStart};
 use crate::nats::NatsSinkConfig;
@@ -16,6 +16,16 @@ use crate::snapshot::{SnapshotConfig, SnapshotMode};
 /// The longest id or name. Ids end up in checkpoint keys, file names and
 /// Kafka transactional ids, so they stay short and plain.
 pub const MAX_ID_LEN: usize = 64;
+/// The largest batch in events: far past any throughput gain, and short
+/// of sizes whose buffers would exhaust memory before the first write.
+pub const MAX_BATCH_EVENTS: u64 = 1_000_000;
+/// The largest batch in bytes (1 GiB).
+pub const MAX_BATCH_BYTES: u64 = 1 << 30;
+/// The most batches in flight per sink; each holds its events in memory,
+/// and the runtime's semaphore has a far lower limit than `usize::MAX`.
+pub const MAX_INFLIGHT: u64 = 1024;
+/// The largest `slo.max_retained_wal_bytes` (1 PiB).
+pub const MAX_RETAINED_WAL_BYTES: u64 = 1 << 50;
 
 pub fn validate(config: &Config) -> Result<(), Invalid> {
     if config.pipelines.is_empty() {
@@ -23,7 +33,6 @@ pub fn validate(config: &Config) -> Result<(), Invalid> {
     }
     let mut names = HashSet::new();
     let mut source_ids = HashSet::new();
-    let mut file_paths = HashSet::new();
     for (index, pipeline) in config.pipelines.iter().enumerate() {
         let at = format!("pipelines[{index}]");
         check_id(&format!("{at}.name"), &pipeline.name)?;
@@ -43,19 +52,8 @@ pub fn validate(config: &Config) -> Result<(), Invalid> {
             ));
         }
         validate_pipeline(&at, pipeline)?;
-        for (sink_index, sink) in pipeline.sinks.iter().enumerate() {
-            if let SinkConfig::File(file) = sink
-                && !file_paths.insert(file.path.clone())
-            {
-                return Err(Invalid::new(
-                    format!("{at}.sinks[{sink_index}].config.path"),
-                    format!("{} is written by another file sink", file.path.display()),
-                    "give every file sink its own path",
-                ));
-            }
-        }
     }
-    Ok(())
+    crate::target::shared_target(config, &crate::target::normalize)
 }
 
 fn validate_pipeline(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid> {
@@ -78,22 +76,10 @@ fn validate_pipeline(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid>
     }
     validate_batch(&format!("{at}.batch"), &pipeline.batch)?;
     validate_policy(&format!("{at}.commit_policy"), &pipeline.commit_policy, &pipeline.sinks)?;
-    if pipeline.dead_letter.max_entries == 0 {
-        return Err(Invalid::new(
-            format!("{at}.dead_letter.max_entries"),
-            "must be at least 1",
-            "leave it out for the default, or keep room for at least one event",
-        ));
-    }
+    let dead_letter_at = format!("{at}.dead_letter");
+    check_range(&dead_letter_at, "max_entries", pipeline.dead_letter.max_entries as u64, 1, 100_000_000, "letters")?;
     validate_slo(&format!("{at}.slo"), pipeline)?;
-    if pipeline.sink_batch_deadline_secs == 0 {
-        return Err(Invalid::new(
-            format!("{at}.sink_batch_deadline_secs"),
-            "must be at least 1",
-            "set a deadline in seconds that a healthy sink always meets, e.g. 60",
-        ));
-    }
-    Ok(())
+    check_seconds(at, "sink_batch_deadline_secs", pipeline.sink_batch_deadline_secs, 86_400)
 }
 
 fn validate_slo(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid> {
@@ -102,12 +88,15 @@ fn validate_slo(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid> {
     if let Some(lag) = slo.max_lag_seconds {
         check_seconds(at, "max_lag_seconds", lag, 7 * 86_400)?;
     }
-    if slo.max_retained_wal_bytes == Some(0) {
-        return Err(Invalid::new(
-            format!("{at}.max_retained_wal_bytes"),
-            "must be at least 1",
-            "set the most WAL in bytes the slot may keep, e.g. 10737418240 for 10 GiB",
-        ));
+    if let Some(bytes) = slo.max_retained_wal_bytes {
+        check_range(
+            at,
+            "max_retained_wal_bytes",
+            bytes,
+            1,
+            MAX_RETAINED_WAL_BYTES,
+            "bytes (e.g. 10737418240 for 10 GiB)",
+        )?;
     }
     if slo.max_retained_wal_bytes.is_some() && !matches!(pipeline.source, SourceConfig::Postgres(_)) {
         return Err(Invalid::new(
@@ -141,12 +130,9 @@ fn validate_source(at: &str, source: &SourceConfig) -> Result<(), Invalid> {
         SourceConfig::Mysql(c) => validate_mysql(at, c),
         SourceConfig::Generator(c) => {
             check_id(&format!("{at}.id"), &c.id)?;
-            if c.rows_per_tx == 0 {
-                return Err(Invalid::new(
-                    format!("{at}.rows_per_tx"),
-                    "must be at least 1",
-                    "set rows_per_tx: 1 or more",
-                ));
+            check_range(at, "rows_per_tx", u64::from(c.rows_per_tx), 1, 1_000_000, "rows")?;
+            if let Some(count) = c.tx_count {
+                check_range(at, "tx_count", count, 1, 1_000_000_000_000, "transactions (leave it out for endless)")?;
             }
             if c.tables.is_empty() {
                 return Err(Invalid::new(
@@ -158,14 +144,18 @@ fn validate_source(at: &str, source: &SourceConfig) -> Result<(), Invalid> {
             for (index, table) in c.tables.iter().enumerate() {
                 check_id(&format!("{at}.tables[{index}]"), table)?;
             }
-            if c.events_per_sec == Some(0) {
-                return Err(Invalid::new(
-                    format!("{at}.events_per_sec"),
-                    "must be at least 1",
-                    "leave events_per_sec out to generate as fast as possible",
-                ));
+            // `seed` takes any u64: every value is a valid seed.
+            match c.events_per_sec {
+                Some(rate) => check_range(
+                    at,
+                    "events_per_sec",
+                    rate,
+                    1,
+                    100_000_000,
+                    "events a second (leave it out for as fast as possible)",
+                ),
+                None => Ok(()),
             }
-            Ok(())
         }
     }
 }
@@ -185,22 +175,10 @@ fn validate_sink(at: &str, sink: &SinkConfig) -> Result<(), Invalid> {
 }
 
 fn validate_batch(at: &str, batch: &BatchConfig) -> Result<(), Invalid> {
-    let positive = [
-        ("max_events", batch.max_events as u64),
-        ("max_bytes", batch.max_bytes as u64),
-        ("max_ms", batch.max_ms),
-        ("max_inflight", batch.max_inflight as u64),
-    ];
-    for (field, value) in positive {
-        if value == 0 {
-            return Err(Invalid::new(
-                format!("{at}.{field}"),
-                "must be at least 1",
-                format!("raise {field} or leave it out for the default"),
-            ));
-        }
-    }
-    Ok(())
+    check_range(at, "max_events", batch.max_events as u64, 1, MAX_BATCH_EVENTS, "events")?;
+    check_range(at, "max_bytes", batch.max_bytes as u64, 1, MAX_BATCH_BYTES, "bytes")?;
+    check_range(at, "max_ms", batch.max_ms, 1, 3_600_000, "milliseconds")?;
+    check_range(at, "max_inflight", batch.max_inflight as u64, 1, MAX_INFLIGHT, "batches")
 }
 
 fn validate_policy(at: &str, policy: &CommitPolicy, sinks: &[SinkConfig]) -> Result<(), Invalid> {
@@ -294,21 +272,15 @@ fn validate_postgres(at: &str, c: &PostgresConfig) -> Result<(), Invalid> {
 }
 
 fn check_snapshot(at: &str, c: &SnapshotConfig) -> Result<(), Invalid> {
-    if !(1..=1_000_000).contains(&c.chunk_size) {
-        return Err(Invalid::new(
-            format!("{at}.chunk_size"),
-            format!("{} is outside 1..=1000000", c.chunk_size),
-            "set chunk_size to the rows one query reads, e.g. 10000",
-        ));
-    }
-    if !(1..=64).contains(&c.max_parallel_tables) {
-        return Err(Invalid::new(
-            format!("{at}.max_parallel_tables"),
-            format!("{} is outside 1..=64", c.max_parallel_tables),
-            "set max_parallel_tables to the tables read at once (one connection each), e.g. 2",
-        ));
-    }
-    Ok(())
+    check_range(at, "chunk_size", c.chunk_size, 1, 1_000_000, "rows one query reads, e.g. 10000")?;
+    check_range(
+        at,
+        "max_parallel_tables",
+        c.max_parallel_tables as u64,
+        1,
+        64,
+        "tables read at once (one connection each), e.g. 2",
+    )
 }
 
 fn validate_mysql(at: &str, c: &MysqlConfig) -> Result<(), Invalid> {
@@ -353,10 +325,13 @@ fn validate_mysql(at: &str, c: &MysqlConfig) -> Result<(), Invalid> {
         ));
     }
     match &c.start {
-        MysqlStart::Position { file, offset } if file.is_empty() || file.contains(':') || *offset < 4 => {
+        // Binlog event headers hold positions in 32 bits.
+        MysqlStart::Position { file, offset }
+            if file.is_empty() || file.contains(':') || !(4..=u64::from(u32::MAX)).contains(offset) =>
+        {
             return Err(Invalid::new(
                 format!("{at}.start"),
-                "needs a binlog file name (without ':') and an offset of at least 4",
+                format!("needs a binlog file name (without ':') and an offset in 4..={}", u32::MAX),
                 "take both from SHOW BINARY LOGS, e.g. { file: mariadb-bin.000001, offset: 4 }",
             ));
         }
@@ -431,12 +406,9 @@ fn validate_redis(at: &str, c: &RedisSinkConfig) -> Result<(), Invalid> {
     }
     check_template(&c.stream)
         .map_err(|problem| Invalid::new(format!("{at}.stream"), problem, "fix the stream template"))?;
-    if c.maxlen == Some(0) {
-        return Err(Invalid::new(
-            format!("{at}.maxlen"),
-            "0 would trim every entry",
-            "leave maxlen out, or keep at least 1 entry",
-        ));
+    if let Some(maxlen) = c.maxlen {
+        // Redis reads MAXLEN as a signed 64-bit count.
+        check_range(at, "maxlen", maxlen, 1, i64::MAX as u64, "entries (leave it out to keep every entry)")?;
     }
     check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
 }
@@ -519,27 +491,11 @@ fn validate_http(at: &str, c: &HttpSinkConfig) -> Result<(), Invalid> {
             "use letters, digits and - only",
         ));
     }
-    if c.mode == HttpMode::Batch && !(1..=100_000).contains(&c.batch_max_events) {
-        return Err(Invalid::new(
-            format!("{at}.batch_max_events"),
-            format!("{} is outside 1..=100000", c.batch_max_events),
-            "set batch_max_events between 1 and 100000",
-        ));
-    }
-    if !(1..=100).contains(&c.max_attempts) {
-        return Err(Invalid::new(
-            format!("{at}.max_attempts"),
-            format!("{} is outside 1..=100", c.max_attempts),
-            "set max_attempts between 1 and 100",
-        ));
-    }
-    if !(1..=60_000).contains(&c.initial_backoff_ms) {
-        return Err(Invalid::new(
-            format!("{at}.initial_backoff_ms"),
-            format!("{} is outside 1..=60000", c.initial_backoff_ms),
-            "set initial_backoff_ms between 1 and 60000",
-        ));
-    }
+    // Checked in single mode too, where it is unused, so that switching
+    // the mode cannot bring a bad value to life.
+    check_range(at, "batch_max_events", c.batch_max_events as u64, 1, 100_000, "events a request")?;
+    check_range(at, "max_attempts", u64::from(c.max_attempts), 1, 100, "attempts")?;
+    check_range(at, "initial_backoff_ms", c.initial_backoff_ms, 1, 60_000, "milliseconds")?;
     check_seconds(at, "max_backoff_secs", c.max_backoff_secs, 3600)?;
     check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
 }
@@ -612,20 +568,9 @@ fn validate_s3(at: &str, c: &S3SinkConfig) -> Result<(), Invalid> {
             "parquet takes none, snappy or zstd; jsonl takes none, gzip or zstd",
         ));
     }
-    if c.max_file_bytes < 1024 * 1024 {
-        return Err(Invalid::new(
-            format!("{at}.max_file_bytes"),
-            format!("{} is below 1 MiB", c.max_file_bytes),
-            "set max_file_bytes to 1048576 or more",
-        ));
-    }
-    if c.max_file_events == 0 {
-        return Err(Invalid::new(
-            format!("{at}.max_file_events"),
-            "must be at least 1",
-            "set max_file_events: 1 or more",
-        ));
-    }
+    // S3 objects end at 5 TiB.
+    check_range(at, "max_file_bytes", c.max_file_bytes, 1024 * 1024, 5 << 40, "bytes (1 MiB to 5 TiB)")?;
+    check_range(at, "max_file_events", c.max_file_events, 1, 1_000_000_000_000, "events")?;
     if !(MIN_S3_PART_SIZE_BYTES..=5 * 1024 * 1024 * 1024).contains(&c.part_size_bytes) {
         return Err(Invalid::new(
             format!("{at}.part_size_bytes"),
@@ -638,12 +583,17 @@ fn validate_s3(at: &str, c: &S3SinkConfig) -> Result<(), Invalid> {
 }
 
 fn check_seconds(at: &str, field: &str, value: u64, max: u64) -> Result<(), Invalid> {
-    if (1..=max).contains(&value) {
+    check_range(at, field, value, 1, max, "seconds")
+}
+
+/// A numeric setting within `min..=max`; `unit` ends the hint.
+fn check_range(at: &str, field: &str, value: u64, min: u64, max: u64, unit: &str) -> Result<(), Invalid> {
+    if (min..=max).contains(&value) {
         return Ok(());
     }
     Err(Invalid::new(
         format!("{at}.{field}"),
-        format!("{value} is outside 1..={max}"),
-        format!("set {field} between 1 and {max} seconds"),
+        format!("{value} is outside {min}..={max}"),
+        format!("set {field} between {min} and {max} {unit}"),
     ))
 }

@@ -10,6 +10,7 @@ pub mod event;
 pub mod failpoint;
 pub mod guarantee;
 pub mod position;
+pub mod redact;
 pub mod sink;
 pub mod snapshot;
 pub mod source;

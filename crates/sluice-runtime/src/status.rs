@@ -74,7 +74,10 @@ pub struct ErrorNote {
 }
 
 impl ErrorNote {
+    /// Credentials in the message (a URL in a client library's error) are
+    /// masked here, the one door to `last_error` in the API.
     fn now(message: String) -> Self {
+        let message = sluice_core::redact::credentials(&message).into_owned();
         Self { at: sluice_core::time::format_utc_micros(now_us()), message }
     }
 }
@@ -182,7 +185,8 @@ impl SinkStatus {
         }
     }
 
-    pub(crate) fn detach(&self, detachment: Detachment) {
+    pub(crate) fn detach(&self, mut detachment: Detachment) {
+        detachment.reason = sluice_core::redact::credentials(&detachment.reason).into_owned();
         *lock(&self.detached) = Some(detachment);
         self.set_state(SinkState::Detached);
     }

@@ -408,7 +408,7 @@ impl SinkWriter {
     async fn open(&mut self, state: &mut State) -> Result<(), Stop> {
         let mut backoff = Backoff::default();
         loop {
-            match with_deadline(self.deadline, "open", self.sink.open()).await {
+            match self.open_unless_shutdown().await? {
                 Ok(holds) => {
                     let holds = self.current_generation(holds);
                     // The higher of the stored checkpoint and what the sink
@@ -435,6 +435,19 @@ impl SinkWriter {
         }
     }
 
+    /// One `open`, given up when shutdown starts: a sink that is not open
+    /// holds nothing to drain, and an open may block for its whole timeout
+    /// (a Kafka client waiting on brokers it cannot reach). Giving it up is
+    /// what a crash at that point would do, which every sink's open
+    /// recovers from.
+    async fn open_unless_shutdown(&mut self) -> Result<Result<Option<Position>, SinkError>, Stop> {
+        tokio::select! {
+            biased;
+            _ = self.shutdown.wait() => Err(Stop::Abandoned),
+            opened = with_deadline(self.deadline, "open", self.sink.open()) => Ok(opened),
+        }
+    }
+
     /// After a failed call: wait, reopen the sink so it is consistent again,
     /// and rewind to what is durable so retained batches are written again.
     async fn recover(&mut self, state: &mut State, err: SinkError, backoff: &mut Backoff) -> Result<(), Stop> {
@@ -445,7 +458,7 @@ impl SinkWriter {
     /// Reopens the sink and rewinds to what is durable.
     async fn reopen(&mut self, state: &mut State, backoff: &mut Backoff) -> Result<(), Stop> {
         loop {
-            match with_deadline(self.deadline, "open", self.sink.open()).await {
+            match self.open_unless_shutdown().await? {
                 Ok(holds) => {
                     state.position = state.durable.clone().max(self.current_generation(holds));
                     return Ok(());
@@ -483,7 +496,9 @@ impl SinkWriter {
             source_id: self.source_id.clone(),
             sink_id: self.sink_id.clone(),
             position: position.to_string(),
-            error: detail.clone(),
+            // The reason is shown by the API and `sluice dlq`; the event
+            // itself is data and is kept as it is.
+            error: sluice_core::redact::credentials(&detail).into_owned(),
             event: serde_json::to_string(&event).unwrap_or_default(),
             encoded: DeadLetter::encode_event(&event),
             recorded_at_us: sluice_core::time::now_us(),

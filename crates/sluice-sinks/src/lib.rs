@@ -29,12 +29,18 @@ pub use stdout::StdoutSink;
 pub fn preflight(config: &SinkConfig) -> Result<(), (&'static str, String)> {
     match config {
         SinkConfig::File(c) => file::preflight(&c.path).map_err(|problem| ("path", problem)),
+        SinkConfig::S3(c) => match &c.local {
+            Some(folder) => {
+                let target = folder.join(c.prefix.trim_start_matches('/'));
+                file::writable_folder(&target, &target).map_err(|problem| ("local", problem))
+            }
+            None => Ok(()),
+        },
         SinkConfig::Stdout(_)
         | SinkConfig::Kafka(_)
         | SinkConfig::Redis(_)
         | SinkConfig::Nats(_)
-        | SinkConfig::Http(_)
-        | SinkConfig::S3(_) => Ok(()),
+        | SinkConfig::Http(_) => Ok(()),
     }
 }
 

@@ -98,4 +98,20 @@ fn preflight_catches_paths_that_cannot_be_created() {
     let problem = file::preflight(&blocker.join("out.jsonl")).unwrap_err();
     assert!(problem.contains("is not a directory"), "{problem}");
     assert!(!dir.path().join("a").exists(), "preflight must not create anything");
+
+    use std::os::unix::fs::PermissionsExt;
+    let locked = dir.path().join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
+    for path in [locked.join("out.jsonl"), locked.join("new/sub/out.jsonl")] {
+        let problem = file::preflight(&path).unwrap_err();
+        assert!(problem.contains("is read-only") && problem.contains("locked"), "{problem}");
+    }
+    let problem = file::writable_folder(&locked.join("lake"), &locked.join("lake")).unwrap_err();
+    assert!(problem.contains("is read-only"), "{problem}");
+    let file = dir.path().join("ro.jsonl");
+    std::fs::write(&file, "").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444)).unwrap();
+    assert!(file::preflight(&file).unwrap_err().contains("is read-only"));
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
 }

@@ -20,6 +20,11 @@ use crate::Failure;
 /// writing anything. Every failure is bad input.
 pub fn load(path: &Path) -> Result<Config, Failure> {
     let config = sluice_config::load(path).map_err(Failure::bad_input)?;
+    // Validation compared paths as written; here they are compared as the
+    // disk sees them, so `out/x` and `/abs/out/x`, or two names through a
+    // symlinked folder, are one file too.
+    sluice_config::shared_target(&config, &on_disk)
+        .map_err(|e| Failure::bad_input(sluice_config::ConfigError::Invalid(e)))?;
     for (p, pipeline) in config.pipelines.iter().enumerate() {
         for (s, sink) in pipeline.sinks.iter().enumerate() {
             sluice_sinks::preflight(sink).map_err(|(field, problem)| {
@@ -34,6 +39,25 @@ pub fn open_store(data_dir: &Path) -> Result<Arc<EmbeddedStore>, Failure> {
     let store = EmbeddedStore::open(data_dir)
         .map_err(|e| Failure::bad_input(anyhow!("--data-dir {}: {e}", data_dir.display())))?;
     Ok(Arc::new(store))
+}
+
+/// `path` made absolute against the working dir (relative paths are read
+/// from it), with its deepest existing folder resolved through symlinks.
+fn on_disk(path: &Path) -> std::path::PathBuf {
+    let absolute = std::env::current_dir().map(|dir| dir.join(path)).unwrap_or_else(|_| path.to_path_buf());
+    let absolute = sluice_config::normalize(&absolute);
+    let mut existing = absolute.as_path();
+    let mut rest = Vec::new();
+    while let Some(parent) = existing.parent() {
+        if let Ok(resolved) = existing.canonicalize() {
+            return rest.iter().rev().fold(resolved, |p, part| p.join(part));
+        }
+        if let Some(name) = existing.file_name() {
+            rest.push(name.to_os_string());
+        }
+        existing = parent;
+    }
+    absolute
 }
 
 /// Spill files of pipeline `name` live in `<data dir>/spill/<name>`.

@@ -51,6 +51,11 @@ pub struct ServeArgs {
     /// Where the HTTP API (health, metrics, dashboard) listens; `off` runs without it.
     #[arg(long, env = "SLUICE_API_ADDR", default_value = DEFAULT_API_ADDR)]
     pub api_addr: String,
+    /// Host names the API answers to besides its address (and `localhost`
+    /// on loopback), comma-separated, e.g. `sluice.internal,proxy:443`.
+    /// Any other `Host` header is refused, which stops DNS rebinding.
+    #[arg(long, env = "SLUICE_API_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub api_allowed_hosts: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -117,7 +117,10 @@ async fn retry<'a>(config: &Config, data_dir: &Path, letters: &'a [DeadLetter]) 
                 println!("delivered {}", letter.key);
                 delivered.push(letter);
             }
-            Err(error) => println!("kept {}: {error:#}", letter.key),
+            Err(error) => {
+                let text = format!("{error:#}");
+                println!("kept {}: {}", letter.key, sluice_core::redact::credentials(&text));
+            }
         }
     }
     for (_, (mut sink, deadline)) in sinks {

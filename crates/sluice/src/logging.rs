@@ -21,8 +21,10 @@ pub fn init(format: LogFormat, level: &str) -> anyhow::Result<()> {
             builder.with_writer(crate::status::StatusWriter).init();
             crate::status::start();
         }
-        LogFormat::Text => builder.with_writer(std::io::stderr).init(),
-        LogFormat::Json => builder.with_writer(std::io::stderr).json().init(),
+        // The same writer off a terminal (no status line is drawn then):
+        // it masks credentials in every line.
+        LogFormat::Text => builder.with_writer(crate::status::StatusWriter).init(),
+        LogFormat::Json => builder.with_writer(crate::status::StatusWriter).json().init(),
     }
     Ok(())
 }

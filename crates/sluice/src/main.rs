@@ -48,7 +48,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             // Our errors carry their causes in their own text already.
-            eprintln!("error: {}", failure.error);
+            let text = failure.error.to_string();
+            eprintln!("error: {}", sluice_core::redact::credentials(&text));
             ExitCode::from(failure.code)
         }
     }

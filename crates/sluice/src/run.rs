@@ -10,8 +10,12 @@ use crate::{Failure, api, assemble};
 pub fn run(serve: ServeArgs) -> Result<(), Failure> {
     let args = serve.run;
     let config = assemble::load(&args.config.config)?;
-    let store = assemble::open_store(&args.data_dir)?;
     let api_on = serve.api_addr != "off";
+    // The API's settings are checked before the data dir is created, so
+    // a mistyped flag leaves nothing behind.
+    let hosts = api::AllowedHosts::parse(&serve.api_allowed_hosts).map_err(Failure::bad_input)?;
+    let listener = if api_on { Some(api::bind(&serve.api_addr).map_err(Failure::bad_input)?) } else { None };
+    let store = assemble::open_store(&args.data_dir)?;
     let metrics = if api_on { Some(api::install_metrics(&config).map_err(Failure::bad_input)?) } else { None };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -23,15 +27,14 @@ pub fn run(serve: ServeArgs) -> Result<(), Failure> {
         pipelines.push((pipeline.name.clone(), assemble::pipeline(pipeline, store.clone(), &args.data_dir)?));
     }
     let statuses = pipelines.iter().map(|(_, p)| p.status.clone()).collect();
-    runtime.block_on(async move {
-        let server = match metrics {
-            Some(metrics) => {
-                let listener = api::bind(&serve.api_addr).await.map_err(Failure::bad_input)?;
+    let result = runtime.block_on(async move {
+        let server = match (metrics, listener) {
+            (Some(metrics), Some(listener)) => {
                 let token = std::env::var(api::TOKEN_ENV).ok().filter(|t| !t.is_empty());
                 let state = api::Api { config, pipelines: statuses, store, metrics, token };
-                Some(api::serve(listener, std::sync::Arc::new(state)))
+                Some(api::serve(listener, hosts, std::sync::Arc::new(state)).map_err(Failure::bad_input)?)
             }
-            None => None,
+            _ => None,
         };
         let shutdown = Shutdown::new();
         let signals = tokio::spawn(watch_signals(shutdown.clone()));
@@ -75,7 +78,12 @@ pub fn run(serve: ServeArgs) -> Result<(), Failure> {
             Some(err) => Err(Failure::pipeline(err)),
             None => Ok(()),
         }
-    })
+    });
+    // Every pipeline has stopped and saved its checkpoints. A blocking call
+    // a sink gave up on (a Kafka client waiting out its broker timeout)
+    // may still run; dropping the runtime would wait for it.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
 }
 
 /// SIGINT or SIGTERM starts an orderly shutdown; a second one exits at once

@@ -24,7 +24,9 @@ impl<'a> MakeWriter<'a> for StatusWriter {
     }
 }
 
-/// One formatted log line, printed whole when dropped.
+/// One formatted log line, printed whole when dropped, with credentials
+/// masked: this is where every log line passes, client libraries' own
+/// (async-nats logs its server URL at debug) included.
 pub struct LogLine(Vec<u8>);
 
 impl Write for LogLine {
@@ -40,14 +42,16 @@ impl Write for LogLine {
 
 impl Drop for LogLine {
     fn drop(&mut self) {
+        let line = String::from_utf8_lossy(&self.0);
+        let line = sluice_core::redact::credentials(&line);
         let shown = SHOWN.lock().unwrap_or_else(PoisonError::into_inner);
         let mut err = std::io::stderr().lock();
         // A log line that cannot be written has nowhere else to go.
         let _ = if shown.is_empty() {
-            err.write_all(&self.0)
+            err.write_all(line.as_bytes())
         } else {
             err.write_all(CLEAR.as_bytes())
-                .and_then(|()| err.write_all(&self.0))
+                .and_then(|()| err.write_all(line.as_bytes()))
                 .and_then(|()| err.write_all(shown.as_bytes()))
         };
         let _ = err.flush();

@@ -1,7 +1,8 @@
 //! The HTTP API of `sluice run`: every route, with and without the bearer
 //! token, held against openapi.json; pause and resume; the dead letter
 //! routes against a real webhook receiver; `/ready` following a required
-//! sink's outage; and `sluice status`.
+//! sink's outage; `sluice status`; and what keeps other web pages from
+//! driving an API without a token.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::api::{api_addr, assert_documented, call, get};
+use common::api::{api_addr, assert_documented, call, get, raw};
 use common::receiver::{Receiver, Reply};
 use common::*;
 use serde_json::Value;
@@ -182,6 +183,126 @@ fn every_route_answers_as_its_openapi_document_says_and_needs_the_token() {
 }
 
 #[test]
+fn without_a_token_the_api_refuses_what_other_web_pages_could_send() {
+    let doc = openapi();
+    let dir = tempfile::tempdir().unwrap();
+    let sinks = "      - { type: file, config: { id: local, path: out.jsonl } }\n";
+    let config = write_config(dir.path(), &generator_pipeline("open", 200, sinks, ""));
+    let _sluice = spawn_with_env(
+        &["run", "-c", config.to_str().unwrap(), "--api-allowed-hosts", "sluice.test,proxy.test:443"],
+        dir.path(),
+        &[],
+    );
+    let addr = api_addr(dir.path());
+    let port = addr.rsplit_once(':').unwrap().1;
+    let host = |h: &str| format!("Host: {h}");
+
+    // DNS rebinding: a page on a name that now resolves to 127.0.0.1.
+    let rebound = raw(&addr, "GET", "/pipelines", &[&host(&format!("rebound.example:{port}"))], "");
+    assert_eq!(rebound.status, 421, "{}", rebound.body);
+    assert!(rebound.json()["error"].as_str().unwrap().contains("--api-allowed-hosts"), "{}", rebound.body);
+    assert_documented(&doc, "/pipelines", "GET", &rebound);
+    assert_eq!(raw(&addr, "GET", "/health", &[&host("rebound.example")], "").status, 421);
+    assert_eq!(raw(&addr, "GET", "/pipelines", &[], "").status, 421, "no Host at all");
+    for allowed in [addr.clone(), format!("localhost:{port}"), "sluice.test".into(), "proxy.test:443".into()] {
+        let served = raw(&addr, "GET", "/pipelines", &[&host(&allowed)], "");
+        assert_eq!(served.status, 200, "Host {allowed}: {}", served.body);
+    }
+
+    // A "simple" cross-origin request: text/plain needs no preflight.
+    let plain = raw(
+        &addr,
+        "POST",
+        "/pipelines/open/pause",
+        &[&host(&addr), "Content-Type: text/plain", "Origin: http://evil.example"],
+        "{}",
+    );
+    assert_eq!(plain.status, 403, "{}", plain.body);
+    assert_documented(&doc, "/pipelines/{name}/pause", "POST", &plain);
+    let plain = raw(&addr, "POST", "/pipelines/open/pause", &[&host(&addr), "Content-Type: text/plain"], "{}");
+    assert_eq!(plain.status, 415, "{}", plain.body);
+    assert_documented(&doc, "/pipelines/{name}/pause", "POST", &plain);
+    let bare = raw(&addr, "DELETE", "/dlq/some-key", &[&host(&addr)], "");
+    assert_eq!(bare.status, 415, "{}", bare.body);
+    assert_documented(&doc, "/dlq/{key}", "DELETE", &bare);
+    let foreign = raw(
+        &addr,
+        "POST",
+        "/pipelines/open/pause",
+        &[&host(&addr), "Content-Type: application/json", "Origin: http://evil.example"],
+        "",
+    );
+    assert_eq!(foreign.status, 403, "{}", foreign.body);
+    assert!(foreign.json()["error"].as_str().unwrap().contains("evil.example"), "{}", foreign.body);
+    let null_origin = raw(
+        &addr,
+        "POST",
+        "/pipelines/open/pause",
+        &[&host(&addr), "Content-Type: application/json", "Origin: null"],
+        "",
+    );
+    assert_eq!(null_origin.status, 403, "{}", null_origin.body);
+    assert_eq!(get(&addr, "/pipelines/open", None).json()["state"], "running", "nothing refused took effect");
+
+    // The API's own origin, as its dashboard page would send it.
+    let own = raw(
+        &addr,
+        "POST",
+        "/pipelines/open/pause",
+        &[&host(&addr), "Content-Type: application/json; charset=utf-8", &format!("Origin: http://{addr}")],
+        "",
+    );
+    assert_eq!(own.status, 200, "{}", own.body);
+    assert_documented(&doc, "/pipelines/{name}/pause", "POST", &own);
+    assert_eq!(get(&addr, "/pipelines/open", None).json()["state"], "paused");
+    let proxied = raw(
+        &addr,
+        "POST",
+        "/pipelines/open/resume",
+        &[&host("proxy.test:443"), "Content-Type: application/json", "Origin: https://proxy.test:443"],
+        "",
+    );
+    assert_eq!(proxied.status, 200, "{}", proxied.body);
+    assert_eq!(get(&addr, "/pipelines/open", None).json()["state"], "running");
+
+    let status = sluice().args(["status", "--api-addr", &addr]).output().unwrap();
+    assert!(status.status.success(), "{}", stderr(&status));
+    assert!(String::from_utf8_lossy(&status.stdout).contains("pipeline open (running)"));
+}
+
+#[test]
+fn a_malformed_allowed_host_is_refused_before_anything_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &generator_to_file(10, 1, None, "out.jsonl"));
+    let output = run(&["run", "-c", config.to_str().unwrap(), "--api-allowed-hosts", "http://x.test/"], dir.path());
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("--api-allowed-hosts"), "{}", stderr(&output));
+    assert!(!dir.path().join("sluice-data").exists(), "no data dir was created");
+}
+
+#[test]
+fn the_bearer_scheme_is_case_insensitive_and_the_query_token_is_decoded() {
+    let token = "t0k+en/with=&%?";
+    let encoded = "t0k%2Ben%2Fwith%3D%26%25%3F";
+    let dir = tempfile::tempdir().unwrap();
+    let sinks = "      - { type: file, config: { id: local, path: out.jsonl } }\n";
+    let config = write_config(dir.path(), &generator_pipeline("auth", 100, sinks, ""));
+    let _sluice = spawn_with_env(&["run", "-c", config.to_str().unwrap()], dir.path(), &[("SLUICE_API_TOKEN", token)]);
+    let addr = api_addr(dir.path());
+    let host = format!("Host: {addr}");
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let answer = raw(&addr, "GET", "/pipelines", &[&host, &format!("Authorization: {scheme} {token}")], "");
+        assert_eq!(answer.status, 200, "scheme {scheme}: {}", answer.body);
+    }
+    assert_eq!(raw(&addr, "GET", "/pipelines", &[&host, &format!("Authorization: Basic {token}")], "").status, 401);
+    let query = get(&addr, &format!("/pipelines?access_token={encoded}"), None);
+    assert_eq!(query.status, 200, "the percent-encoded token in the query: {}", query.body);
+    assert_eq!(get(&addr, "/pipelines?access_token=t0k%2Ben", None).status, 401);
+    let event = common::api::first_event(&addr, &format!("/events?access_token={encoded}"), None);
+    assert!(event["pipelines"].is_array(), "the dashboard's event stream, with the token as it encodes it");
+}
+
+#[test]
 fn ready_fails_while_a_required_sink_keeps_failing_and_recovers_with_it() {
     let (receiver, down) = Receiver::switchable(false);
     let dir = tempfile::tempdir().unwrap();
@@ -220,6 +341,7 @@ fn a_taken_api_port_is_a_clear_error_before_anything_runs() {
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains(&format!("--api-addr {addr}: cannot listen")), "{}", stderr(&output));
     assert!(!dir.path().join("out.jsonl").exists(), "nothing ran");
+    assert!(!dir.path().join("sluice-data").exists(), "the address is checked before the data dir is created");
     let off = run(&["run", "-c", config.to_str().unwrap(), "--api-addr", "off"], dir.path());
     assert!(off.status.success(), "{}", stderr(&off));
 }
@@ -280,4 +402,36 @@ fn replay_filtering_is_counted_as_duplicates_avoided() {
     let positions: Vec<&str> = events.iter().map(|e| e["position"].as_str().unwrap()).collect();
     let unique: std::collections::BTreeSet<&str> = positions.iter().copied().collect();
     assert_eq!(unique.len(), positions.len(), "the file holds no event twice");
+}
+
+#[test]
+fn passwords_in_sink_urls_reach_neither_the_log_nor_last_error() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let (http_pw, nats_pw) = ("hTTp-pw-8c1e", "nAts-pw-42f7");
+    let dir = tempfile::tempdir().unwrap();
+    let sinks = format!(
+        "      - {{ type: file, config: {{ id: local, path: out.jsonl }} }}\n      - {{ type: http, config: {{ id: hook, url: \"http://user:{http_pw}@127.0.0.1:{port}/hook\", required: false, max_attempts: 1 }} }}\n      - {{ type: nats, config: {{ id: bus, url: \"nats://user:{nats_pw}@127.0.0.1:{port}\", stream: never, required: false, timeout_secs: 2 }} }}\n"
+    );
+    let config = write_config(dir.path(), &generator_pipeline("secrets", 200, &sinks, ""));
+    let sluice = spawn_with_env(&["run", "-c", config.to_str().unwrap()], dir.path(), &[("RUST_LOG", "debug")]);
+    let addr = api_addr(dir.path());
+    let mut view = Value::Null;
+    wait_until(Duration::from_secs(60), "both optional sinks to report an error", || {
+        view = get(&addr, "/pipelines", None).json();
+        view["pipelines"][0]["sinks"].as_array().unwrap()[1..].iter().all(|s| s["last_error"].is_object())
+    });
+    let shown = view.to_string();
+    for secret in [http_pw, nats_pw] {
+        assert!(!shown.contains(secret), "GET /pipelines shows the password {secret}: {shown}");
+    }
+    let hook_error = view["pipelines"][0]["sinks"][1]["last_error"]["message"].as_str().unwrap();
+    assert!(hook_error.contains("user:***@127.0.0.1"), "the URL stays readable: {hook_error}");
+    assert!(sluice.terminate().success());
+    let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap();
+    assert!(log.contains("user:***@127.0.0.1"), "the log names the URL, masked");
+    for secret in [http_pw, nats_pw] {
+        assert!(!log.contains(secret), "the log shows the password {secret}");
+    }
 }

@@ -56,10 +56,34 @@ fn bad_input_exits_2_names_the_field_and_writes_nothing() {
             "pipelines[0].commit_policy.quorum",
         ),
         (good.replace("out/orders.jsonl", "blocker/orders.jsonl"), "pipelines[0].sinks[0].config.path"),
+        // Two names of one file, as issue 17 found them.
+        (
+            good.replace("path: out/orders.jsonl", "path: out/x.jsonl").replace(
+                "    batch:",
+                "      - type: file\n        config: { id: again, path: ./out/x.jsonl }\n    batch:",
+            ),
+            "sink \"again\" of pipeline \"orders\" writes the file out/x.jsonl, which sink \"local\" of pipeline \"orders\" writes too",
+        ),
+        (
+            good.replace("batch: { max_events: 500", "batch: { max_inflight: 18446744073709551615, max_events: 500"),
+            "pipelines[0].batch.max_inflight: 18446744073709551615 is outside 1..=1024",
+        ),
+        // A folder that cannot be written is refused before anything is.
+        (good.replace("out/orders.jsonl", "locked/orders.jsonl"), "locked is read-only"),
+        (
+            good.replace(
+                "    batch:",
+                "      - type: s3\n        config: { id: lake, local: locked/lake, format: jsonl }\n    batch:",
+            ),
+            "pipelines[0].sinks[1].config.local",
+        ),
     ];
     for (text, expected) in cases {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("blocker"), "a file, not a folder").unwrap();
+        let locked = dir.path().join("locked");
+        std::fs::create_dir(&locked).unwrap();
+        std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
         let config = write_config(dir.path(), &text);
         for command in ["run", "validate"] {
             let output = run(&[command, "-c", config.to_str().unwrap()], dir.path());
@@ -70,7 +94,52 @@ fn bad_input_exits_2_names_the_field_and_writes_nothing() {
         }
         assert!(!dir.path().join("sluice-data").exists(), "no store created for {expected}");
         assert!(!dir.path().join("out").exists(), "no output created for {expected}");
+        assert_eq!(std::fs::read_dir(&locked).unwrap().count(), 0, "nothing written in the read-only folder");
     }
+}
+
+#[test]
+fn one_file_named_absolutely_and_relatively_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let absolute = dir.path().join("out/x.jsonl");
+    let text = generator_to_file(10, 1, None, "out/x.jsonl").replace(
+        "    batch:",
+        &format!("      - type: file\n        config: {{ id: again, path: \"{}\" }}\n    batch:", absolute.display()),
+    );
+    let config = write_config(dir.path(), &text);
+    for command in ["validate", "run"] {
+        let output = run(&[command, "-c", config.to_str().unwrap()], dir.path());
+        let message = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{command}: {message}");
+        assert!(
+            message.contains("sink \"again\" of pipeline \"orders\"") && message.contains("writes too"),
+            "{message}"
+        );
+    }
+    assert!(!dir.path().join("out").exists() && !dir.path().join("sluice-data").exists(), "nothing was written");
+}
+
+#[test]
+fn one_sigterm_stops_a_run_whose_kafka_brokers_are_malformed() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = generator_to_file(1_000_000, 1, Some(100), "out.jsonl").replace(
+        "    batch:",
+        "      - type: kafka\n        config: { id: bus, brokers: \"127.0.0.1:1,,bad::host\", topic: never, timeout_secs: 30 }\n    batch:",
+    );
+    let config = write_config(dir.path(), &text);
+    let sluice = spawn(&["run", "-c", config.to_str().unwrap(), "--api-addr", "off"], dir.path());
+    wait_until(std::time::Duration::from_secs(60), "the kafka sink to be connecting", || {
+        std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default().contains("pipeline starting")
+    });
+    // The sink's broker calls block without logging anything to wait on;
+    // a moment puts the signal inside them rather than before them.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let sent = std::time::Instant::now();
+    let status = sluice.terminate();
+    let took = sent.elapsed();
+    let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+    assert!(took < std::time::Duration::from_secs(5), "SIGTERM took {took:?} to stop sluice:\n{log}");
+    assert!(status.code().is_some(), "exited, not killed: {status:?}\n{log}");
 }
 
 #[test]

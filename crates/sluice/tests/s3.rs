@@ -190,3 +190,40 @@ mod arrow_schema_check {
         }
     }
 }
+
+#[test]
+fn a_wrong_secret_key_stops_a_required_s3_sink_with_a_hint_instead_of_retrying() {
+    let prefix = unique("wrongkey");
+    let dir = tempfile::tempdir().unwrap();
+    let target = s3_target().replace(
+        &format!("secret_access_key: {}", env("SLUICE_TEST_S3_SECRET_KEY")),
+        "secret_access_key: not-the-secret",
+    );
+    let sinks = format!("      - {{ type: s3, config: {{ id: lake, {target}, prefix: {prefix}, format: jsonl }} }}\n");
+    let config = write_config(dir.path(), &generator_pipeline(&prefix, 5, 1000, &sinks));
+    // Spawned, not run to the end: before the fix it retried for ever.
+    let mut child = sluice()
+        .args(["run", "-c", config.to_str().unwrap(), "--api-addr", "off"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut exited = None;
+    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_until(Duration::from_secs(60), "sluice to stop on the refused credentials", || {
+            exited = child.try_wait().unwrap();
+            exited.is_some()
+        })
+    }));
+    if waited.is_err() {
+        let _ = child.kill();
+    }
+    let output = child.wait_with_output().unwrap();
+    let text = stderr(&output);
+    assert!(waited.is_ok(), "still retrying after 60 s: {text}");
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("hint:") && text.contains("secret_access_key"), "{text}");
+    assert!(!text.contains("not-the-secret"), "the secret is not printed: {text}");
+    assert!(s3_files(&prefix).is_empty(), "nothing was written");
+}

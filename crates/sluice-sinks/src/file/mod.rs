@@ -13,33 +13,56 @@ mod sink;
 pub use sink::FileSink;
 
 /// Whether `path` could be created, checked without writing anything: the
-/// nearest existing ancestor must be a directory, and the path itself must
-/// not be one.
+/// path must not be a directory or a read-only file, and the nearest
+/// existing ancestor must be a directory this process may write.
 pub fn preflight(path: &std::path::Path) -> Result<(), String> {
     if path.is_dir() {
         return Err(format!("{} is a directory; point path at a file inside it", path.display()));
     }
-    let mut ancestor = path.parent();
+    if std::fs::metadata(path).is_ok() && !writable(path) {
+        return Err(format!("{} is read-only; make it writable or choose another path", path.display()));
+    }
+    writable_folder(path.parent().unwrap_or(std::path::Path::new("")), path)
+}
+
+/// Whether files could be created in `dir` (made on demand): its nearest
+/// existing ancestor, the working dir for a relative path, must be a
+/// directory this process may write. `target` names what is checked.
+pub fn writable_folder(dir: &std::path::Path, target: &std::path::Path) -> Result<(), String> {
+    let mut ancestor = Some(dir);
     while let Some(dir) = ancestor {
-        if dir.as_os_str().is_empty() {
-            return Ok(());
-        }
-        match std::fs::metadata(dir) {
+        let shown = if dir.as_os_str().is_empty() { std::path::Path::new(".") } else { dir };
+        match std::fs::metadata(shown) {
             Ok(meta) if meta.is_dir() => {
-                if meta.permissions().readonly() {
-                    return Err(format!("{} is read-only; choose a writable location", dir.display()));
+                if !writable(shown) {
+                    return Err(format!(
+                        "{} cannot be written because {} is read-only; make it writable or choose a writable location",
+                        target.display(),
+                        shown.display()
+                    ));
                 }
                 return Ok(());
             }
             Ok(_) => {
                 return Err(format!(
                     "{} cannot be created because {} is not a directory; choose another path",
-                    path.display(),
-                    dir.display()
+                    target.display(),
+                    shown.display()
                 ));
             }
             Err(_) => ancestor = dir.parent(),
         }
     }
     Ok(())
+}
+
+/// Read-only by its mode bits (which refuse even root, for whom the
+/// kernel would allow the write), or for this process (another owner, a
+/// read-only mount), as `access(2)` answers it; a folder also needs
+/// search permission for a file to be created in it.
+fn writable(path: &std::path::Path) -> bool {
+    use rustix::fs::{Access, access};
+    let by_mode = std::fs::metadata(path).is_ok_and(|meta| !meta.permissions().readonly());
+    let needed = if path.is_dir() { Access::WRITE_OK | Access::EXEC_OK } else { Access::WRITE_OK };
+    by_mode && access(path, needed).is_ok()
 }

@@ -238,6 +238,7 @@ impl Sink for ObjectSink {
         if self.target.is_none() {
             self.target = Some(Target::new(&self.config)?);
         }
+        self.target()?.check_access(&self.config.prefix).await?;
         self.target()?.abort_leftover(&self.staging).await?;
         self.settle_in_doubt().await?;
         match std::fs::read_dir(&self.staging) {

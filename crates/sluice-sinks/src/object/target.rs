@@ -157,6 +157,27 @@ impl Target {
         }
     }
 
+    /// Asks the server for one object under `prefix`, so that refused
+    /// credentials stop the sink with a hint at once. The sink's first
+    /// real request is a listing, and object_store reports a refused
+    /// listing as `Generic` (its status-carrying error type is private),
+    /// which cannot be told from a passing outage; a HEAD is reported by
+    /// status: `PermissionDenied` for 403, `Unauthenticated` for 401.
+    pub async fn check_access(&self, prefix: &str) -> Result<(), SinkError> {
+        let Target::S3 { store, .. } = self else { return Ok(()) };
+        let prefix = prefix.trim_end_matches('/');
+        let probe = if prefix.is_empty() {
+            ".sluice-access-check".to_string()
+        } else {
+            format!("{prefix}/.sluice-access-check")
+        };
+        let location = self.key(&probe)?;
+        match store.head(&location).await {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.error("checking access with a HEAD of", &probe, e)),
+        }
+    }
+
     /// Aborts the multipart upload a crash left in flight, if any.
     pub async fn abort_leftover(&self, staging: &Path) -> Result<(), SinkError> {
         let Target::S3 { store, .. } = self else { return Ok(()) };
@@ -196,21 +217,27 @@ impl Target {
             }
             cause = inner.source();
         }
-        match &e {
-            object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. } => {
-                SinkError::permanent(
-                    detail,
-                    "another writer created this file: two pipelines (or sinks) write the same prefix; give each its own",
-                )
-            }
-            object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
-                SinkError::permanent(detail, "check the credentials and the bucket policy")
-            }
-            object_store::Error::NotFound { .. } => {
-                SinkError::permanent(detail, "check that the bucket exists and the endpoint is right")
-            }
-            _ => SinkError::transient(detail),
+        classify(&e, detail)
+    }
+}
+
+/// The sink's error table: which object_store errors retrying can fix.
+fn classify(e: &object_store::Error, detail: String) -> SinkError {
+    match e {
+        object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. } => SinkError::permanent(
+            detail,
+            "another writer created this file: two pipelines (or sinks) write the same prefix; give each its own",
+        ),
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
+            SinkError::permanent(
+                detail,
+                "the server refused the credentials or the request (HTTP 401/403); retrying cannot fix that: check access_key_id and secret_access_key (or the AWS_* environment variables), the region, and the bucket policy",
+            )
         }
+        object_store::Error::NotFound { .. } => {
+            SinkError::permanent(detail, "check that the bucket exists and the endpoint is right")
+        }
+        _ => SinkError::transient(detail),
     }
 }
 
@@ -233,4 +260,31 @@ fn record_upload(staging: &Path, key: &str, id: &str) -> Result<(), SinkError> {
         file.sync_all()
     };
     write().map_err(|e| SinkError::transient(format!("s3 sink: cannot record the upload in {}: {e}", marker.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source() -> Box<dyn std::error::Error + Send + Sync> {
+        "refused".into()
+    }
+
+    #[test]
+    fn refused_credentials_are_permanent_with_a_hint() {
+        let path = "k".to_string();
+        for e in [
+            object_store::Error::PermissionDenied { path: path.clone(), source: source() },
+            object_store::Error::Unauthenticated { path: path.clone(), source: source() },
+        ] {
+            match classify(&e, "x".into()) {
+                SinkError::Permanent { hint, .. } => assert!(hint.contains("secret_access_key"), "{hint}"),
+                other => panic!("{e} is retried: {other}"),
+            }
+        }
+        let outage = object_store::Error::Generic { store: "S3", source: source() };
+        assert!(classify(&outage, "x".into()).is_transient());
+        let taken = object_store::Error::AlreadyExists { path, source: source() };
+        assert!(!classify(&taken, "x".into()).is_transient());
+    }
 }

@@ -4,8 +4,10 @@
 //! Every route but `/health` needs the bearer token when
 //! `SLUICE_API_TOKEN` is set. Browsers cannot put a header on a page load
 //! or an `EventSource`, so the token is also taken from the
-//! `access_token` query parameter (RFC 6750, section 2.3).
+//! `access_token` query parameter (RFC 6750, section 2.3). Token or not,
+//! [`guard`] refuses requests that other web pages could make.
 
+mod guard;
 mod metrics;
 mod routes;
 
@@ -23,6 +25,7 @@ use sluice_store::EmbeddedStore;
 use tokio::net::TcpListener;
 use tracing::{error, info};
 
+pub use self::guard::AllowedHosts;
 pub use self::metrics::install as install_metrics;
 
 /// The environment variable that holds the API's bearer token.
@@ -43,26 +46,40 @@ impl Api {
     }
 }
 
-/// Binds the API's address; a failure is bad input, reported before any
-/// pipeline starts.
-pub async fn bind(addr: &str) -> Result<TcpListener, anyhow::Error> {
+/// Binds the API's address; a failure is bad input, reported before the
+/// data dir is opened or any pipeline starts. Blocking, so it can run
+/// before the async runtime exists.
+pub fn bind(addr: &str) -> Result<std::net::TcpListener, anyhow::Error> {
     let parsed: SocketAddr = addr
         .parse()
         .map_err(|e| anyhow!("--api-addr {addr:?}: {e}; hint: give an address and port like 127.0.0.1:8080"))?;
-    TcpListener::bind(parsed).await.map_err(|e| {
+    let cannot_listen = |e: std::io::Error| {
         anyhow!(
             "--api-addr {addr}: cannot listen: {e}; hint: pick a free port, or `--api-addr off` to run without the API"
         )
-    })
+    };
+    let listener = std::net::TcpListener::bind(parsed).map_err(cannot_listen)?;
+    listener.set_nonblocking(true).map_err(cannot_listen)?;
+    Ok(listener)
 }
 
-/// Serves the API on `listener` until the process ends.
-pub fn serve(listener: TcpListener, api: Arc<Api>) -> tokio::task::JoinHandle<()> {
-    if let Ok(addr) = listener.local_addr() {
-        info!(%addr, auth = api.token.is_some(), "HTTP API listening");
-    }
-    let app =
-        routes::router().layer(axum::middleware::from_fn_with_state(api.clone(), authorize)).with_state(api.clone());
+/// Serves the API on `listener` until the process ends; `hosts` are the
+/// names it answers to besides its address.
+pub fn serve(
+    listener: std::net::TcpListener,
+    hosts: AllowedHosts,
+    api: Arc<Api>,
+) -> Result<tokio::task::JoinHandle<()>, anyhow::Error> {
+    let addr = listener.local_addr().map_err(|e| anyhow!("the API's listener has no address: {e}"))?;
+    let listener = TcpListener::from_std(listener).map_err(|e| anyhow!("--api-addr {addr}: cannot listen: {e}"))?;
+    info!(%addr, auth = api.token.is_some(), "HTTP API listening");
+    let guard = Arc::new(guard::Guard::new(addr, hosts));
+    // The outer layer runs first: requests other pages could forge are
+    // refused before the token is even looked at.
+    let app = routes::router()
+        .layer(axum::middleware::from_fn_with_state(api.clone(), authorize))
+        .layer(axum::middleware::from_fn_with_state(guard, guard::check))
+        .with_state(api.clone());
     let upkeep = api.metrics.clone();
     tokio::spawn(async move {
         // The exporter drains histogram samples only on upkeep; without
@@ -73,11 +90,11 @@ pub fn serve(listener: TcpListener, api: Arc<Api>) -> tokio::task::JoinHandle<()
             upkeep.run_upkeep();
         }
     });
-    tokio::spawn(async move {
+    Ok(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             error!(error = %e, "HTTP API stopped");
         }
-    })
+    }))
 }
 
 async fn authorize(State(api): State<Arc<Api>>, request: Request, next: Next) -> Response {
@@ -85,14 +102,8 @@ async fn authorize(State(api): State<Arc<Api>>, request: Request, next: Next) ->
     if request.uri().path() == "/health" {
         return next.run(request).await;
     }
-    let from_header = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let from_query =
-        request.uri().query().and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("access_token=")));
-    let given = from_header.or(from_query);
+    let from_header = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer);
+    let given = from_header.map(str::to_string).or_else(|| query_token(request.uri()));
     if given.is_some_and(|given| constant_time_eq(given.as_bytes(), token.as_bytes())) {
         return next.run(request).await;
     }
@@ -105,8 +116,46 @@ async fn authorize(State(api): State<Arc<Api>>, request: Request, next: Next) ->
     response
 }
 
+/// The token of an `Authorization: Bearer <token>` value; the scheme name
+/// is case-insensitive (RFC 7235, section 2.1).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// The `access_token` query parameter, decoded as the form encoding RFC
+/// 6750 (section 2.3) prescribes, so a token with `+`, `/` or `=` works
+/// when a client (the dashboard's `encodeURIComponent`) encodes it.
+fn query_token(uri: &axum::http::Uri) -> Option<String> {
+    let axum::extract::Query(pairs) = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri).ok()?;
+    pairs.into_iter().find_map(|(name, value)| (name == "access_token").then_some(value))
+}
+
 /// Compares without stopping at the first difference, so response times
 /// do not reveal how much of a guess was right.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for value in ["Bearer abc", "bearer abc", "BEARER abc", "  bEaReR   abc "] {
+            assert_eq!(bearer(value), Some("abc"), "{value}");
+        }
+        assert_eq!(bearer("Basic abc"), None);
+        assert_eq!(bearer("Bearerabc"), None);
+    }
+
+    #[test]
+    fn the_query_token_is_percent_decoded() {
+        let uri: axum::http::Uri = "/events?x=1&access_token=a%2Bb%2Fc%3D%26d+e".parse().unwrap();
+        assert_eq!(query_token(&uri).as_deref(), Some("a+b/c=&d e"));
+        let plain: axum::http::Uri = "/?access_token=plain".parse().unwrap();
+        assert_eq!(query_token(&plain).as_deref(), Some("plain"));
+        assert_eq!(query_token(&"/?other=1".parse().unwrap()), None);
+    }
 }

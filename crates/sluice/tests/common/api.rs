@@ -49,17 +49,28 @@ impl Answer {
     }
 }
 
-/// One request; `token` goes in the Authorization header.
+/// One request; `token` goes in the Authorization header. State-changing
+/// methods say `Content-Type: application/json`, as the API demands.
 pub fn call(addr: &str, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> Answer {
+    let mut headers = vec![format!("Host: {addr}")];
+    if let Some(token) = token {
+        headers.push(format!("Authorization: Bearer {token}"));
+    }
+    if matches!(method, "POST" | "PUT" | "PATCH" | "DELETE") {
+        headers.push("Content-Type: application/json".to_string());
+    }
+    let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+    raw(addr, method, path, &headers, body.unwrap_or(""))
+}
+
+/// One request with exactly these header lines (`Name: value`, no
+/// `Host` unless given) and body.
+pub fn raw(addr: &str, method: &str, path: &str, headers: &[&str], body: &str) -> Answer {
     let mut stream = TcpStream::connect(addr).expect("connect to the API");
     stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    if let Some(token) = token {
-        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
-    }
-    let body = body.unwrap_or("");
-    if !body.is_empty() {
-        request.push_str("Content-Type: application/json\r\n");
+    let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    for header in headers {
+        request.push_str(&format!("{header}\r\n"));
     }
     request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
     stream.write_all(request.as_bytes()).unwrap();
