@@ -146,9 +146,10 @@ impl ChunkReader for Reader {
                 quote_literal(content)
             )
         };
-        let error = |e| source_error(&format!("incremental snapshot of {}", plan.name), e);
+        let error = |e| source_error(&format!("incremental snapshot of {}", plan.read_name), e);
         conn.simple_query(&mark(low)).await.map_err(error)?;
-        self.read_view = Some(read_view(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; ", &plan.name).await?);
+        self.read_view =
+            Some(read_view(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; ", &plan.read_name).await?);
         let result =
             conn.simple_query(&plan.key_chunk_sql(key, after.as_deref(), self.chunk_size)).await.map_err(error)?;
         conn.simple_query("COMMIT").await.map_err(error)?;
@@ -165,7 +166,7 @@ impl ChunkReader for Reader {
                 op: Op::Read,
                 source_id: self.source_id.clone(),
                 database: self.database.clone(),
-                table: plan.name.clone(),
+                table: plan.event_name.clone(),
                 key: key_row,
                 before: None,
                 after: Some(values),
@@ -187,14 +188,14 @@ impl ChunkReader for Reader {
         let xids: Vec<u32> = tx_ids.iter().filter_map(|tx| tx.parse().ok()).collect();
         let started = Instant::now();
         loop {
-            let view = read_view(conn, "", &plan.name).await?;
+            let view = read_view(conn, "", &plan.read_name).await?;
             if xids.iter().all(|xid| view.sees(*xid)) {
                 return Ok(());
             }
             if started.elapsed() > VISIBLE_WAIT {
                 return Err(SourceError::transient(format!(
                     "incremental snapshot of {}: transactions the stream already delivered are still not visible after {} s",
-                    plan.name,
+                    plan.read_name,
                     VISIBLE_WAIT.as_secs()
                 )));
             }

@@ -14,7 +14,7 @@ use crate::wire::Connection;
 
 pub struct TablePlan {
     /// `schema.table`, as events name it: a partition's root for a partition.
-    pub name: Arc<str>,
+    pub event_name: Arc<str>,
     /// `schema.table` of the table read, which orders the snapshot and
     /// names it in positions: two partitions of one root may hold rows
     /// with keys in any order, so they must not share positions.
@@ -185,7 +185,7 @@ pub async fn plan_table(
     };
     let select_list = columns.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
     Ok(Some(TablePlan {
-        name: format!("{}.{}", relation.namespace, relation.name).into(),
+        event_name: format!("{}.{}", relation.namespace, relation.name).into(),
         read_name: format!("{schema}.{table}").into(),
         from_sql: format!("{}.{}", quote_ident(schema), quote_ident(table)),
         select_list,
