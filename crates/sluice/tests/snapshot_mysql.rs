@@ -262,9 +262,19 @@ fn an_incremental_snapshot_under_writes_never_emits_a_row_older_than_a_change_be
     };
     let asked = run(&["snapshot", "-c", config.to_str().unwrap(), "--table", &format!("{db}.items")], dir.path());
     assert!(asked.status.success(), "{}", stderr(&asked));
-    wait_until(Duration::from_secs(300), "the incremental snapshot", || {
-        std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default().contains("incremental snapshot done")
-    });
+    let log = || std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+    let started = std::time::Instant::now();
+    while !log().contains("incremental snapshot done") {
+        // The log says why, if it never ends.
+        let text = log();
+        let tail: Vec<&str> = text.lines().rev().take(40).collect();
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "no end to the incremental snapshot; log tail (newest first):\n{}",
+            tail.join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     stop_writing.store(true, std::sync::atomic::Ordering::Relaxed);
     assert!(writer.join().unwrap() > 10, "the writer hardly ran");
     marker_after_snapshot(dir.path(), || my_exec(&format!("INSERT INTO {db}.items VALUES (-1, 0, 'marker')")));
