@@ -1,21 +1,17 @@
-//! Pure validation: no I/O. Every error names the field path and the fix.
+//! Pure validation of what is the pipeline's (ids, batch, commit policy,
+//! SLOs, sources); each sink checks its own config (`SinkSettings::validate`).
+//! No I/O. Every error names the field path and the fix.
 
 use std::collections::HashSet;
 
-use crate::error::Invalid;
-use crate::http::HttpSinkConfig;
-use crate::kafka::{KAFKA_MANAGED_SETTINGS, KafkaSinkConfig, check_template, valid_topic};
+use sluice_core::settings::{Invalid, check_id, check_range, check_seconds};
+use sluice_sinks::SinkConfig;
+
 use crate::mysql::{MysqlConfig, MysqlSslMode, MysqlStart};
-use crate::nats::NatsSinkConfig;
-use crate::pipeline::{BatchConfig, CommitPolicy, Config, PipelineConfig, PolicyMode, SinkConfig, SourceConfig};
+use crate::pipeline::{BatchConfig, CommitPolicy, Config, PipelineConfig, PolicyMode, SourceConfig};
 use crate::postgres::{PostgresConfig, SslMode};
-use crate::redis::RedisSinkConfig;
-use crate::s3::{Compression, FileFormat, MIN_S3_PART_SIZE_BYTES, S3SinkConfig};
 use crate::snapshot::{SnapshotConfig, SnapshotMode};
 
-/// The longest id or name. Ids end up in checkpoint keys, file names and
-/// Kafka transactional ids, so they stay short and plain.
-pub const MAX_ID_LEN: usize = 64;
 /// The largest batch in events: far past any throughput gain, and short
 /// of sizes whose buffers would exhaust memory before the first write.
 pub const MAX_BATCH_EVENTS: u64 = 1_000_000;
@@ -53,7 +49,7 @@ pub fn validate(config: &Config) -> Result<(), Invalid> {
         }
         validate_pipeline(&at, pipeline)?;
     }
-    crate::target::shared_target(config, &crate::target::normalize)
+    crate::target::shared_target(config, &sluice_sinks::target::normalize)
 }
 
 fn validate_pipeline(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid> {
@@ -72,7 +68,7 @@ fn validate_pipeline(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid>
                 "give every sink of a pipeline its own id; the id keys its checkpoint",
             ));
         }
-        validate_sink(&sink_at, sink)?;
+        sink.settings().validate(&sink_at)?;
     }
     validate_batch(&format!("{at}.batch"), &pipeline.batch)?;
     validate_policy(&format!("{at}.commit_policy"), &pipeline.commit_policy, &pipeline.sinks)?;
@@ -160,20 +156,6 @@ fn validate_source(at: &str, source: &SourceConfig) -> Result<(), Invalid> {
     }
 }
 
-fn validate_sink(at: &str, sink: &SinkConfig) -> Result<(), Invalid> {
-    match sink {
-        SinkConfig::File(c) if c.path.as_os_str().is_empty() => {
-            Err(Invalid::new(format!("{at}.path"), "the path is empty", "set path to the JSON Lines file to write"))
-        }
-        SinkConfig::Kafka(c) => validate_kafka(at, c),
-        SinkConfig::Redis(c) => validate_redis(at, c),
-        SinkConfig::Nats(c) => validate_nats(at, c),
-        SinkConfig::Http(c) => validate_http(at, c),
-        SinkConfig::S3(c) => validate_s3(at, c),
-        SinkConfig::File(_) | SinkConfig::Stdout(_) => Ok(()),
-    }
-}
-
 fn validate_batch(at: &str, batch: &BatchConfig) -> Result<(), Invalid> {
     check_range(at, "max_events", batch.max_events as u64, 1, MAX_BATCH_EVENTS, "events")?;
     check_range(at, "max_bytes", batch.max_bytes as u64, 1, MAX_BATCH_BYTES, "bytes")?;
@@ -205,18 +187,6 @@ fn validate_policy(at: &str, policy: &CommitPolicy, sinks: &[SinkConfig]) -> Res
         )),
         _ => Ok(()),
     }
-}
-
-fn check_id(field: &str, id: &str) -> Result<(), Invalid> {
-    let plain = id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-    if id.is_empty() || id.len() > MAX_ID_LEN || !plain {
-        return Err(Invalid::new(
-            field,
-            format!("{id:?} is not a valid id"),
-            format!("use 1 to {MAX_ID_LEN} characters from A-Z, a-z, 0-9, '_', '-' and '.'"),
-        ));
-    }
-    Ok(())
 }
 
 fn validate_postgres(at: &str, c: &PostgresConfig) -> Result<(), Invalid> {
@@ -368,232 +338,4 @@ fn validate_mysql(at: &str, c: &MysqlConfig) -> Result<(), Invalid> {
         ));
     }
     check_snapshot(&format!("{at}.snapshot"), &c.snapshot)
-}
-
-fn validate_kafka(at: &str, c: &KafkaSinkConfig) -> Result<(), Invalid> {
-    if c.brokers.trim().is_empty() {
-        return Err(Invalid::new(format!("{at}.brokers"), "is empty", "list the brokers as host:port[,host:port]"));
-    }
-    check_template(&c.topic)
-        .map_err(|problem| Invalid::new(format!("{at}.topic"), problem, "fix the topic template"))?;
-    if let Some(key) = &c.key {
-        check_template(key).map_err(|problem| Invalid::new(format!("{at}.key"), problem, "fix the key template"))?;
-    }
-    if !valid_topic(&c.checkpoint_topic) {
-        return Err(Invalid::new(
-            format!("{at}.checkpoint_topic"),
-            format!("{:?} is not a valid Kafka topic name", c.checkpoint_topic),
-            "use 1 to 249 characters from a-z, A-Z, 0-9, '.', '_' and '-'",
-        ));
-    }
-    if let Some(managed) = c.client_conf.keys().find(|k| KAFKA_MANAGED_SETTINGS.contains(&k.as_str())) {
-        return Err(Invalid::new(
-            format!("{at}.client_conf.{managed}"),
-            "is set by Sluice and may not be overridden",
-            "use brokers, exactly_once, transactional_id or compression instead",
-        ));
-    }
-    check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
-}
-
-fn validate_redis(at: &str, c: &RedisSinkConfig) -> Result<(), Invalid> {
-    if !(c.url.starts_with("redis://") || c.url.starts_with("rediss://")) {
-        return Err(Invalid::new(
-            format!("{at}.url"),
-            format!("{:?} is not a redis:// URL", c.url),
-            "write redis://host:port[/db]",
-        ));
-    }
-    check_template(&c.stream)
-        .map_err(|problem| Invalid::new(format!("{at}.stream"), problem, "fix the stream template"))?;
-    if let Some(maxlen) = c.maxlen {
-        // Redis reads MAXLEN as a signed 64-bit count.
-        check_range(at, "maxlen", maxlen, 1, i64::MAX as u64, "entries (leave it out to keep every entry)")?;
-    }
-    check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
-}
-
-fn validate_nats(at: &str, c: &NatsSinkConfig) -> Result<(), Invalid> {
-    if !c.url.split(',').all(|u| u.trim().starts_with("nats://") || u.trim().starts_with("tls://")) {
-        return Err(Invalid::new(
-            format!("{at}.url"),
-            format!("{:?} is not a nats:// URL list", c.url),
-            "write nats://host:port[,nats://host:port]",
-        ));
-    }
-    check_template(&c.subject)
-        .map_err(|problem| Invalid::new(format!("{at}.subject"), problem, "fix the subject template"))?;
-    let plain = |s: &str| !s.is_empty() && s.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-');
-    if !plain(&c.stream) {
-        return Err(Invalid::new(
-            format!("{at}.stream"),
-            format!("{:?} is not a valid stream name", c.stream),
-            "use A-Z, a-z, 0-9, '_' and '-'",
-        ));
-    }
-    let auth = [c.user.is_some(), !c.token.expose().is_empty(), c.credentials_file.is_some()];
-    if auth.iter().filter(|a| **a).count() > 1 {
-        return Err(Invalid::new(
-            format!("{at}.user"),
-            "more than one way to authenticate is set",
-            "use one of user/password, token, or credentials_file",
-        ));
-    }
-    check_seconds(at, "duplicate_window_secs", c.duplicate_window_secs, 86_400)?;
-    check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
-}
-
-/// A duration setting in whole seconds, from 1 to `max`.
-/// Headers the http sink sets itself; a config may not override them.
-const HTTP_MANAGED_HEADERS: &[&str] = &["content-type", "content-length", "idempotency-key", "host"];
-
-fn validate_http(at: &str, c: &HttpSinkConfig) -> Result<(), Invalid> {
-    let rest = c.url.strip_prefix("http://").or_else(|| c.url.strip_prefix("https://"));
-    if rest.is_none_or(|r| r.is_empty() || r.starts_with('/')) {
-        return Err(Invalid::new(
-            format!("{at}.url"),
-            format!("{:?} is not an http:// or https:// URL", c.url),
-            "write http(s)://host[:port]/path; ${db}, ${table}, ${op} and ${key.<column>} may appear in it",
-        ));
-    }
-    check_template(&c.url).map_err(|problem| Invalid::new(format!("{at}.url"), problem, "fix the URL template"))?;
-    let token =
-        |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-    for (name, value) in &c.headers {
-        if !token(name) {
-            return Err(Invalid::new(
-                format!("{at}.headers.{name}"),
-                "is not a valid header name",
-                "use letters, digits and - only",
-            ));
-        }
-        if HTTP_MANAGED_HEADERS.contains(&name.to_ascii_lowercase().as_str())
-            || name.eq_ignore_ascii_case(&c.signature_header)
-        {
-            return Err(Invalid::new(
-                format!("{at}.headers.{name}"),
-                "is set by the sink itself",
-                "remove it from headers",
-            ));
-        }
-        if value.expose().bytes().any(|b| b == b'\r' || b == b'\n') {
-            return Err(Invalid::new(
-                format!("{at}.headers.{name}"),
-                "the value holds a line break",
-                "remove the line break (check the environment variable it comes from)",
-            ));
-        }
-    }
-    if !token(&c.signature_header) {
-        return Err(Invalid::new(
-            format!("{at}.signature_header"),
-            format!("{:?} is not a valid header name", c.signature_header),
-            "use letters, digits and - only",
-        ));
-    }
-    // Checked in single mode too, where it is unused, so that switching
-    // the mode cannot bring a bad value to life.
-    check_range(at, "batch_max_events", c.batch_max_events as u64, 1, 100_000, "events a request")?;
-    check_range(at, "max_attempts", u64::from(c.max_attempts), 1, 100, "attempts")?;
-    check_range(at, "initial_backoff_ms", c.initial_backoff_ms, 1, 60_000, "milliseconds")?;
-    check_seconds(at, "max_backoff_secs", c.max_backoff_secs, 3600)?;
-    check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
-}
-
-fn validate_s3(at: &str, c: &S3SinkConfig) -> Result<(), Invalid> {
-    match (&c.local, &c.bucket) {
-        (Some(_), Some(_)) | (None, None) => {
-            return Err(Invalid::new(
-                format!("{at}.bucket"),
-                "set exactly one of bucket (S3) and local (a folder)",
-                "write bucket: <name> for S3, or local: <folder> for local disk",
-            ));
-        }
-        (Some(local), None) if local.as_os_str().is_empty() => {
-            return Err(Invalid::new(format!("{at}.local"), "the path is empty", "set local to a folder"));
-        }
-        (None, Some(bucket)) => {
-            let valid = (3..=63).contains(&bucket.len())
-                && bucket.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
-            if !valid {
-                return Err(Invalid::new(
-                    format!("{at}.bucket"),
-                    format!("{bucket:?} is not a valid bucket name"),
-                    "use 3 to 63 characters: a-z, 0-9, '-' and '.'",
-                ));
-            }
-        }
-        _ => {}
-    }
-    if c.local.is_some() {
-        for (field, set) in [
-            ("endpoint", c.endpoint.is_some()),
-            ("region", c.region.is_some()),
-            ("access_key_id", !c.access_key_id.expose().is_empty()),
-            ("secret_access_key", !c.secret_access_key.expose().is_empty()),
-        ] {
-            if set {
-                return Err(Invalid::new(
-                    format!("{at}.{field}"),
-                    "is an S3 setting, but local is set",
-                    format!("remove {field}, or write to S3 with bucket instead of local"),
-                ));
-            }
-        }
-    }
-    if let Some(endpoint) = &c.endpoint
-        && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
-    {
-        return Err(Invalid::new(
-            format!("{at}.endpoint"),
-            format!("{endpoint:?} is not an http:// or https:// URL"),
-            "write http(s)://host[:port]",
-        ));
-    }
-    if c.prefix.starts_with('/') || c.prefix.split('/').any(|part| part == ".." || part == ".") {
-        return Err(Invalid::new(
-            format!("{at}.prefix"),
-            format!("{:?} is not a plain relative key prefix", c.prefix),
-            "write folders separated by '/', without a leading '/', '.' or '..'",
-        ));
-    }
-    let allowed: &[Compression] = match c.format {
-        FileFormat::Parquet => &[Compression::None, Compression::Snappy, Compression::Zstd],
-        FileFormat::Jsonl => &[Compression::None, Compression::Gzip, Compression::Zstd],
-    };
-    if !allowed.contains(&c.compression()) {
-        return Err(Invalid::new(
-            format!("{at}.compression"),
-            format!("{:?} does not apply to {:?} files", c.compression(), c.format),
-            "parquet takes none, snappy or zstd; jsonl takes none, gzip or zstd",
-        ));
-    }
-    // S3 objects end at 5 TiB.
-    check_range(at, "max_file_bytes", c.max_file_bytes, 1024 * 1024, 5 << 40, "bytes (1 MiB to 5 TiB)")?;
-    check_range(at, "max_file_events", c.max_file_events, 1, 1_000_000_000_000, "events")?;
-    if !(MIN_S3_PART_SIZE_BYTES..=5 * 1024 * 1024 * 1024).contains(&c.part_size_bytes) {
-        return Err(Invalid::new(
-            format!("{at}.part_size_bytes"),
-            format!("{} is outside S3's part sizes", c.part_size_bytes),
-            "set part_size_bytes between 5242880 (5 MiB) and 5368709120 (5 GiB)",
-        ));
-    }
-    check_seconds(at, "max_file_age_secs", c.max_file_age_secs, 86_400)?;
-    check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
-}
-
-fn check_seconds(at: &str, field: &str, value: u64, max: u64) -> Result<(), Invalid> {
-    check_range(at, field, value, 1, max, "seconds")
-}
-
-/// A numeric setting within `min..=max`; `unit` ends the hint.
-fn check_range(at: &str, field: &str, value: u64, min: u64, max: u64, unit: &str) -> Result<(), Invalid> {
-    if (min..=max).contains(&value) {
-        return Ok(());
-    }
-    Err(Invalid::new(
-        format!("{at}.{field}"),
-        format!("{value} is outside {min}..={max}"),
-        format!("set {field} between {min} and {max} {unit}"),
-    ))
 }
