@@ -8,6 +8,7 @@ mod mysql;
 mod pipeline;
 mod postgres;
 mod snapshot;
+mod sources;
 mod target;
 mod validate;
 
