@@ -7,7 +7,8 @@
 //! Sources and sinks are `{ type, config }` enums: the walk is repeated
 //! once per variant, so a sink added to the registry is walked too. Each
 //! field must appear in backticks in the section of its source or sink
-//! (`### `kafka``), or, for pipeline settings, in "## A pipeline".
+//! (`### `kafka``), or, for pipeline settings, in "## A pipeline"; and
+//! every sink of the registry has its section and a row in guarantees.md.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -92,6 +93,15 @@ fn every_config_field_is_in_the_configuration_reference() {
         }
     }
     assert!(missing.is_empty(), "docs/configuration.md does not document: {}", missing.join(", "));
+}
+
+#[test]
+fn every_sink_of_the_registry_has_a_section_and_a_guarantee_row() {
+    const GUARANTEES: &str = include_str!("../../../docs/guarantees.md");
+    for (kind, _) in sluice_config::SINK_TYPES {
+        assert!(DOC.contains(&format!("\n### `{kind}`\n")), "docs/configuration.md has no section for sink `{kind}`");
+        assert!(GUARANTEES.contains(&format!("\n| `{kind}`")), "docs/guarantees.md has no row for sink `{kind}`");
+    }
 }
 
 #[test]
