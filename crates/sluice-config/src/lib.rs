@@ -4,35 +4,36 @@
 
 mod error;
 mod expand;
-mod http;
-mod kafka;
 mod mysql;
-mod nats;
 mod pipeline;
 mod postgres;
-mod redis;
-mod s3;
-mod secret;
 mod snapshot;
+mod sources;
 mod target;
 mod validate;
 
 use std::path::{Path, PathBuf};
 
-pub use error::{ConfigError, Invalid};
+pub use error::ConfigError;
 pub use expand::{ExpandError, expand};
-pub use http::*;
-pub use kafka::*;
 pub use mysql::*;
-pub use nats::*;
 pub use pipeline::*;
 pub use postgres::*;
-pub use redis::*;
-pub use s3::*;
-pub use secret::Secret;
+pub use sluice_core::settings::{Invalid, MAX_ID_LEN, Secret, check_template, valid_topic};
+// Sink configs live beside their sinks; they are re-exported here so a
+// config is read from one crate.
+pub use sluice_sinks::http::config::*;
+pub use sluice_sinks::kafka::config::*;
+pub use sluice_sinks::nats::config::*;
+pub use sluice_sinks::object::config::*;
+pub use sluice_sinks::redis::config::*;
+pub use sluice_sinks::target::normalize;
+pub use sluice_sinks::{
+    DEFAULT_REQUIRED, FileSinkConfig, NullSinkConfig, SINK_TYPES, SinkConfig, SinkSettings, StdoutSinkConfig,
+};
 pub use snapshot::*;
-pub use target::{normalize, shared_target};
-pub use validate::{MAX_ID_LEN, validate};
+pub use target::shared_target;
+pub use validate::validate;
 
 /// Whether `text` matches a table pattern: `*` matches any run of
 /// characters; everything else matches itself.

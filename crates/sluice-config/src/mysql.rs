@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use crate::secret::Secret;
+use sluice_core::settings::Secret;
 
 /// MySQL's own default port.
 pub const DEFAULT_MYSQL_PORT: u16 = 3306;

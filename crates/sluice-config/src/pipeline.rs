@@ -1,9 +1,7 @@
 //! The shape of a pipeline config. Each default is one `DEFAULT_*` constant.
 
-use std::path::PathBuf;
-
 use serde::Deserialize;
-use sluice_core::Guarantee;
+use sluice_sinks::SinkConfig;
 
 /// Largest batch in events. Big enough to amortise a sink round trip and a
 /// checkpoint commit, small enough to keep a batch's memory modest.
@@ -21,9 +19,6 @@ pub const DEFAULT_RESPECT_SOURCE_TX: bool = true;
 /// Upper bound on any one sink call (s), so a hung sink cannot stall the
 /// pipeline forever; a call past it is a transient failure and is retried.
 pub const DEFAULT_SINK_BATCH_DEADLINE_SECS: u64 = 60;
-/// Sinks are required unless marked otherwise: a sink someone configured
-/// is assumed to matter until they say it does not.
-pub const DEFAULT_REQUIRED: bool = true;
 /// Rows in each generated transaction.
 pub const DEFAULT_GENERATOR_ROWS_PER_TX: u32 = 10;
 /// The generator's database name in event lineage.
@@ -251,97 +246,4 @@ fn default_tables() -> Vec<String> {
 }
 fn default_generator_database() -> String {
     DEFAULT_GENERATOR_DATABASE.to_string()
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "type", content = "config", rename_all = "snake_case", deny_unknown_fields)]
-pub enum SinkConfig {
-    File(FileSinkConfig),
-    Stdout(StdoutSinkConfig),
-    Kafka(crate::kafka::KafkaSinkConfig),
-    Redis(crate::redis::RedisSinkConfig),
-    Nats(crate::nats::NatsSinkConfig),
-    Http(crate::http::HttpSinkConfig),
-    S3(crate::s3::S3SinkConfig),
-}
-
-impl SinkConfig {
-    pub fn id(&self) -> &str {
-        match self {
-            SinkConfig::File(c) => &c.id,
-            SinkConfig::Stdout(c) => &c.id,
-            SinkConfig::Kafka(c) => &c.id,
-            SinkConfig::Redis(c) => &c.id,
-            SinkConfig::Nats(c) => &c.id,
-            SinkConfig::Http(c) => &c.id,
-            SinkConfig::S3(c) => &c.id,
-        }
-    }
-
-    pub fn required(&self) -> bool {
-        match self {
-            SinkConfig::File(c) => c.required,
-            SinkConfig::Stdout(c) => c.required,
-            SinkConfig::Kafka(c) => c.required,
-            SinkConfig::Redis(c) => c.required,
-            SinkConfig::Nats(c) => c.required,
-            SinkConfig::Http(c) => c.required,
-            SinkConfig::S3(c) => c.required,
-        }
-    }
-
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            SinkConfig::File(_) => "file",
-            SinkConfig::Stdout(_) => "stdout",
-            SinkConfig::Kafka(_) => "kafka",
-            SinkConfig::Redis(_) => "redis",
-            SinkConfig::Nats(_) => "nats",
-            SinkConfig::Http(_) => "http",
-            SinkConfig::S3(_) => "s3",
-        }
-    }
-
-    /// The guarantee the sink declares as configured; the built sink reports
-    /// the same through `Sink::guarantee`.
-    pub fn guarantee(&self) -> Guarantee {
-        match self {
-            SinkConfig::File(_) => Guarantee::ExactlyOnce { condition: None },
-            SinkConfig::Stdout(_) => Guarantee::AtLeastOnce { dedup: "event id" },
-            SinkConfig::Kafka(c) if c.exactly_once => {
-                Guarantee::ExactlyOnce { condition: Some("read_committed consumers") }
-            }
-            SinkConfig::Kafka(_) => Guarantee::AtLeastOnce { dedup: "event id header" },
-            SinkConfig::Redis(_) => Guarantee::ExactlyOnce { condition: Some("standalone Redis") },
-            SinkConfig::Nats(c) if c.exclusive => {
-                Guarantee::ExactlyOnce { condition: Some("stream written only by this sink") }
-            }
-            SinkConfig::Nats(_) => Guarantee::AtLeastOnce { dedup: "server dedup within duplicate_window" },
-            SinkConfig::Http(c) => c.guarantee(),
-            SinkConfig::S3(_) => crate::s3::S3_GUARANTEE,
-        }
-    }
-}
-
-pub(crate) fn default_required() -> bool {
-    DEFAULT_REQUIRED
-}
-
-/// JSON Lines in one local file; the position rides in every line.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileSinkConfig {
-    pub id: String,
-    pub path: PathBuf,
-    #[serde(default = "default_required")]
-    pub required: bool,
-}
-
-/// JSON Lines on standard output, for trying things out.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StdoutSinkConfig {
-    pub id: String,
-    #[serde(default = "default_required")]
-    pub required: bool,
 }

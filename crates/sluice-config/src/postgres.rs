@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::secret::Secret;
+use sluice_core::settings::Secret;
 
 /// PostgreSQL's own default port.
 pub const DEFAULT_POSTGRES_PORT: u16 = 5432;

@@ -11,6 +11,7 @@ pub mod failpoint;
 pub mod guarantee;
 pub mod position;
 pub mod redact;
+pub mod settings;
 pub mod sink;
 pub mod snapshot;
 pub mod source;

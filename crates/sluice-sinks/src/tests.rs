@@ -115,3 +115,33 @@ fn preflight_catches_paths_that_cannot_be_created() {
     assert!(file::preflight(&file).unwrap_err().contains("is read-only"));
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
+
+#[test]
+fn always_built_sinks_report_the_guarantee_their_config_declares() {
+    let dir = tempfile::tempdir().unwrap();
+    let context = SinkContext { pipeline: "p".into(), source_id: "src".into(), data_dir: dir.path().into() };
+    let configs = [
+        SinkConfig::File(FileSinkConfig { id: "f".into(), path: dir.path().join("x.jsonl"), required: true }),
+        SinkConfig::Stdout(StdoutSinkConfig { id: "s".into(), required: true }),
+        SinkConfig::Null(NullSinkConfig { id: "n".into(), required: false }),
+    ];
+    for config in configs {
+        let sink = build(&config, &context).unwrap();
+        assert_eq!(sink.guarantee(), config.guarantee(), "{}", config.type_name());
+        assert_eq!(sink.id(), config.id());
+    }
+}
+
+#[tokio::test]
+async fn the_null_sink_reports_the_last_position_and_keeps_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let context = SinkContext { pipeline: "p".into(), source_id: "src".into(), data_dir: dir.path().into() };
+    let mut sink = build(&SinkConfig::Null(NullSinkConfig { id: "n".into(), required: true }), &context).unwrap();
+    assert_eq!(sink.open().await.unwrap(), None);
+    let events: Vec<Event> = (1..=3).map(|tx| event(tx, 0)).collect();
+    assert_eq!(write(sink.as_mut(), &events).await.unwrap(), Some(Position::Generator { tx: 3, seq: 0 }));
+    assert_eq!(sink.flush().await.unwrap(), Some(Position::Generator { tx: 3, seq: 0 }));
+    // Reopened, it has nothing to report: the coordinator replays from the checkpoint.
+    assert_eq!(sink.open().await.unwrap(), None);
+    assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "the null sink writes nothing");
+}

@@ -7,10 +7,16 @@
 //! last whole line, and the coordinator hands it only later events. So a
 //! kill -9 at any instruction leaves every event in the file exactly once.
 
+mod config;
 mod recover;
 mod sink;
 
+pub use config::FileSinkConfig;
 pub use sink::FileSink;
+
+pub fn build(config: &FileSinkConfig, _context: &crate::SinkContext) -> Box<dyn sluice_core::Sink> {
+    Box::new(FileSink::new(&config.id, &config.path))
+}
 
 /// Whether `path` could be created, checked without writing anything: the
 /// path must not be a directory or a read-only file, and the nearest

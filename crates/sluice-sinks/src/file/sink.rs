@@ -77,7 +77,7 @@ impl Sink for FileSink {
     }
 
     fn guarantee(&self) -> Guarantee {
-        Guarantee::ExactlyOnce { condition: None }
+        super::FileSinkConfig::GUARANTEE
     }
 
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {

@@ -23,7 +23,17 @@
 //!   In batch mode the request's events are sent again one by one first, so
 //!   only the event the receiver refuses is set aside.
 
+pub mod config;
+#[cfg(feature = "http")]
 mod request;
+#[cfg(feature = "http")]
 mod sink;
 
+pub use config::*;
+#[cfg(feature = "http")]
 pub use sink::HttpSink;
+
+#[cfg(feature = "http")]
+pub fn build(config: &HttpSinkConfig, _context: &crate::SinkContext) -> Box<dyn sluice_core::Sink> {
+    Box::new(HttpSink::new(config.clone()))
+}

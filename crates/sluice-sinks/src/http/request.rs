@@ -5,9 +5,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use ring::hmac;
-use sluice_config::{HttpMethod, HttpSinkConfig};
 use sluice_core::SinkError;
 use tracing::warn;
+
+use super::{HttpMethod, HttpSinkConfig};
 
 /// The part of an error response kept for the message.
 const ERROR_BODY_LIMIT: usize = 512;

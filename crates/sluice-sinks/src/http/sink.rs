@@ -1,8 +1,9 @@
 use async_trait::async_trait;
-use sluice_config::{HttpMode, HttpSinkConfig};
 use sluice_core::{Envelope, Event, EventChunks, Guarantee, Position, Sink, SinkError};
 
 use super::request::{Answer, Requester};
+use super::{HttpMode, HttpSinkConfig};
+use crate::registry::SinkSettings;
 use crate::template::{Template, percent_encode};
 
 pub struct HttpSink {

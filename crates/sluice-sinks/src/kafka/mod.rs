@@ -15,8 +15,19 @@
 //! stable per pipeline and sink; a second instance fences the first, which
 //! stops with an error rather than fight.
 
+#[cfg(feature = "kafka")]
 mod checkpoint;
+pub mod config;
+#[cfg(feature = "kafka")]
 mod error;
+#[cfg(feature = "kafka")]
 mod sink;
 
+pub use config::*;
+#[cfg(feature = "kafka")]
 pub use sink::KafkaSink;
+
+#[cfg(feature = "kafka")]
+pub fn build(config: &KafkaSinkConfig, context: &crate::SinkContext) -> Box<dyn sluice_core::Sink> {
+    Box::new(KafkaSink::new(config.clone(), &context.pipeline, &context.source_id))
+}

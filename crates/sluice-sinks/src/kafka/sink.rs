@@ -7,11 +7,13 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
-use sluice_config::{KafkaSinkConfig, valid_topic};
+use sluice_core::settings::valid_topic;
 use sluice_core::{Envelope, Event, EventChunks, Guarantee, Position, Sink, SinkError, SliceChunks, failpoint};
 
+use super::KafkaSinkConfig;
 use super::checkpoint::{ensure_topic, read_position};
 use super::error::{Class, class_of, per_event};
+use crate::registry::SinkSettings;
 use crate::template::{Template, default_key};
 
 pub struct KafkaSink {
@@ -284,11 +286,7 @@ impl Sink for KafkaSink {
     }
 
     fn guarantee(&self) -> Guarantee {
-        if self.config.exactly_once {
-            Guarantee::ExactlyOnce { condition: Some("read_committed consumers") }
-        } else {
-            Guarantee::AtLeastOnce { dedup: "event id header" }
-        }
+        self.config.guarantee()
     }
 
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {

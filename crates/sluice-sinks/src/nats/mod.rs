@@ -11,6 +11,15 @@
 //! at (`Nats-Expected-Last-Sequence`), so another writer is detected and
 //! stops the pipeline instead of interleaving silently.
 
+pub mod config;
+#[cfg(feature = "nats")]
 mod sink;
 
+pub use config::*;
+#[cfg(feature = "nats")]
 pub use sink::NatsSink;
+
+#[cfg(feature = "nats")]
+pub fn build(config: &NatsSinkConfig, _context: &crate::SinkContext) -> Box<dyn sluice_core::Sink> {
+    Box::new(NatsSink::new(config.clone()))
+}

@@ -6,9 +6,10 @@ use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::{self, Context};
 use async_trait::async_trait;
 use bytes::Bytes;
-use sluice_config::NatsSinkConfig;
 use sluice_core::{Envelope, EventChunks, Guarantee, Position, Sink, SinkError};
 
+use super::NatsSinkConfig;
+use crate::registry::SinkSettings;
 use crate::template::Template;
 
 const POSITION_HEADER: &str = "Sluice-Position";
@@ -79,11 +80,7 @@ impl Sink for NatsSink {
     }
 
     fn guarantee(&self) -> Guarantee {
-        if self.config.exclusive {
-            Guarantee::ExactlyOnce { condition: Some("stream written only by this sink") }
-        } else {
-            Guarantee::AtLeastOnce { dedup: "server dedup within duplicate_window" }
-        }
+        self.config.guarantee()
     }
 
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {

@@ -4,8 +4,9 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use sluice_config::Compression;
 use sluice_core::{Envelope, Event, SinkError};
+
+use super::Compression;
 
 /// Counts what reaches the file, for the size limit.
 struct Counted {

@@ -18,10 +18,23 @@
 //! event in two files. A multipart upload in flight at the crash is
 //! recorded in the staging folder and aborted on the next start.
 
+pub mod config;
+#[cfg(feature = "s3")]
 mod jsonl;
+#[cfg(feature = "s3")]
 mod names;
+#[cfg(feature = "s3")]
 mod parquet;
+#[cfg(feature = "s3")]
 mod sink;
+#[cfg(feature = "s3")]
 mod target;
 
+pub use config::*;
+#[cfg(feature = "s3")]
 pub use sink::ObjectSink;
+
+#[cfg(feature = "s3")]
+pub fn build(config: &S3SinkConfig, context: &crate::SinkContext) -> Box<dyn sluice_core::Sink> {
+    Box::new(ObjectSink::new(config.clone(), &context.pipeline, &context.data_dir))
+}

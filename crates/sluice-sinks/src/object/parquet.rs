@@ -28,9 +28,10 @@ use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression as ParquetCompression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use sluice_config::Compression;
 use sluice_core::time::{parse_iso_date, parse_iso_timestamp};
 use sluice_core::{Event, Op, Row, SinkError, Value};
+
+use super::Compression;
 
 /// Rows per record batch handed to the Parquet writer.
 const BATCH_ROWS: usize = 8192;

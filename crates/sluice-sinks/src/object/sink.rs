@@ -4,10 +4,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use sluice_config::{FileFormat, S3SinkConfig};
 use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError, failpoint};
 
 use super::jsonl::JsonlFile;
+use super::{FileFormat, S3SinkConfig, S3_GUARANTEE};
 use super::names;
 use super::parquet::ParquetFile;
 use super::target::Target;
@@ -82,7 +82,7 @@ impl ObjectSink {
     }
 
     fn extension(&self) -> &'static str {
-        use sluice_config::Compression::*;
+        use super::Compression::*;
         match (self.config.format, self.config.compression()) {
             (FileFormat::Parquet, _) => "parquet",
             (FileFormat::Jsonl, Gzip) => "jsonl.gz",
@@ -224,7 +224,7 @@ impl Sink for ObjectSink {
     }
 
     fn guarantee(&self) -> Guarantee {
-        sluice_config::S3_GUARANTEE
+        S3_GUARANTEE
     }
 
     /// Drops what was staged and not committed, aborts an upload a crash

@@ -11,10 +11,9 @@ use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path as Key;
 use object_store::{ClientOptions, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig};
-use sluice_config::S3SinkConfig;
 use sluice_core::{SinkError, failpoint};
 
-use super::names;
+use super::{DEFAULT_S3_REGION, S3SinkConfig, names};
 
 /// The record of a multipart upload in flight, in the staging folder.
 const UPLOAD_MARKER: &str = "upload-in-flight";
@@ -36,7 +35,7 @@ impl Target {
             .clone()
             .or_else(|| std::env::var("AWS_REGION").ok())
             .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
-            .unwrap_or_else(|| sluice_config::DEFAULT_S3_REGION.to_string());
+            .unwrap_or_else(|| DEFAULT_S3_REGION.to_string());
         builder = builder.with_region(region);
         for (value, set) in [
             (config.access_key_id.expose(), AmazonS3Builder::with_access_key_id as fn(_, _) -> _),

@@ -13,6 +13,15 @@
 //! by Redis; what survives a Redis crash is up to its persistence settings
 //! (`appendonly yes` with `appendfsync always` for no loss).
 
+pub mod config;
+#[cfg(feature = "redis")]
 mod sink;
 
+pub use config::*;
+#[cfg(feature = "redis")]
 pub use sink::RedisSink;
+
+#[cfg(feature = "redis")]
+pub fn build(config: &RedisSinkConfig, context: &crate::SinkContext) -> Box<dyn sluice_core::Sink> {
+    Box::new(RedisSink::new(config.clone(), &context.source_id))
+}

@@ -2,9 +2,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
-use sluice_config::RedisSinkConfig;
 use sluice_core::{Envelope, Event, EventChunks, Guarantee, Position, Sink, SinkError};
 
+use super::RedisSinkConfig;
+use crate::registry::SinkSettings;
 use crate::template::{Template, default_key};
 
 /// KEYS[1] = checkpoint key, KEYS[2..] = streams. ARGV[1] = new checkpoint
@@ -105,7 +106,7 @@ impl Sink for RedisSink {
     }
 
     fn guarantee(&self) -> Guarantee {
-        Guarantee::ExactlyOnce { condition: Some("standalone Redis") }
+        self.config.guarantee()
     }
 
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {

@@ -2,7 +2,14 @@
 
 use std::collections::BTreeMap;
 
+use std::path::{Path, PathBuf};
+
 use serde::Deserialize;
+use sluice_core::Guarantee;
+use sluice_core::settings::{Invalid, check_seconds, check_template, valid_topic};
+
+use crate::registry::SinkSettings;
+use crate::target::{Target, servers};
 
 /// One topic per table: `<database>.<table>`.
 pub const DEFAULT_KAFKA_TOPIC: &str = "${db}.${table}";
@@ -43,7 +50,7 @@ impl KafkaCompression {
 #[serde(deny_unknown_fields)]
 pub struct KafkaSinkConfig {
     pub id: String,
-    #[serde(default = "crate::pipeline::default_required")]
+    #[serde(default = "crate::registry::default_required")]
     pub required: bool,
     /// `host:port[,host:port...]`.
     pub brokers: String,
@@ -80,29 +87,48 @@ fn default_timeout() -> u64 {
     DEFAULT_KAFKA_TIMEOUT_SECS
 }
 
-/// The placeholders a topic or key template may use.
-pub fn check_template(template: &str) -> Result<(), String> {
-    let mut rest = template;
-    while let Some(start) = rest.find("${") {
-        let after = &rest[start + 2..];
-        let end = after.find('}').ok_or_else(|| format!("`${{` without a closing `}}` in {template:?}"))?;
-        let name = &after[..end];
-        let known = matches!(name, "db" | "table" | "op") || name.strip_prefix("key.").is_some_and(|c| !c.is_empty());
-        if !known {
-            return Err(format!(
-                "unknown placeholder ${{{name}}}; use ${{db}}, ${{table}}, ${{op}} or ${{key.<column>}}"
+impl SinkSettings for KafkaSinkConfig {
+    fn guarantee(&self) -> Guarantee {
+        if self.exactly_once {
+            Guarantee::ExactlyOnce { condition: Some("read_committed consumers") }
+        } else {
+            Guarantee::AtLeastOnce { dedup: "event id header" }
+        }
+    }
+
+    fn validate(&self, at: &str) -> Result<(), Invalid> {
+        let c = self;
+        if c.brokers.trim().is_empty() {
+            return Err(Invalid::new(format!("{at}.brokers"), "is empty", "list the brokers as host:port[,host:port]"));
+        }
+        check_template(&c.topic)
+            .map_err(|problem| Invalid::new(format!("{at}.topic"), problem, "fix the topic template"))?;
+        if let Some(key) = &c.key {
+            check_template(key).map_err(|problem| Invalid::new(format!("{at}.key"), problem, "fix the key template"))?;
+        }
+        if !valid_topic(&c.checkpoint_topic) {
+            return Err(Invalid::new(
+                format!("{at}.checkpoint_topic"),
+                format!("{:?} is not a valid Kafka topic name", c.checkpoint_topic),
+                "use 1 to 249 characters from a-z, A-Z, 0-9, '.', '_' and '-'",
             ));
         }
-        rest = &after[end + 1..];
+        if let Some(managed) = c.client_conf.keys().find(|k| KAFKA_MANAGED_SETTINGS.contains(&k.as_str())) {
+            return Err(Invalid::new(
+                format!("{at}.client_conf.{managed}"),
+                "is set by Sluice and may not be overridden",
+                "use brokers, exactly_once, transactional_id or compression instead",
+            ));
+        }
+        check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
     }
-    Ok(())
-}
 
-/// Kafka's rule for topic names.
-pub fn valid_topic(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 249
-        && name != "."
-        && name != ".."
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    fn target(&self, _resolve: &dyn Fn(&Path) -> PathBuf) -> Option<Target> {
+        Some(Target::Named {
+            kind: "Kafka topic",
+            servers: servers(&self.brokers, 9092),
+            name: self.topic.clone(),
+            shared: false,
+        })
+    }
 }

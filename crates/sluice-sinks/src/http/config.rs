@@ -4,8 +4,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Deserialize;
+use sluice_core::Guarantee;
+use sluice_core::settings::{Invalid, check_range, check_seconds, check_template};
 
-use crate::secret::Secret;
+use sluice_core::settings::Secret;
+
+use crate::registry::SinkSettings;
 
 /// Limit on one request, connect to last response byte (s).
 pub const DEFAULT_HTTP_TIMEOUT_SECS: u64 = 10;
@@ -26,7 +30,7 @@ pub const DEFAULT_HTTP_SIGNATURE_HEADER: &str = "X-Sluice-Signature";
 #[serde(deny_unknown_fields)]
 pub struct HttpSinkConfig {
     pub id: String,
-    #[serde(default = "crate::pipeline::default_required")]
+    #[serde(default = "crate::registry::default_required")]
     pub required: bool,
     /// `http(s)://...`; placeholders `${db}`, `${table}`, `${op}`,
     /// `${key.<column>}` are percent-encoded.
@@ -96,13 +100,78 @@ fn default_max_backoff_secs() -> u64 {
     DEFAULT_HTTP_MAX_BACKOFF_SECS
 }
 
-impl HttpSinkConfig {
-    pub fn guarantee(&self) -> sluice_core::Guarantee {
-        sluice_core::Guarantee::AtLeastOnce {
+/// Headers the http sink sets itself; a config may not override them.
+const HTTP_MANAGED_HEADERS: &[&str] = &["content-type", "content-length", "idempotency-key", "host"];
+
+impl SinkSettings for HttpSinkConfig {
+    fn guarantee(&self) -> Guarantee {
+        Guarantee::AtLeastOnce {
             dedup: match self.mode {
                 HttpMode::Single => "Idempotency-Key = event id",
                 HttpMode::Batch => "event id in each array element",
             },
         }
     }
+
+    fn validate(&self, at: &str) -> Result<(), Invalid> {
+        let c = self;
+        let rest = c.url.strip_prefix("http://").or_else(|| c.url.strip_prefix("https://"));
+        if rest.is_none_or(|r| r.is_empty() || r.starts_with('/')) {
+            return Err(Invalid::new(
+                format!("{at}.url"),
+                format!("{:?} is not an http:// or https:// URL", c.url),
+                "write http(s)://host[:port]/path; ${db}, ${table}, ${op} and ${key.<column>} may appear in it",
+            ));
+        }
+        check_template(&c.url).map_err(|problem| Invalid::new(format!("{at}.url"), problem, "fix the URL template"))?;
+        check_headers(at, c)?;
+        // Checked in single mode too, where it is unused, so that switching
+        // the mode cannot bring a bad value to life.
+        check_range(at, "batch_max_events", c.batch_max_events as u64, 1, 100_000, "events a request")?;
+        check_range(at, "max_attempts", u64::from(c.max_attempts), 1, 100, "attempts")?;
+        check_range(at, "initial_backoff_ms", c.initial_backoff_ms, 1, 60_000, "milliseconds")?;
+        check_seconds(at, "max_backoff_secs", c.max_backoff_secs, 3600)?;
+        check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
+    }
+}
+
+/// An HTTP token: what a header name may be made of.
+fn token(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn check_headers(at: &str, c: &HttpSinkConfig) -> Result<(), Invalid> {
+    for (name, value) in &c.headers {
+        if !token(name) {
+            return Err(Invalid::new(
+                format!("{at}.headers.{name}"),
+                "is not a valid header name",
+                "use letters, digits and - only",
+            ));
+        }
+        if HTTP_MANAGED_HEADERS.contains(&name.to_ascii_lowercase().as_str())
+            || name.eq_ignore_ascii_case(&c.signature_header)
+        {
+            return Err(Invalid::new(
+                format!("{at}.headers.{name}"),
+                "is set by the sink itself",
+                "remove it from headers",
+            ));
+        }
+        if value.expose().bytes().any(|b| b == b'\r' || b == b'\n') {
+            return Err(Invalid::new(
+                format!("{at}.headers.{name}"),
+                "the value holds a line break",
+                "remove the line break (check the environment variable it comes from)",
+            ));
+        }
+    }
+    if !token(&c.signature_header) {
+        return Err(Invalid::new(
+            format!("{at}.signature_header"),
+            format!("{:?} is not a valid header name", c.signature_header),
+            "use letters, digits and - only",
+        ));
+    }
+    Ok(())
 }

@@ -1,6 +1,3 @@
-//! The stdout sink: JSON Lines on standard output, for trying things out.
-//! It cannot know what a reader already saw, so it is at-least-once.
-
 use async_trait::async_trait;
 use sluice_core::{EventChunks, Guarantee, Position, Sink, SinkError};
 use tokio::io::AsyncWriteExt;
@@ -25,7 +22,7 @@ impl Sink for StdoutSink {
     }
 
     fn guarantee(&self) -> Guarantee {
-        Guarantee::AtLeastOnce { dedup: "event id" }
+        super::StdoutSinkConfig::GUARANTEE
     }
 
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {

@@ -1,0 +1,51 @@
+//! The `file` sink's config.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use sluice_core::Guarantee;
+use sluice_core::settings::Invalid;
+
+use crate::registry::{SinkSettings, default_required};
+use crate::target::Target;
+
+/// JSON Lines in one local file; the position rides in every line.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSinkConfig {
+    pub id: String,
+    pub path: PathBuf,
+    #[serde(default = "default_required")]
+    pub required: bool,
+}
+
+impl FileSinkConfig {
+    /// The file is its own checkpoint, cut back to its last whole line on
+    /// open, so nothing is held twice or lost.
+    pub const GUARANTEE: Guarantee = Guarantee::ExactlyOnce { condition: None };
+}
+
+impl SinkSettings for FileSinkConfig {
+    fn guarantee(&self) -> Guarantee {
+        Self::GUARANTEE
+    }
+
+    fn validate(&self, at: &str) -> Result<(), Invalid> {
+        if self.path.as_os_str().is_empty() {
+            return Err(Invalid::new(
+                format!("{at}.path"),
+                "the path is empty",
+                "set path to the JSON Lines file to write",
+            ));
+        }
+        Ok(())
+    }
+
+    fn target(&self, resolve: &dyn Fn(&Path) -> PathBuf) -> Option<Target> {
+        Some(Target::File(resolve(&self.path)))
+    }
+
+    fn preflight(&self) -> Result<(), (&'static str, String)> {
+        super::preflight(&self.path).map_err(|problem| ("path", problem))
+    }
+}

@@ -1,0 +1,120 @@
+//! What the sink list in `lib.rs` generates, and what it asks of each
+//! sink's folder.
+//!
+//! A sink's folder `<module>/` provides, always compiled:
+//! - its config struct (serde, `deny_unknown_fields`) with `id: String` and
+//!   `required: bool` fields, re-exported from the folder's root;
+//! - `impl SinkSettings` for that struct: the guarantee it declares (the
+//!   only place it is written; the built sink's `Sink::guarantee` returns
+//!   the same call), its checks, its target and its preflight;
+//!
+//! and, behind the sink's cargo feature when it has one,
+//! `pub fn build(&Config, &SinkContext) -> Box<dyn Sink>`.
+
+use std::path::{Path, PathBuf};
+
+use sluice_core::Guarantee;
+use sluice_core::settings::Invalid;
+
+use crate::target::Target;
+
+/// A sink's config as the registry sees it.
+pub trait SinkSettings {
+    /// What the sink promises as configured.
+    fn guarantee(&self) -> Guarantee;
+
+    /// Pure checks of the config; `at` is the config's field path, e.g.
+    /// `pipelines[0].sinks[1].config`.
+    fn validate(&self, _at: &str) -> Result<(), Invalid> {
+        Ok(())
+    }
+
+    /// What the sink writes, for the shared-target check; `resolve` maps a
+    /// configured path to the one compared. `None`: nothing another sink
+    /// could also write.
+    fn target(&self, _resolve: &dyn Fn(&Path) -> PathBuf) -> Option<Target> {
+        None
+    }
+
+    /// Checks that look at the disk without writing anything. Returns the
+    /// field (relative to the sink's `config`) and the problem.
+    fn preflight(&self) -> Result<(), (&'static str, String)> {
+        Ok(())
+    }
+}
+
+/// A sink's default for `required`: a sink someone configured is assumed
+/// to matter until they say it does not.
+pub const DEFAULT_REQUIRED: bool = true;
+
+pub fn default_required() -> bool {
+    DEFAULT_REQUIRED
+}
+
+/// Expands the sink list into the modules, the `SinkConfig` enum, its
+/// dispatch, [`build`](crate::build) and [`SINK_TYPES`](crate::SINK_TYPES).
+macro_rules! sink_registry {
+    ($( ($variant:ident, $module:ident, $name:literal, $config:ident $(, $feature:literal)?) ),* $(,)?) => {
+        $( pub mod $module; )*
+        $( pub use $module::$config; )*
+
+        /// One sink of a pipeline: `{ type, config }` in YAML.
+        #[derive(Debug, Clone, serde::Deserialize)]
+        #[serde(tag = "type", content = "config", rename_all = "snake_case", deny_unknown_fields)]
+        pub enum SinkConfig {
+            $( $variant($config), )*
+        }
+
+        /// Every sink type, in list order, and whether this build has it.
+        pub const SINK_TYPES: &[(&str, bool)] = &[ $( ($name, true $(&& cfg!(feature = $feature))?), )* ];
+
+        impl SinkConfig {
+            /// The per-sink behaviour behind the config.
+            pub fn settings(&self) -> &dyn SinkSettings {
+                match self {
+                    $( SinkConfig::$variant(c) => c, )*
+                }
+            }
+
+            pub fn id(&self) -> &str {
+                match self {
+                    $( SinkConfig::$variant(c) => &c.id, )*
+                }
+            }
+
+            pub fn required(&self) -> bool {
+                match self {
+                    $( SinkConfig::$variant(c) => c.required, )*
+                }
+            }
+
+            pub fn type_name(&self) -> &'static str {
+                match self {
+                    $( SinkConfig::$variant(_) => $name, )*
+                }
+            }
+
+            /// The guarantee the sink declares as configured; the built
+            /// sink reports the same through `Sink::guarantee`.
+            pub fn guarantee(&self) -> sluice_core::Guarantee {
+                self.settings().guarantee()
+            }
+        }
+
+        /// Builds the sink a config describes. Connecting and recovery
+        /// happen in `Sink::open`, which the coordinator calls.
+        pub fn build(config: &SinkConfig, context: &SinkContext) -> Result<Box<dyn Sink>, NotBuilt> {
+            match config {
+                $(
+                    $( #[cfg(feature = $feature)] )?
+                    SinkConfig::$variant(c) => Ok($module::build(c, context)),
+                    $(
+                        #[cfg(not(feature = $feature))]
+                        SinkConfig::$variant(_) => Err(NotBuilt($name)),
+                    )?
+                )*
+            }
+        }
+    };
+}
+pub(crate) use sink_registry;

@@ -1,0 +1,34 @@
+//! The stdout sink: JSON Lines on standard output, for trying things out.
+//! It cannot know what a reader already saw, so it is at-least-once.
+
+mod sink;
+
+use serde::Deserialize;
+use sluice_core::{Guarantee, Sink};
+
+use crate::registry::{SinkSettings, default_required};
+
+pub use sink::StdoutSink;
+
+/// JSON Lines on standard output, for trying things out.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StdoutSinkConfig {
+    pub id: String,
+    #[serde(default = "default_required")]
+    pub required: bool,
+}
+
+impl StdoutSinkConfig {
+    pub const GUARANTEE: Guarantee = Guarantee::AtLeastOnce { dedup: "event id" };
+}
+
+impl SinkSettings for StdoutSinkConfig {
+    fn guarantee(&self) -> Guarantee {
+        Self::GUARANTEE
+    }
+}
+
+pub fn build(config: &StdoutSinkConfig, _context: &crate::SinkContext) -> Box<dyn Sink> {
+    Box::new(StdoutSink::new(&config.id))
+}
