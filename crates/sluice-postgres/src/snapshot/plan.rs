@@ -7,9 +7,8 @@ use sluice_core::snapshot::{KeyKind, KeyPart};
 use sluice_core::{Columns, SourceError};
 
 use crate::catalog::{event_key, quote_ident, quote_literal, resolve_types, source_error};
-use crate::decode::{fingerprint, key_index};
 use crate::pgoutput::{Column, Relation};
-use crate::types::{PgType, builtin};
+use crate::types::{PgType, builtin, fingerprint, key_index};
 use crate::wire::Connection;
 
 pub struct TablePlan {
