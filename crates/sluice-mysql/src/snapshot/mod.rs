@@ -43,8 +43,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::conn::connect;
 use crate::errors::mysql_error;
-use crate::source::connect;
 use crate::values::text_value;
 pub use plan::{TablePlan, plan_table, plan_tables, quote_ident, table_names};
 
