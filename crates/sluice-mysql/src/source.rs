@@ -24,8 +24,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sluice_config::MysqlConfig;
 use sluice_core::snapshot::incremental::{Incremental, Mark};
-use sluice_core::source::{Driver, ReaderHandle, Stream};
-use sluice_core::{AckWatermark, Event, LogStats, Position, Source, SourceError, SourceStatus};
+use sluice_core::source::{AfterSnapshot, Driver, ReaderHandle, Stream};
+use sluice_core::{Event, LogStats, Position, SourceError};
 
 use crate::incremental;
 
@@ -69,40 +69,20 @@ impl MyStream {
 
 #[async_trait]
 impl Stream for MyStream {
-    /// Where the stream starts: the snapshot's point.
+    /// The point the snapshot was taken at, where the stream starts.
     type Handoff = Position;
     type Chunks = incremental::Reader;
 
-    async fn open_after_snapshot(
-        &mut self,
-        stream_from: Position,
-        _last: Option<Position>,
-        incremental: Option<&mut Incremental<incremental::Reader>>,
-    ) -> Result<ReaderHandle, SourceError> {
-        self.stream_after_snapshot(stream_from, incremental).await
+    async fn open_after_snapshot(&mut self, done: AfterSnapshot<'_, Self>) -> Result<ReaderHandle, SourceError> {
+        // Positions the snapshot handed on are rows, not binlog places.
+        self.stream_after_snapshot(done.handoff, done.incremental).await
     }
 
     fn mark(&self, event: &Event) -> Option<Mark> {
+        // Only a config with a signal table reads incremental snapshots.
         let table = self.config.signal_table.as_deref()?;
         incremental::mark(table, event)
     }
 }
 
-#[async_trait]
-impl Source for MysqlSource {
-    fn id(&self) -> &str {
-        &self.stream.config.id
-    }
-
-    async fn start(&mut self, from: Option<Position>, acked: AckWatermark) -> Result<(), SourceError> {
-        self.begin(from, acked).await
-    }
-
-    fn log_stats(&self) -> Option<Arc<LogStats>> {
-        Some(self.stream.log.clone())
-    }
-
-    async fn poll(&mut self, out: &mut Vec<Event>) -> Result<SourceStatus, SourceError> {
-        self.driver.poll(&mut self.stream, out).await
-    }
-}
+sluice_core::driven_source!(MysqlSource, id: stream.config.id, log: stream.log);

@@ -36,12 +36,7 @@ impl Server {
 
 /// `snapshot.mode` as the plan takes it.
 fn plan_mode(mode: SnapshotMode) -> plan::SnapshotMode {
-    match mode {
-        SnapshotMode::Initial => plan::SnapshotMode::Initial,
-        SnapshotMode::Never => plan::SnapshotMode::Never,
-        SnapshotMode::Always => plan::SnapshotMode::Always,
-        SnapshotMode::WhenNeeded => plan::SnapshotMode::WhenNeeded,
-    }
+    plan::SnapshotMode::from_config(mode.initial(), mode == SnapshotMode::Always, mode == SnapshotMode::WhenNeeded)
 }
 
 fn purged(file: &str) -> SourceError {

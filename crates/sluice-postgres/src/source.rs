@@ -19,8 +19,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sluice_config::PostgresConfig;
 use sluice_core::snapshot::incremental::{Incremental, Mark};
-use sluice_core::source::{Driver, ReaderHandle, Stream};
-use sluice_core::{AckWatermark, Event, LogStats, Position, Source, SourceError, SourceStatus};
+use sluice_core::source::{AfterSnapshot, Driver, ReaderHandle, Stream};
+use sluice_core::{Event, LogStats, Position, SourceError};
 
 use crate::catalog::source_error;
 use crate::incremental;
@@ -132,13 +132,8 @@ impl Stream for PgStream {
     type Handoff = Handoff;
     type Chunks = incremental::Reader;
 
-    async fn open_after_snapshot(
-        &mut self,
-        handoff: Handoff,
-        last: Option<Position>,
-        _incremental: Option<&mut Incremental<incremental::Reader>>,
-    ) -> Result<ReaderHandle, SourceError> {
-        self.stream(handoff, last).await
+    async fn open_after_snapshot(&mut self, done: AfterSnapshot<'_, Self>) -> Result<ReaderHandle, SourceError> {
+        self.stream(done.handoff, done.last).await
     }
 
     fn mark(&self, event: &Event) -> Option<Mark> {
@@ -146,24 +141,7 @@ impl Stream for PgStream {
     }
 }
 
-#[async_trait]
-impl Source for PostgresSource {
-    fn id(&self) -> &str {
-        &self.stream.config.id
-    }
-
-    async fn start(&mut self, from: Option<Position>, acked: AckWatermark) -> Result<(), SourceError> {
-        self.begin(from, acked).await
-    }
-
-    fn log_stats(&self) -> Option<Arc<LogStats>> {
-        Some(self.stream.log.clone())
-    }
-
-    async fn poll(&mut self, out: &mut Vec<Event>) -> Result<SourceStatus, SourceError> {
-        self.driver.poll(&mut self.stream, out).await
-    }
-}
+sluice_core::driven_source!(PostgresSource, id: stream.config.id, log: stream.log);
 
 /// How to reach the server of a `postgres` source config.
 pub fn connect_params(config: &PostgresConfig) -> ConnectParams {

@@ -19,12 +19,7 @@ use crate::wire::Connection;
 
 /// `snapshot.mode` as the plan takes it.
 fn plan_mode(mode: SnapshotMode) -> plan::SnapshotMode {
-    match mode {
-        SnapshotMode::Initial => plan::SnapshotMode::Initial,
-        SnapshotMode::Never => plan::SnapshotMode::Never,
-        SnapshotMode::Always => plan::SnapshotMode::Always,
-        SnapshotMode::WhenNeeded => plan::SnapshotMode::WhenNeeded,
-    }
+    plan::SnapshotMode::from_config(mode.initial(), mode == SnapshotMode::Always, mode == SnapshotMode::WhenNeeded)
 }
 
 /// A refusal of the plan, in this source's words.

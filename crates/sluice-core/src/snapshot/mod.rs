@@ -14,7 +14,7 @@ mod run;
 
 pub use crate::position::{SnapshotPos, hex, unhex};
 
-pub use run::{Chunk, LogGuard, Run, SnapshotTable, TableReader};
+pub use run::{Chunk, ChunkSender, LogGuard, ResumeKey, Run, SnapshotTable, TableReader};
 
 /// One column value of a key, as the encoding sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

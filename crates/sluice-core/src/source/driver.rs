@@ -30,18 +30,21 @@ pub trait Stream: Send {
     /// The reader of incremental snapshot chunks.
     type Chunks: ChunkReader;
 
-    /// Opens the log stream after the initial snapshot. `last` is the
-    /// last position handed on, from the snapshot or, when it read
-    /// nothing, from the checkpoint it resumed.
-    async fn open_after_snapshot(
-        &mut self,
-        handoff: Self::Handoff,
-        last: Option<Position>,
-        incremental: Option<&mut Incremental<Self::Chunks>>,
-    ) -> Result<ReaderHandle, SourceError>;
+    /// Opens the log stream after the initial snapshot.
+    async fn open_after_snapshot(&mut self, done: AfterSnapshot<'_, Self>) -> Result<ReaderHandle, SourceError>;
 
     /// Tells incremental snapshot signals and watermarks from changes.
     fn mark(&self, event: &Event) -> Option<Mark>;
+}
+
+/// An initial snapshot read to the end, and what opening the stream needs.
+pub struct AfterSnapshot<'a, S: Stream + ?Sized> {
+    pub handoff: S::Handoff,
+    /// The last position handed on, from the snapshot or, when it read
+    /// nothing, from the checkpoint it resumed.
+    pub last: Option<Position>,
+    /// For a stream that queues tables to re-read as it opens.
+    pub incremental: Option<&'a mut Incremental<S::Chunks>>,
 }
 
 /// A snapshot being read, and what streaming needs once it is done.
@@ -139,8 +142,42 @@ impl<S: Stream> Driver<S> {
             Some(stream_from) => info!(stream_from = %stream_from, "snapshot done; streaming from the snapshot point"),
             None => info!("snapshot done; streaming from the snapshot point"),
         }
-        let reader = source.open_after_snapshot(done.handoff, done.last, self.incremental.as_mut()).await?;
+        let done = AfterSnapshot { handoff: done.handoff, last: done.last, incremental: self.incremental.as_mut() };
+        let reader = source.open_after_snapshot(done).await?;
         self.reader = Some(reader);
         Ok(())
     }
+}
+
+/// Implements [`Source`](super::Source) for a source struct with a
+/// `stream: S` and a `driver: Driver<S>` field, where `S` implements
+/// [`Stream`], and an inherent `async fn begin(&mut self, from, acked)`
+/// that starts it; `id` and `log` are the paths of its id and its
+/// `Arc<LogStats>` below `self`.
+#[macro_export]
+macro_rules! driven_source {
+    ($source:ty, id: $($id:ident).+, log: $($log:ident).+) => {
+        #[$crate::source::async_trait]
+        impl $crate::Source for $source {
+            fn id(&self) -> &str {
+                &self.$($id).+
+            }
+
+            async fn start(
+                &mut self,
+                from: Option<$crate::Position>,
+                acked: $crate::AckWatermark,
+            ) -> Result<(), $crate::SourceError> {
+                self.begin(from, acked).await
+            }
+
+            fn log_stats(&self) -> Option<std::sync::Arc<$crate::LogStats>> {
+                Some(self.$($log).+.clone())
+            }
+
+            async fn poll(&mut self, out: &mut Vec<$crate::Event>) -> Result<$crate::SourceStatus, $crate::SourceError> {
+                self.driver.poll(&mut self.stream, out).await
+            }
+        }
+    };
 }

@@ -7,9 +7,9 @@ pub mod plan;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use async_trait::async_trait;
-
-pub use driver::{Driver, Stream};
+#[doc(hidden)]
+pub use async_trait::async_trait;
+pub use driver::{AfterSnapshot, Driver, Stream};
 
 use crate::error::SourceError;
 use crate::event::Event;

@@ -45,6 +45,21 @@ pub enum SnapshotMode {
     WhenNeeded,
 }
 
+impl SnapshotMode {
+    /// From the config's `snapshot.mode`, told by what it asks for
+    /// (sluice-core does not know the config's types): whether a pipeline
+    /// without a checkpoint reads the tables first, whether every start
+    /// re-reads them, whether a lost log position re-reads them.
+    pub fn from_config(initial: bool, always: bool, when_needed: bool) -> Self {
+        match (initial, always, when_needed) {
+            (false, _, _) => SnapshotMode::Never,
+            (true, true, _) => SnapshotMode::Always,
+            (true, false, true) => SnapshotMode::WhenNeeded,
+            (true, false, false) => SnapshotMode::Initial,
+        }
+    }
+}
+
 /// What the server's log still holds for the source, found before planning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogState {

@@ -11,7 +11,40 @@ use crate::ddl::{Dialect, ddl_targets, redact};
 use crate::schema::{TableSchema, read_schema, schema_fingerprint};
 use crate::values::convert;
 
+/// The rows an event carries.
+struct Images {
+    key: Option<Row>,
+    before: Option<Row>,
+    after: Option<Row>,
+}
+
 impl Reader {
+    /// An event of the current transaction, at its next position.
+    fn next_event(
+        &mut self,
+        op: Op,
+        database: &str,
+        table: &str,
+        images: Images,
+        schema_version: u32,
+    ) -> Result<Event, SourceError> {
+        let (position, tx_id, commit_time_us) = self.position()?;
+        Ok(Event {
+            op,
+            source_id: self.source_id.clone(),
+            database: database.into(),
+            table: table.into(),
+            key: images.key,
+            before: images.before,
+            after: images.after,
+            schema_version,
+            position,
+            tx_id,
+            tx_end: false,
+            commit_time_us,
+        })
+    }
+
     /// The schema of `database.table` at the current transaction; read
     /// live and recorded the first time a table is seen.
     async fn schema_at(
@@ -56,26 +89,16 @@ impl Reader {
         // of a rename), each recording that table's schema after it.
         for (db, table) in targets {
             let name = format!("{db}.{table}");
-            let (position, tx_id, time_us) = self.position()?;
+            let position = self.peek_position()?;
             // Recorded once, when first read; a replay keeps the recorded schema.
             if !self.history.has_entry_at(&name, &position) {
                 let schema = read_schema(&mut self.schema_conn, &db, &table).await?;
                 self.history.record(&name, &position, schema)?;
             }
-            let event = Event {
-                op: Op::Schema,
-                source_id: self.source_id.clone(),
-                database: db.as_str().into(),
-                table: name.into(),
-                key: None,
-                before: None,
-                after: Some(Row { columns: columns.clone(), values: vec![Value::Text(db), Value::Text(text.clone())] }),
-                schema_version: 0,
-                position,
-                tx_id,
-                tx_end: false,
-                commit_time_us: time_us,
-            };
+            let after =
+                Row { columns: columns.clone(), values: vec![Value::Text(db.clone()), Value::Text(text.clone())] };
+            let images = Images { key: None, before: None, after: Some(after) };
+            let event = self.next_event(Op::Schema, &db, &name, images, 0)?;
             self.emit(event, out);
         }
         Ok(())
@@ -144,26 +167,12 @@ impl Reader {
             decoded.push((before.as_ref().map(convert_row), after.as_ref().map(convert_row)));
         }
         for (before, after) in decoded {
-            let (position, tx_id, time_us) = self.position()?;
             let image = after.as_ref().or(before.as_ref());
             let key = (!key_index.is_empty()).then(|| Row {
                 columns: key_columns.clone(),
                 values: key_index.iter().map(|i| image.map_or(Value::Null, |r| r.values[*i].clone())).collect(),
             });
-            let event = Event {
-                op,
-                source_id: self.source_id.clone(),
-                database: database.as_str().into(),
-                table: name.as_str().into(),
-                key,
-                before,
-                after,
-                schema_version: fingerprint,
-                position,
-                tx_id,
-                tx_end: false,
-                commit_time_us: time_us,
-            };
+            let event = self.next_event(op, &database, &name, Images { key, before, after }, fingerprint)?;
             self.emit(event, out);
         }
         Ok(())
