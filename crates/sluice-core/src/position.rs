@@ -12,8 +12,6 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::snapshot::SnapshotPos;
-
 /// A PostgreSQL log sequence number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Lsn(pub u64);
@@ -302,6 +300,85 @@ impl PositionParseError {
     fn new(text: &str, reason: &'static str) -> Self {
         Self { text: text.chars().take(200).collect(), reason }
     }
+}
+
+/// Where a snapshot row sits: its table and encoded key. `stream_from`
+/// is where the log stream that follows the snapshot starts, in the
+/// source's own terms; it takes no part in ordering or equality.
+#[derive(Debug, Clone)]
+pub struct SnapshotPos {
+    pub table: Arc<str>,
+    pub key: Arc<[u8]>,
+    pub stream_from: Arc<str>,
+}
+
+impl PartialEq for SnapshotPos {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for SnapshotPos {}
+
+impl std::hash::Hash for SnapshotPos {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.table.hash(state);
+        self.key.hash(state);
+    }
+}
+
+impl PartialOrd for SnapshotPos {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SnapshotPos {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (&self.table, &self.key).cmp(&(&other.table, &other.key))
+    }
+}
+
+impl SnapshotPos {
+    /// Hex of the table then the key, with a separator below every hex
+    /// digit, so text order is position order.
+    pub fn sort_key(&self) -> String {
+        format!("a{}.{}", hex(self.table.as_bytes()), hex(&self.key))
+    }
+
+    /// `TABLE_HEX:KEY_HEX:STREAM_FROM`; the stream position may hold colons.
+    pub fn parse(rest: &str) -> Option<Self> {
+        let mut parts = rest.splitn(3, ':');
+        let (table, key, stream_from) = (parts.next()?, parts.next()?, parts.next()?);
+        let table = String::from_utf8(unhex(table)?).ok()?;
+        Some(Self { table: table.into(), key: unhex(key)?.into(), stream_from: stream_from.into() })
+    }
+}
+
+impl fmt::Display for SnapshotPos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", hex(self.table.as_bytes()), hex(&self.key), self.stream_from)
+    }
+}
+
+/// Lower-case hex; a position is printed for every event (its id, its
+/// JSON), so this runs per row of a snapshot.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xF)]));
+    }
+    out
+}
+
+/// Bytes from [`hex`]; `None` for anything else.
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
 }
 
 #[cfg(test)]

@@ -20,9 +20,9 @@ use sluice_core::snapshot::incremental::{ChunkReader, ChunkRows, Mark, Signal, t
 use sluice_core::snapshot::{KeyKind, KeyPart, decode_key, encode_key};
 use sluice_core::{Event, Op, Position, SourceError};
 
+use crate::conn::connect;
 use crate::errors::mysql_error;
 use crate::snapshot::{TablePlan, plan_table, quote_ident, row_values};
-use crate::source::connect;
 
 /// `database`.`table`, quoted.
 fn quoted(name: &str) -> String {

@@ -1,13 +1,16 @@
 //! The MySQL / MariaDB source: row-based binlog replication. See
 //! [`source`] for the data flow, positions and safety checks.
 
+mod conn;
 pub mod ddl;
 mod errors;
 pub mod gtid;
 pub mod incremental;
+mod reader;
 pub mod schema;
 pub mod snapshot;
 mod source;
+mod start;
 pub mod values;
 
 pub use source::MysqlSource;

@@ -128,7 +128,7 @@ impl SchemaHistory {
 }
 
 fn query_error(e: mysql_async::Error) -> SourceError {
-    crate::source::mysql_error("information_schema query", e)
+    crate::errors::mysql_error("information_schema query", e)
 }
 
 /// One information_schema.COLUMNS row: name, data type, column type,
@@ -213,6 +213,20 @@ pub fn labels(column_type: &str) -> Vec<String> {
         labels.push(label);
     }
     labels
+}
+
+/// A stable fingerprint of a table's columns, as the event's schema version.
+pub(crate) fn schema_fingerprint(schema: &TableSchema) -> u32 {
+    let mut hash: u32 = 0x811C_9DC5;
+    for column in &schema.columns {
+        for byte in
+            column.name.bytes().chain([0]).chain(column.data_type.bytes()).chain([u8::from(column.unsigned), 0xFF])
+        {
+            hash ^= u32::from(byte);
+            hash = hash.wrapping_mul(0x0100_0193);
+        }
+    }
+    hash
 }
 
 #[cfg(test)]

@@ -14,12 +14,10 @@ use sluice_config::glob_match;
 use sluice_core::{Columns, Event, Lsn, Op, Position, Row, Value};
 
 use crate::catalog::RelationMeta;
-use crate::incremental::{SIGNAL_PREFIX, WATERMARK_PREFIX};
-use crate::pgoutput::{Datum, Message, OldTuple, PG_EPOCH_OFFSET_US, Relation, Tuple};
-use crate::types::{PgType, builtin, bytes_value, decode_text};
-
-/// The prefix of the heartbeat messages Sluice writes; never emitted.
-pub const HEARTBEAT_PREFIX: &str = "sluice_heartbeat";
+use crate::pgoutput::{
+    Datum, HEARTBEAT_PREFIX, Message, OldTuple, PG_EPOCH_OFFSET_US, Relation, SIGNAL_PREFIX, Tuple, WATERMARK_PREFIX,
+};
+use crate::types::{PgType, builtin, bytes_value, decode_text, fingerprint, key_index};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
@@ -347,50 +345,11 @@ fn key_row(info: &RelationInfo, tuple: &Tuple) -> Result<Row, DecodeError> {
     Ok(Row { columns: info.key_columns.clone(), values })
 }
 
-/// The columns that name a row: the catalog's key when it is known and
-/// every column of it is in the relation, otherwise the columns the
-/// server flags as the replica identity (every column under FULL).
-pub(crate) fn key_index(relation: &Relation, key: Option<&[String]>) -> Vec<usize> {
-    let by_name: Option<Vec<usize>> =
-        key.and_then(|key| key.iter().map(|name| relation.columns.iter().position(|c| c.name == *name)).collect());
-    match by_name {
-        Some(mut index) if !index.is_empty() => {
-            index.sort_unstable();
-            index
-        }
-        _ => relation.columns.iter().enumerate().filter(|(_, c)| c.key).map(|(i, _)| i).collect(),
-    }
-}
-
 fn key_of(info: &RelationInfo, tuple: &Tuple) -> Result<Option<Row>, DecodeError> {
     if info.key_index.is_empty() {
         return Ok(None);
     }
     key_row(info, tuple).map(Some)
-}
-
-/// A stable fingerprint of a table's shape (FNV-1a over names, types and
-/// key flags): the same schema always gives the same number, across
-/// restarts, so replayed events are identical to the originals.
-pub(crate) fn fingerprint(relation: &Relation) -> u32 {
-    let mut hash: u32 = 0x811C_9DC5;
-    let mut feed = |bytes: &[u8]| {
-        for byte in bytes {
-            hash ^= u32::from(*byte);
-            hash = hash.wrapping_mul(0x0100_0193);
-        }
-        hash ^= 0xFF;
-        hash = hash.wrapping_mul(0x0100_0193);
-    };
-    feed(relation.namespace.as_bytes());
-    feed(relation.name.as_bytes());
-    for column in &relation.columns {
-        feed(column.name.as_bytes());
-        feed(&column.type_oid.to_be_bytes());
-        feed(&column.type_modifier.to_be_bytes());
-        feed(&[u8::from(column.key)]);
-    }
-    hash
 }
 
 #[cfg(test)]

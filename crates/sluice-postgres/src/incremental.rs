@@ -16,13 +16,9 @@ use sluice_core::snapshot::{KeyPart, decode_key, encode_key};
 use sluice_core::{Event, Op, Position, SourceError};
 
 use crate::catalog::{quote_literal, source_error};
+use crate::pgoutput::{SIGNAL_PREFIX, WATERMARK_PREFIX};
 use crate::snapshot::{Order, TablePlan, plan_table, row_values};
 use crate::wire::{ConnectParams, Connection};
-
-/// The prefix of the messages that ask for an incremental snapshot.
-pub const SIGNAL_PREFIX: &str = "sluice_signal";
-/// The prefix of the watermark messages around each chunk read.
-pub const WATERMARK_PREFIX: &str = "sluice_watermark";
 
 /// Recognises signals and watermarks among the stream's events.
 pub fn mark(event: &Event) -> Option<Mark> {

@@ -5,8 +5,10 @@ mod catalog;
 pub mod decode;
 pub mod incremental;
 pub mod pgoutput;
+mod reader;
 mod snapshot;
 mod source;
+mod start;
 pub mod types;
 pub mod wire;
 

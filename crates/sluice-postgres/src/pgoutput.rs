@@ -10,6 +10,13 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 #[error("malformed replication message: {0}")]
 pub struct Malformed(pub &'static str);
 
+/// The prefix of the heartbeat messages Sluice writes; never emitted.
+pub const HEARTBEAT_PREFIX: &str = "sluice_heartbeat";
+/// The prefix of the messages that ask for an incremental snapshot.
+pub const SIGNAL_PREFIX: &str = "sluice_signal";
+/// The prefix of the watermark messages around each chunk read.
+pub const WATERMARK_PREFIX: &str = "sluice_watermark";
+
 /// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
 pub const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
 

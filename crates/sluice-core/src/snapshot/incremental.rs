@@ -224,7 +224,7 @@ impl<R: ChunkReader> Incremental<R> {
     /// Starts reading the first queued table if none is being read. A
     /// source calls it before it waits for the stream: the first chunk's
     /// watermarks are what wake an idle stream.
-    pub async fn go_on(&mut self) -> Result<(), SourceError> {
+    pub async fn start_queued_table(&mut self) -> Result<(), SourceError> {
         if self.active.is_none() && !self.state.queue.is_empty() {
             self.activate().await?;
         }
@@ -239,7 +239,7 @@ impl<R: ChunkReader> Incremental<R> {
         out: &mut Vec<Event>,
         mark: impl Fn(&Event) -> Option<Mark>,
     ) -> Result<(), SourceError> {
-        self.go_on().await?;
+        self.start_queued_table().await?;
         for event in events {
             match mark(&event) {
                 Some(Mark::Signal(content)) => {

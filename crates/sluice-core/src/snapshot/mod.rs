@@ -12,13 +12,9 @@ pub mod incremental;
 pub mod progress;
 mod run;
 
-use std::cmp::Ordering;
-use std::fmt;
-use std::sync::Arc;
+pub use crate::position::{SnapshotPos, hex, unhex};
 
-use crate::position::Position;
-
-pub use run::{Chunk, LogGuard, Run, SnapshotTable, TableReader};
+pub use run::{Chunk, ChunkSender, LogGuard, ResumeKey, Run, SnapshotTable, TableReader};
 
 /// One column value of a key, as the encoding sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,28 +31,6 @@ pub enum KeyKind {
     Int,
     Text,
     Bytes,
-}
-
-/// Where an unfinished initial snapshot goes on from: after the lowest
-/// checkpoint `from` when that is a snapshot row; from the first row when a
-/// sink without a checkpoint joined others in mid-snapshot (each sink then
-/// skips what it holds). `None` when there is nothing to go on with, or
-/// the snapshot is no longer `wanted` (its unread rows are then skipped).
-pub fn resume_point(from: Option<&Position>, highest: Option<&Position>, wanted: bool) -> Option<SnapshotPos> {
-    match (from, highest) {
-        (Some(Position::Snapshot(pos)), _) if wanted => Some(pos.clone()),
-        (Some(Position::Snapshot(pos)), _) => {
-            tracing::warn!(
-                table = %pos.table,
-                "the snapshot was not finished, and snapshot.mode is now never: rows not read yet are skipped"
-            );
-            None
-        }
-        (None, Some(Position::Snapshot(pos))) if wanted => {
-            Some(SnapshotPos { table: Arc::from(""), key: Arc::from(Vec::new()), stream_from: pos.stream_from.clone() })
-        }
-        _ => None,
-    }
 }
 
 /// Encodes key parts so that byte order is key order.
@@ -117,85 +91,6 @@ pub fn decode_key(mut bytes: &[u8], kinds: &[KeyKind]) -> Option<Vec<KeyPart>> {
         }
     }
     bytes.is_empty().then_some(parts)
-}
-
-/// Where a snapshot row sits: its table and encoded key. `stream_from`
-/// is where the log stream that follows the snapshot starts, in the
-/// source's own terms; it takes no part in ordering or equality.
-#[derive(Debug, Clone)]
-pub struct SnapshotPos {
-    pub table: Arc<str>,
-    pub key: Arc<[u8]>,
-    pub stream_from: Arc<str>,
-}
-
-impl PartialEq for SnapshotPos {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-
-impl Eq for SnapshotPos {}
-
-impl std::hash::Hash for SnapshotPos {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.table.hash(state);
-        self.key.hash(state);
-    }
-}
-
-impl PartialOrd for SnapshotPos {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for SnapshotPos {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (&self.table, &self.key).cmp(&(&other.table, &other.key))
-    }
-}
-
-impl SnapshotPos {
-    /// Hex of the table then the key, with a separator below every hex
-    /// digit, so text order is position order.
-    pub fn sort_key(&self) -> String {
-        format!("a{}.{}", hex(self.table.as_bytes()), hex(&self.key))
-    }
-
-    /// `TABLE_HEX:KEY_HEX:STREAM_FROM`; the stream position may hold colons.
-    pub fn parse(rest: &str) -> Option<Self> {
-        let mut parts = rest.splitn(3, ':');
-        let (table, key, stream_from) = (parts.next()?, parts.next()?, parts.next()?);
-        let table = String::from_utf8(unhex(table)?).ok()?;
-        Some(Self { table: table.into(), key: unhex(key)?.into(), stream_from: stream_from.into() })
-    }
-}
-
-impl fmt::Display for SnapshotPos {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}", hex(self.table.as_bytes()), hex(&self.key), self.stream_from)
-    }
-}
-
-/// Lower-case hex; a position is printed for every event (its id, its
-/// JSON), so this runs per row of a snapshot.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0xF)]));
-    }
-    out
-}
-
-/// Bytes from [`hex`]; `None` for anything else.
-pub fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
 }
 
 #[cfg(test)]

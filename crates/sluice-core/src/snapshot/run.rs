@@ -24,6 +24,10 @@ use crate::event::Event;
 
 /// Rows of one table, or why reading failed.
 pub type Chunk = Result<Vec<Event>, SourceError>;
+/// Where a table's rows are sent as they are read.
+pub type ChunkSender = mpsc::Sender<Chunk>;
+/// The encoded key of the row a read goes on after; `None` from the first row.
+pub type ResumeKey = Option<Arc<[u8]>>;
 
 /// How often the emitter logs progress and asks the guard.
 const CHECK_EVERY: Duration = Duration::from_secs(10);
@@ -44,12 +48,7 @@ pub trait TableReader: Send + 'static {
 
     /// Reads `table` from the row after the encoded key `after` (from the
     /// first row when `None`). Returns early when `out` is closed.
-    async fn read(
-        &mut self,
-        table: &Self::Table,
-        after: Option<Arc<[u8]>>,
-        out: &mpsc::Sender<Chunk>,
-    ) -> Result<(), SourceError>;
+    async fn read(&mut self, table: &Self::Table, after: ResumeKey, out: &ChunkSender) -> Result<(), SourceError>;
 }
 
 /// Checks that the log position the stream will start from still exists.

@@ -37,14 +37,15 @@ use async_trait::async_trait;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use sluice_config::MysqlConfig;
-use sluice_core::snapshot::{Chunk, KeyKind, KeyPart, LogGuard, Run, TableReader, decode_key, encode_key};
+use sluice_core::snapshot::{
+    ChunkSender, KeyKind, KeyPart, LogGuard, ResumeKey, Run, TableReader, decode_key, encode_key,
+};
 use sluice_core::{Event, Op, Position, Row, SnapshotPos, SourceError, Value};
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::conn::connect;
 use crate::errors::mysql_error;
-use crate::source::connect;
 use crate::values::text_value;
 pub use plan::{TablePlan, plan_table, plan_tables, quote_ident, table_names};
 
@@ -184,12 +185,7 @@ fn bad_checkpoint(table: &TablePlan) -> SourceError {
 impl TableReader for Reader {
     type Table = TablePlan;
 
-    async fn read(
-        &mut self,
-        table: &TablePlan,
-        after: Option<Arc<[u8]>>,
-        out: &mpsc::Sender<Chunk>,
-    ) -> Result<(), SourceError> {
+    async fn read(&mut self, table: &TablePlan, after: ResumeKey, out: &ChunkSender) -> Result<(), SourceError> {
         // A row's key is its ordinal in the table's read, then its key
         // columns as the server wrote them: ordinals order the positions
         // whatever the key's collation, and the columns say where to resume.

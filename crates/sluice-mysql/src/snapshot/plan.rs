@@ -10,8 +10,7 @@ use sluice_core::snapshot::SnapshotTable;
 use sluice_core::{Columns, SourceError};
 
 use crate::errors::mysql_error;
-use crate::schema::{ColumnInfo, TableSchema, read_schema};
-use crate::source::schema_fingerprint;
+use crate::schema::{ColumnInfo, TableSchema, read_schema, schema_fingerprint};
 
 pub struct TablePlan {
     /// `database.table`, as events name it.

@@ -25,7 +25,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sluice_core::snapshot::{Chunk, KeyPart, LogGuard, Run, SnapshotTable, TableReader, decode_key, encode_key};
+use sluice_core::snapshot::{
+    Chunk, ChunkSender, KeyPart, LogGuard, ResumeKey, Run, SnapshotTable, TableReader, decode_key, encode_key,
+};
 use sluice_core::{Event, Op, Position, Row, SnapshotPos, SourceError, Value};
 use tokio::sync::mpsc;
 use tracing::warn;
@@ -79,12 +81,7 @@ struct Reader {
 impl TableReader for Reader {
     type Table = TablePlan;
 
-    async fn read(
-        &mut self,
-        table: &TablePlan,
-        after: Option<Arc<[u8]>>,
-        out: &mpsc::Sender<Chunk>,
-    ) -> Result<(), SourceError> {
+    async fn read(&mut self, table: &TablePlan, after: ResumeKey, out: &ChunkSender) -> Result<(), SourceError> {
         read_table(&self.settings, table, after, out).await
     }
 }

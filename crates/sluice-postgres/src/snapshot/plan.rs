@@ -7,9 +7,8 @@ use sluice_core::snapshot::{KeyKind, KeyPart};
 use sluice_core::{Columns, SourceError};
 
 use crate::catalog::{event_key, quote_ident, quote_literal, resolve_types, source_error};
-use crate::decode::{fingerprint, key_index};
 use crate::pgoutput::{Column, Relation};
-use crate::types::{PgType, builtin};
+use crate::types::{PgType, builtin, fingerprint, key_index};
 use crate::wire::Connection;
 
 pub struct TablePlan {
@@ -99,19 +98,7 @@ pub async fn plan_table(
             "check `tables` in the source config",
         ));
     }
-    let root = conn
-        .simple_query(&format!(
-            "SELECT rn.nspname, r.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-             JOIN pg_class r ON r.oid = pg_partition_root(c.oid) JOIN pg_namespace rn ON rn.oid = r.relnamespace \
-             WHERE n.nspname = {schema_lit} AND c.relname = {table_lit} AND c.relispartition"
-        ))
-        .await
-        .map_err(query_error)?;
-    let (event_schema, event_table) = root
-        .rows
-        .first()
-        .and_then(|r| Some((r.first()?.clone()?, r.get(1)?.clone()?)))
-        .unwrap_or_else(|| (schema.to_string(), table.to_string()));
+    let (event_schema, event_table) = root_of(conn, schema, table).await?;
     let mut relation = Relation {
         oid: 0,
         namespace: event_schema,
@@ -154,6 +141,54 @@ pub async fn plan_table(
     let columns: Columns = relation.columns.iter().map(|c| Arc::from(c.name.as_str())).collect();
     let identity = key_index(&relation, event_key.as_deref());
     let identity_columns: Columns = identity.iter().map(|i| columns[*i].clone()).collect();
+    let (order, estimated_rows) = read_order(conn, schema, table, &key, chunk_size).await?;
+    let select_list = columns.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
+    Ok(Some(TablePlan {
+        event_name: format!("{}.{}", relation.namespace, relation.name).into(),
+        read_name: format!("{schema}.{table}").into(),
+        from_sql: format!("{}.{}", quote_ident(schema), quote_ident(table)),
+        select_list,
+        fingerprint: fingerprint(&relation),
+        columns,
+        types,
+        identity,
+        identity_columns,
+        order,
+        estimated_rows,
+    }))
+}
+
+/// The partition tree's root of `schema.table`, whose name its rows
+/// carry as the stream gives them; the table itself when not a partition.
+async fn root_of(conn: &mut Connection, schema: &str, table: &str) -> Result<(String, String), SourceError> {
+    let (schema_lit, table_lit) = (quote_literal(schema), quote_literal(table));
+    let root = conn
+        .simple_query(&format!(
+            "SELECT rn.nspname, r.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             JOIN pg_class r ON r.oid = pg_partition_root(c.oid) JOIN pg_namespace rn ON rn.oid = r.relnamespace \
+             WHERE n.nspname = {schema_lit} AND c.relname = {table_lit} AND c.relispartition"
+        ))
+        .await
+        .map_err(query_error)?;
+    let root_name = root
+        .rows
+        .first()
+        .and_then(|r| Some((r.first()?.clone()?, r.get(1)?.clone()?)))
+        .unwrap_or_else(|| (schema.to_string(), table.to_string()));
+    Ok(root_name)
+}
+
+/// How to read `schema.table` in chunks: by its primary key when every
+/// key column has an order Sluice can encode, else by ctid pages; and the
+/// server's estimate of its rows.
+async fn read_order(
+    conn: &mut Connection,
+    schema: &str,
+    table: &str,
+    key: &[(i64, usize, u32)],
+    chunk_size: u64,
+) -> Result<(Order, u64), SourceError> {
+    let (schema_lit, table_lit) = (quote_literal(schema), quote_literal(table));
     let size = conn
         .simple_query(&format!(
             "SELECT pg_relation_size(c.oid) / current_setting('block_size')::bigint AS pages, \
@@ -183,20 +218,7 @@ pub async fn plan_table(
             Order::Ctid { pages, pages_per_chunk: (chunk_size / rows_per_page).max(1) }
         }
     };
-    let select_list = columns.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
-    Ok(Some(TablePlan {
-        event_name: format!("{}.{}", relation.namespace, relation.name).into(),
-        read_name: format!("{schema}.{table}").into(),
-        from_sql: format!("{}.{}", quote_ident(schema), quote_ident(table)),
-        select_list,
-        fingerprint: fingerprint(&relation),
-        columns,
-        types,
-        identity,
-        identity_columns,
-        order,
-        estimated_rows,
-    }))
+    Ok((order, estimated_rows))
 }
 
 impl TablePlan {

@@ -1,9 +1,15 @@
-//! The source contract.
+//! The source contract, and the parts of a log source written once: the
+//! start-up decision ([`plan`]) and the phases after it ([`driver`]).
+
+pub mod driver;
+pub mod plan;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use async_trait::async_trait;
+#[doc(hidden)]
+pub use async_trait::async_trait;
+pub use driver::{AfterSnapshot, Driver, Stream};
 
 use crate::error::SourceError;
 use crate::event::Event;

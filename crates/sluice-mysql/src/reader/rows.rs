@@ -1,0 +1,187 @@
+//! Row and DDL events of the binlog, decoded into Sluice events.
+
+use std::sync::Arc;
+
+use mysql_async::binlog::events::{Event as BinlogEvent, EventData, RowsEventData, TableMapEvent};
+use sluice_config::DdlLiterals;
+use sluice_core::{BinlogPos, Columns, Event, Op, Position, Row, SourceError, Value};
+
+use super::{Reader, unreadable};
+use crate::ddl::{Dialect, ddl_targets, redact};
+use crate::schema::{TableSchema, read_schema, schema_fingerprint};
+use crate::values::convert;
+
+/// The rows an event carries.
+struct Images {
+    key: Option<Row>,
+    before: Option<Row>,
+    after: Option<Row>,
+}
+
+impl Reader {
+    /// An event of the current transaction, at its next position.
+    fn next_event(
+        &mut self,
+        op: Op,
+        database: &str,
+        table: &str,
+        images: Images,
+        schema_version: u32,
+    ) -> Result<Event, SourceError> {
+        let (position, tx_id, commit_time_us) = self.position()?;
+        Ok(Event {
+            op,
+            source_id: self.source_id.clone(),
+            database: database.into(),
+            table: table.into(),
+            key: images.key,
+            before: images.before,
+            after: images.after,
+            schema_version,
+            position,
+            tx_id,
+            tx_end: false,
+            commit_time_us,
+        })
+    }
+
+    /// The schema of `database.table` at the current transaction; read
+    /// live and recorded the first time a table is seen.
+    async fn schema_at(
+        &mut self,
+        database: &str,
+        table: &str,
+        position: &Position,
+    ) -> Result<Option<Arc<TableSchema>>, SourceError> {
+        let name = format!("{database}.{table}");
+        if !self.history.knows(&name) {
+            let schema = read_schema(&mut self.schema_conn, database, table).await?;
+            self.history.record(&name, position, schema)?;
+        }
+        Ok(self.history.at(&name, position))
+    }
+
+    /// A statement that is not an allow-listed table change (see
+    /// [`ddl_targets`]) is dropped here, text and all: a `CREATE USER` or
+    /// `GRANT` carries a password, and no captured table is changed by it.
+    pub(super) async fn ddl(
+        &mut self,
+        database: &str,
+        sql: &str,
+        dialect: Dialect,
+        out: &mut Vec<Event>,
+    ) -> Result<(), SourceError> {
+        let mut targets: Vec<(String, String)> = Vec::new();
+        for target in ddl_targets(database, sql, dialect) {
+            if self.matches(&format!("{}.{}", target.0, target.1)) && !targets.contains(&target) {
+                targets.push(target);
+            }
+        }
+        if targets.is_empty() {
+            return Ok(());
+        }
+        let text = match self.ddl_literals {
+            DdlLiterals::Redact => redact(sql, dialect),
+            DdlLiterals::Keep => sql.to_string(),
+        };
+        let columns: Columns = ["database", "ddl"].iter().map(|c| Arc::from(*c)).collect();
+        // One event per captured table the statement changes (both names
+        // of a rename), each recording that table's schema after it.
+        for (db, table) in targets {
+            let name = format!("{db}.{table}");
+            let position = self.peek_position()?;
+            // Recorded once, when first read; a replay keeps the recorded schema.
+            if !self.history.has_entry_at(&name, &position) {
+                let schema = read_schema(&mut self.schema_conn, &db, &table).await?;
+                self.history.record(&name, &position, schema)?;
+            }
+            let after =
+                Row { columns: columns.clone(), values: vec![Value::Text(db.clone()), Value::Text(text.clone())] };
+            let images = Images { key: None, before: None, after: Some(after) };
+            let event = self.next_event(Op::Schema, &db, &name, images, 0)?;
+            self.emit(event, out);
+        }
+        Ok(())
+    }
+
+    pub(super) async fn rows(&mut self, event: &BinlogEvent, out: &mut Vec<Event>) -> Result<(), SourceError> {
+        let data = event.read_data().map_err(|e| unreadable("rows event", e))?;
+        let Some(EventData::RowsEvent(rows)) = data else { return Ok(()) };
+        let tme: TableMapEvent<'static> = self
+            .stream
+            .get_tme(rows.table_id())
+            .ok_or_else(|| unreadable("rows event", "no table map for its table id"))?
+            .clone();
+        let (database, table) = (tme.database_name().to_string(), tme.table_name().to_string());
+        let name = format!("{database}.{table}");
+        if !self.matches(&name) {
+            return Ok(());
+        }
+        let op = match &rows {
+            RowsEventData::WriteRowsEventV1(_) | RowsEventData::WriteRowsEvent(_) => Op::Insert,
+            RowsEventData::UpdateRowsEventV1(_)
+            | RowsEventData::UpdateRowsEvent(_)
+            | RowsEventData::PartialUpdateRowsEvent(_) => Op::Update,
+            RowsEventData::DeleteRowsEventV1(_) | RowsEventData::DeleteRowsEvent(_) => Op::Delete,
+        };
+        let probe = self.peek_position()?;
+        let schema = self.schema_at(&database, &table, &probe).await?.ok_or_else(|| {
+            SourceError::permanent(
+                format!("rows for {name} arrived, but its schema history says the table did not exist then"),
+                "if the binlog was reset (RESET MASTER) or the server replaced, run `sluice checkpoints reset --pipeline <name> --yes`, which resets the checkpoints and moves the schema history aside",
+            )
+        })?;
+        let count = tme.columns_count() as usize;
+        if count != schema.columns.len() {
+            return Err(SourceError::permanent(
+                format!(
+                    "{name} has {count} columns in the binlog but {} in the recorded schema: the table changed before Sluice recorded it",
+                    schema.columns.len()
+                ),
+                "reset this source's checkpoints and take a new snapshot so the schema is read at a known point",
+            ));
+        }
+        let columns: Columns = schema.columns.iter().map(|c| Arc::from(c.name.as_str())).collect();
+        let key_index: Vec<usize> = schema.columns.iter().enumerate().filter(|(_, c)| c.key).map(|(i, _)| i).collect();
+        let key_columns: Columns = key_index.iter().map(|i| columns[*i].clone()).collect();
+        let types: Vec<(mysql_async::consts::ColumnType, Vec<u8>)> = (0..count)
+            .map(|i| {
+                let ty =
+                    tme.get_column_type(i).ok().flatten().unwrap_or(mysql_async::consts::ColumnType::MYSQL_TYPE_NULL);
+                (ty, tme.get_column_metadata(i).unwrap_or_default().to_vec())
+            })
+            .collect();
+        let convert_row = |row: &mysql_async::binlog::row::BinlogRow| -> Row {
+            let values = (0..count)
+                .map(|i| match row.as_ref(i) {
+                    Some(value) => convert(value, types[i].0, &types[i].1, &schema.columns[i]),
+                    None => Value::Unchanged,
+                })
+                .collect();
+            Row { columns: columns.clone(), values }
+        };
+        let fingerprint = schema_fingerprint(&schema);
+        let mut decoded = Vec::new();
+        for pair in rows.rows(&tme) {
+            let (before, after) = pair.map_err(|e| unreadable("row", e))?;
+            decoded.push((before.as_ref().map(convert_row), after.as_ref().map(convert_row)));
+        }
+        for (before, after) in decoded {
+            let image = after.as_ref().or(before.as_ref());
+            let key = (!key_index.is_empty()).then(|| Row {
+                columns: key_columns.clone(),
+                values: key_index.iter().map(|i| image.map_or(Value::Null, |r| r.values[*i].clone())).collect(),
+            });
+            let event = self.next_event(op, &database, &name, Images { key, before, after }, fingerprint)?;
+            self.emit(event, out);
+        }
+        Ok(())
+    }
+
+    /// The position the next event of the transaction will get.
+    fn peek_position(&self) -> Result<Position, SourceError> {
+        let file = self.file.clone().ok_or_else(|| unreadable("event", "a row before any rotate event"))?;
+        let tx = self.tx.as_ref().ok_or_else(|| unreadable("event", "a row outside a transaction"))?;
+        Ok(Position::Mysql(BinlogPos { file, offset: tx.offset, seq: tx.seq, gtid_before: tx.gtid_before.clone() }))
+    }
+}
