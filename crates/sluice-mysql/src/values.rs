@@ -4,22 +4,51 @@
 use mysql_async::Value as My;
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::consts::ColumnType;
-use sluice_core::{JsonText, Value};
+use sluice_core::{JsonText, Position, SourceError, Value};
 
 use crate::schema::ColumnInfo;
 
-/// Converts one column value.
-pub fn convert(value: &BinlogValue<'_>, column_type: ColumnType, meta: &[u8], info: &ColumnInfo) -> Value {
+/// Converts one column value of a row of `table` (`database.table`) read
+/// at binlog `position`, which a value that cannot be decoded names.
+pub fn convert(
+    value: &BinlogValue<'_>,
+    column_type: ColumnType,
+    meta: &[u8],
+    info: &ColumnInfo,
+    table: &str,
+    position: &Position,
+) -> Result<Value, SourceError> {
     match value {
-        BinlogValue::Value(v) => convert_value(v, column_type, meta, info),
-        BinlogValue::Jsonb(jsonb) => match serde_json::Value::try_from(jsonb.clone()) {
-            Ok(json) => JsonText::parse(json.to_string()).map(Value::Json).unwrap_or(Value::Text(json.to_string())),
-            Err(e) => Value::Text(format!("unreadable JSON: {e}")),
-        },
+        BinlogValue::Value(v) => Ok(convert_value(v, column_type, meta, info)),
+        BinlogValue::Jsonb(jsonb) => {
+            let json = jsonb_to_json(jsonb).map_err(|e| {
+                SourceError::permanent(
+                    format!(
+                        "{table}.{}: the JSON value of a row at binlog position {position} cannot be decoded: {e}",
+                        info.name
+                    ),
+                    "nothing of this row was delivered: the pipeline stopped rather than deliver a wrong value. \
+                     The binlog event cannot change, so a restart stops here again: inspect it with \
+                     `mysqlbinlog --base64-output=decode-rows -v` at that file and offset and report it, or move \
+                     past it with `sluice checkpoints reset --pipeline <name> --yes` and a new snapshot",
+                )
+            })?;
+            Ok(JsonText::parse(json.to_string()).map(Value::Json).unwrap_or(Value::Text(json.to_string())))
+        }
         BinlogValue::JsonDiff(_) => {
-            Value::Text("partial JSON update (binlog_row_value_options=PARTIAL_JSON is not supported)".into())
+            Ok(Value::Text("partial JSON update (binlog_row_value_options=PARTIAL_JSON is not supported)".into()))
         }
     }
+}
+
+/// MySQL's binary JSON as JSON. The direct conversion keeps the key order
+/// the server stored; it refuses opaque scalars (a DECIMAL, DATE or TIME
+/// stored inside a document), which the structured parse renders as
+/// strings. Only a value neither can read is an error.
+fn jsonb_to_json(jsonb: &mysql_async::binlog::jsonb::Value<'_>) -> Result<serde_json::Value, String> {
+    serde_json::Value::try_from(jsonb.clone())
+        .or_else(|_| jsonb.clone().parse().map(serde_json::Value::from))
+        .map_err(|e| e.to_string())
 }
 
 fn convert_value(value: &My, column_type: ColumnType, meta: &[u8], info: &ColumnInfo) -> Value {
@@ -395,5 +424,49 @@ mod tests {
         let mut doc = info("longtext");
         doc.json = true;
         assert_eq!(text("{\"a\":1}", &doc), "{\"a\":1}");
+    }
+
+    fn binlog_position() -> Position {
+        Position::Mysql(sluice_core::BinlogPos {
+            file: "mariadb-bin.000007".into(),
+            offset: 4242,
+            seq: 0,
+            gtid_before: None,
+        })
+    }
+
+    #[test]
+    fn undecodable_json_is_a_permanent_error_naming_table_column_and_position() {
+        use mysql_async::binlog::jsonb::{JsonbString, Value as Jsonb};
+        // A JSON string whose bytes are not UTF-8: neither conversion reads it.
+        let damaged = BinlogValue::Jsonb(Jsonb::String(JsonbString::new(vec![b'a', 0xff, 0xfe])));
+        let mut column = info("json");
+        column.name = "doc".into();
+        let err = convert(&damaged, ColumnType::MYSQL_TYPE_JSON, &[], &column, "shop.orders", &binlog_position())
+            .expect_err("undecodable JSON must not become a value");
+        assert!(!err.is_transient(), "{err}");
+        let text = err.to_string();
+        let position = binlog_position().to_string();
+        assert!(text.contains("shop.orders.doc"), "{text}");
+        assert!(text.contains(&position), "{text} lacks {position}");
+        assert!(!text.contains("unreadable JSON"), "{text}");
+    }
+
+    #[test]
+    fn json_with_an_opaque_scalar_is_decoded_not_refused() {
+        use mysql_async::binlog::jsonb::{OpaqueValue, Value as Jsonb};
+        // A DATE inside a document, as `JSON_ARRAY(CURDATE())` stores it.
+        let packed = mysql_common_date_packed(2024, 2, 29);
+        let date = BinlogValue::Jsonb(Jsonb::Opaque(OpaqueValue::new(ColumnType::MYSQL_TYPE_DATE, packed.to_vec())));
+        let value = convert(&date, ColumnType::MYSQL_TYPE_JSON, &[], &info("json"), "shop.orders", &binlog_position())
+            .expect("an opaque DATE is readable");
+        assert!(json(value).contains("2024-02-29"));
+    }
+
+    /// MySQL's packed DATE: ((year * 13 + month) << 5 | day) << 17, shifted
+    /// left 24 bits more as a datetime with no time of day.
+    fn mysql_common_date_packed(year: i64, month: i64, day: i64) -> [u8; 8] {
+        let ymd = ((year * 13 + month) << 5) | day;
+        ((ymd << 17) << 24).to_le_bytes()
     }
 }

@@ -113,8 +113,13 @@ impl Batch {
 
     /// Each event's time from commit to `now_us`, in seconds, with how
     /// many events share it.
+    /// Events without a commit time are left out, as [`Latency`] leaves
+    /// them out.
     pub fn latencies(&self, now_us: i64) -> impl Iterator<Item = (f64, u64)> + '_ {
-        self.commit_runs.iter().map(move |(commit_us, count)| ((now_us - commit_us).max(0) as f64 / 1e6, *count))
+        self.commit_runs
+            .iter()
+            .filter(|(commit_us, _)| *commit_us > 0)
+            .map(move |(commit_us, count)| ((now_us - commit_us).max(0) as f64 / 1e6, *count))
     }
 
     pub fn event_count(&self) -> usize {

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use tracing::debug;
 
 use crate::batch::{Batch, Batcher};
+use crate::deadline::sleep_until;
 use crate::shutdown::Shutdown;
 use crate::spill::SpillError;
 use crate::status::PipelineStatus;
@@ -65,12 +66,5 @@ impl Dispatcher {
             // already knows (detached, abandoned, failed).
             let _ = writer.send(batch.clone()).await;
         }
-    }
-}
-
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
     }
 }

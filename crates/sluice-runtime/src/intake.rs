@@ -5,7 +5,7 @@
 //! the dispatcher sees a strictly increasing stream.
 
 use sluice_core::{AckWatermark, Event, Position, Source, SourceError, SourceStatus, or_start};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
 use crate::backoff::Backoff;
@@ -19,6 +19,8 @@ pub(crate) struct Intake {
     pub chunks: mpsc::Sender<Vec<Event>>,
     pub shutdown: Shutdown,
     pub status: std::sync::Arc<PipelineStatus>,
+    /// The pause switch of [`crate::PipelineControl`].
+    pub paused: watch::Receiver<bool>,
     /// The source's log generation, put in every position it reads; the
     /// source itself only sees positions in its log.
     pub generation: u32,
@@ -32,14 +34,13 @@ impl Intake {
             return Ok(());
         }
         info!(from = %or_start(last.as_ref()), "source started");
-        let mut paused = self.status.paused();
         loop {
-            if *paused.borrow_and_update() {
+            if *self.paused.borrow_and_update() {
                 info!("paused through the API; the source is not read until resumed");
                 tokio::select! {
                     biased;
                     _ = self.shutdown.wait() => return Ok(()),
-                    _ = paused.wait_for(|p| !*p) => info!("resumed through the API"),
+                    _ = self.paused.wait_for(|p| !*p) => info!("resumed through the API"),
                 }
             }
             let mut chunk = Vec::new();

@@ -4,24 +4,37 @@
 //! A log-linear histogram (16 buckets per power of two, so a percentile
 //! is at most 1/16 above the true value) over microseconds, with atomic
 //! counters so it can be read while the writer records.
+//!
+//! It records only figures it can stand behind: an event with no commit
+//! time (0 or less) is left out, and so is one that committed longer ago
+//! than the histogram's range ([`RANGE_US`], about 25 days), which is
+//! counted apart instead of being reported as the range's top.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 const SUB_BITS: u32 = 4;
 const SUB: u64 = 1 << SUB_BITS;
-/// Values at or above 2^41 µs (25 days) share the last bucket.
+/// The top bucket ends just below 2^41 µs.
 const MAX_EXPONENT: u32 = 40;
+/// Latencies at or above this (2^41 µs, about 25 days) are out of range.
+pub const RANGE_US: u64 = 1 << (MAX_EXPONENT + 1);
 const BUCKETS: usize = ((MAX_EXPONENT - SUB_BITS + 2) as u64 * SUB) as usize;
 
 pub struct Latency {
     counts: Vec<AtomicU64>,
     max_us: AtomicU64,
+    /// Events that committed [`RANGE_US`] or more before they were durable.
+    out_of_range: AtomicU64,
 }
 
 impl Default for Latency {
     fn default() -> Self {
-        Self { counts: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(), max_us: AtomicU64::new(0) }
+        Self {
+            counts: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            max_us: AtomicU64::new(0),
+            out_of_range: AtomicU64::new(0),
+        }
     }
 }
 
@@ -48,6 +61,27 @@ fn upper_bound(index: usize) -> u64 {
     ((SUB + sub + 1) << (exponent - SUB_BITS)) - 1
 }
 
+/// What can be said of an event's latency.
+enum Measured {
+    Us(u64),
+    /// The event carries no commit time (0 or less).
+    NoCommitTime,
+    /// It committed [`RANGE_US`] or more before `now_us`.
+    OutOfRange,
+}
+
+/// The latency of an event that committed at `commit_us` and became
+/// durable at `now_us`; a commit stamped in the future counts as zero.
+fn measurable_us(commit_us: i64, now_us: i64) -> Measured {
+    if commit_us <= 0 {
+        return Measured::NoCommitTime;
+    }
+    match now_us.saturating_sub(commit_us).max(0) as u64 {
+        us if us >= RANGE_US => Measured::OutOfRange,
+        us => Measured::Us(us),
+    }
+}
+
 /// Microseconds since the Unix epoch, as sources stamp commit times.
 pub fn now_us() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
@@ -56,11 +90,26 @@ pub fn now_us() -> i64 {
 impl Latency {
     /// Records `count` events that committed at `commit_us` and became
     /// durable at `now_us`. A commit stamped in the future (another
-    /// host's clock) counts as zero.
+    /// host's clock) counts as zero; a commit time of 0 or less means the
+    /// event carries none and is not recorded; a latency of [`RANGE_US`]
+    /// or more is only counted as out of range.
     pub fn record(&self, commit_us: i64, now_us: i64, count: u64) {
-        let us = now_us.saturating_sub(commit_us).max(0) as u64;
+        let us = match measurable_us(commit_us, now_us) {
+            Measured::Us(us) => us,
+            Measured::NoCommitTime => return,
+            Measured::OutOfRange => {
+                self.out_of_range.fetch_add(count, Ordering::Relaxed);
+                return;
+            }
+        };
         self.counts[bucket(us)].fetch_add(count, Ordering::Relaxed);
         self.max_us.fetch_max(us, Ordering::Relaxed);
+    }
+
+    /// Events left out for committing [`RANGE_US`] or more before they
+    /// were durable.
+    pub fn out_of_range(&self) -> u64 {
+        self.out_of_range.load(Ordering::Relaxed)
     }
 
     pub fn count(&self) -> u64 {
@@ -121,8 +170,9 @@ mod tests {
         let latency = Latency::default();
         assert_eq!(latency.quantile_us(0.5), None);
         // 90 events at 1 ms, 10 at 100 ms.
-        latency.record(0, 1_000, 90);
-        latency.record(0, 100_000, 10);
+        let commit = 1_000_000;
+        latency.record(commit, commit + 1_000, 90);
+        latency.record(commit, commit + 100_000, 10);
         assert_eq!(latency.count(), 100);
         let p50 = latency.quantile_us(0.5).unwrap();
         assert!((1_000..=1_063).contains(&p50), "p50 {p50}");
@@ -136,5 +186,29 @@ mod tests {
         let latency = Latency::default();
         latency.record(5_000, 1_000, 1);
         assert_eq!(latency.quantile_us(1.0), Some(0));
+    }
+
+    #[test]
+    fn an_absent_commit_time_is_not_recorded() {
+        let latency = Latency::default();
+        latency.record(0, now_us(), 5);
+        latency.record(-1, now_us(), 5);
+        assert_eq!(latency.count(), 0);
+        assert_eq!(latency.quantile_us(0.5), None);
+        assert_eq!(latency.out_of_range(), 0);
+    }
+
+    #[test]
+    fn a_latency_beyond_the_range_is_counted_apart_not_reported_as_the_top() {
+        let latency = Latency::default();
+        let now = now_us();
+        // The generator's synthetic commit times fall months before now.
+        latency.record(now - 300 * 86_400_000_000, now, 7);
+        latency.record(now - RANGE_US as i64, now, 1);
+        assert_eq!(latency.count(), 0);
+        assert_eq!(latency.quantile_us(0.99), None);
+        assert_eq!(latency.out_of_range(), 8);
+        latency.record(now - (RANGE_US as i64 - 1), now, 1);
+        assert_eq!(latency.quantile_us(1.0), Some(RANGE_US - 1));
     }
 }

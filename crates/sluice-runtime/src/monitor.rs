@@ -14,6 +14,7 @@ use std::time::Duration;
 use sluice_config::SloConfig;
 use tracing::{info, warn};
 
+use crate::control::{PipelineControl, PipelineHandle};
 use crate::latency::now_us;
 use crate::status::{CAUGHT_UP_BYTES, PipelineStatus, SinkState};
 
@@ -21,14 +22,16 @@ const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 pub(crate) struct Monitor {
     status: Arc<PipelineStatus>,
+    /// Detaches an optional sink that pins the source's log.
+    control: PipelineControl,
     slo: SloConfig,
     /// Breaches seen at the last check, by name.
     breached: BTreeSet<String>,
 }
 
 impl Monitor {
-    pub fn new(status: Arc<PipelineStatus>, slo: SloConfig) -> Self {
-        Self { status, slo, breached: BTreeSet::new() }
+    pub fn new(handle: PipelineHandle, slo: SloConfig) -> Self {
+        Self { status: handle.status, control: handle.control, slo, breached: BTreeSet::new() }
     }
 
     pub async fn run(mut self) {
@@ -132,7 +135,7 @@ impl Monitor {
         let reason = format!(
             "the replication slot retained {retained} bytes of WAL, over slo.max_retained_wal_bytes {max}, and this optional sink held it back"
         );
-        if status.request_detach(index, reason) {
+        if self.control.request_detach(index, reason) {
             warn!(pipeline = %status.name, sink = %sink.id, "detaching an optional sink that pins WAL past the SLO");
         }
     }

@@ -17,20 +17,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_config::{BatchConfig, CommitPolicy, DeadLetterConfig, PolicyMode, SloConfig};
-use sluice_core::{AckWatermark, CheckpointKey, CheckpointStore, DeadLetterQueue, Position, Sink, Source, or_start};
+use sluice_core::{
+    AckWatermark, CheckpointKey, CheckpointStore, DeadLetterQueue, Position, Sink, SinkError, Source, SourceError,
+    StoreError, or_start,
+};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, error, info, info_span, warn};
 
-use crate::batch::Batcher;
+use crate::batch::{Batch, Batcher};
 use crate::checkpointer::{Checkpointer, lowest};
+use crate::control::PipelineHandle;
 use crate::dispatch::Dispatcher;
 use crate::error::PipelineError;
 use crate::intake::Intake;
 use crate::monitor::Monitor;
 use crate::shutdown::{Shutdown, TriggerOnDrop};
-use crate::status::{Detachment, PipelineState, PipelineStatus, SinkInfo, SinkState};
-use crate::writer::{SinkMetrics, SinkWriter};
+use crate::spill::SpillError;
+use crate::status::{Detachment, PipelineState, PipelineStatus, SinkInfo, SinkState, lock};
+use crate::writer::{Report, SinkMetrics, SinkWriter};
 
 /// Chunks of source events queued between the intake and the dispatcher.
 const CHUNK_QUEUE: usize = 4;
@@ -80,16 +85,19 @@ pub struct Pipeline {
     pub sinks: Vec<SinkSpec>,
     pub store: Arc<dyn CheckpointStore>,
     pub dead_letters: Arc<dyn DeadLetterQueue>,
-    pub status: Arc<PipelineStatus>,
+    pub handle: PipelineHandle,
 }
 
-/// The status a pipeline of these parts reports.
-pub fn status_of(name: &str, source: &dyn Source, source_kind: &str, sinks: &[SinkSpec]) -> Arc<PipelineStatus> {
-    let sinks = sinks
+/// The status and controls of a pipeline of these parts.
+pub fn handle_of(name: &str, source: &dyn Source, source_kind: &str, sinks: &[SinkSpec]) -> PipelineHandle {
+    PipelineHandle::new(name, source.id(), source_kind, sink_infos(sinks))
+}
+
+fn sink_infos(sinks: &[SinkSpec]) -> Vec<SinkInfo> {
+    sinks
         .iter()
         .map(|s| SinkInfo { id: s.sink.id().to_string(), guarantee: s.sink.guarantee(), required: s.required })
-        .collect();
-    PipelineStatus::new(name, source.id(), source_kind, sinks)
+        .collect()
 }
 
 /// The mark file of a sink detached for pinning the source's log.
@@ -97,87 +105,69 @@ pub fn detach_mark(detach_dir: &std::path::Path, sink_id: &str) -> PathBuf {
     detach_dir.join(format!("{sink_id}.json"))
 }
 
+/// What the pipeline learned from the store and the detach marks before
+/// any task runs.
+struct Prepared {
+    keys: Vec<CheckpointKey>,
+    stored: Vec<Option<Position>>,
+    /// The source's log generation, as the store counts resets.
+    generation: u32,
+    /// Sinks detached for pinning the log: they get no writer and do not
+    /// hold the source back.
+    released: Vec<bool>,
+    /// Where the source starts: the lowest checkpoint of the sinks that
+    /// hold it back.
+    from: Option<Position>,
+    ack: AckWatermark,
+}
+
+/// The tasks of a running pipeline, joined in the order shutdown runs.
+struct Running {
+    pipeline: String,
+    source_id: String,
+    keys: Vec<CheckpointKey>,
+    relay: JoinHandle<()>,
+    monitor: JoinHandle<()>,
+    intake: JoinHandle<Result<(), SourceError>>,
+    dispatcher: JoinHandle<Result<(), SpillError>>,
+    writers: Vec<(String, JoinHandle<Result<(), SinkError>>)>,
+    checkpointer: JoinHandle<Result<Vec<Option<Position>>, StoreError>>,
+}
+
 impl Pipeline {
     /// Runs until the source ends and every sink is flushed, or until
     /// `shutdown`; either way the final checkpoints are committed.
     pub async fn run(self, shutdown: Shutdown) -> Result<RunReport, PipelineError> {
-        let name = self.settings.name.clone();
-        let span = info_span!("pipeline", pipeline = %name);
-        let status = self.status.clone();
+        let span = info_span!("pipeline", pipeline = %self.settings.name);
+        let handle = self.handle.clone();
         let result = self.run_inner(shutdown).instrument(span).await;
+        handle.control.disconnect_all();
+        for sink in &handle.status.sinks {
+            if sink.state() == SinkState::Running {
+                sink.set_state(SinkState::Closed);
+            }
+        }
         match &result {
-            Ok(_) => status.set_state(PipelineState::Stopped),
-            Err(err) => status.fail(err.to_string()),
+            Ok(_) => handle.status.set_state(PipelineState::Stopped),
+            Err(err) => handle.status.fail(err.to_string()),
         }
         result
     }
 
     async fn run_inner(self, external: Shutdown) -> Result<RunReport, PipelineError> {
-        let Pipeline { settings, source, sinks, store, dead_letters, status } = self;
-        let pipeline = settings.name.clone();
+        let sinks = sink_infos(&self.sinks);
+        let parts = (self.source.id().to_string(), self.store.clone(), self.handle.status.clone());
+        let prepared = prepare(&self.settings, &sinks, parts).await?;
+        let running = self.spawn(prepared, external);
+        running.join().await
+    }
+
+    /// Starts the pipeline's tasks: a writer per attached sink, the
+    /// checkpointer, the intake, the dispatcher and the SLO monitor.
+    fn spawn(self, prepared: Prepared, external: Shutdown) -> Running {
+        let Pipeline { settings, source, sinks, store, dead_letters, handle } = self;
+        let Prepared { keys, stored, generation, released, from, ack } = prepared;
         let source_id = source.id().to_string();
-        let keys: Vec<CheckpointKey> = sinks.iter().map(|s| CheckpointKey::new(&source_id, s.sink.id())).collect();
-        // Spill files left by a crash hold transactions that were never
-        // checkpointed; the source reads them again.
-        match std::fs::remove_dir_all(&settings.spill_dir) {
-            Ok(()) => info!(dir = %settings.spill_dir.display(), "removed spill files left by an earlier run"),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => warn!(dir = %settings.spill_dir.display(), error = %e, "cannot remove old spill files"),
-        }
-        let load_store = store.clone();
-        let load_keys = keys.clone();
-        let load_source = source_id.clone();
-        let (stored, generation) = tokio::task::spawn_blocking(move || {
-            Ok::<_, sluice_core::StoreError>((load_store.load(&load_keys)?, load_store.generation(&load_source)?))
-        })
-        .await
-        .map_err(|e| task_error(&pipeline, "checkpoint load", e))?
-        .map_err(|error| PipelineError::Store { pipeline: pipeline.clone(), error })?;
-        if generation > 0 {
-            info!(generation, "the source's log was reset {generation} time(s); its positions carry the generation");
-        }
-
-        // A sink detached for pinning the log stays detached: the log from
-        // its checkpoint on is gone, so it must not hold the source back.
-        let mut released = vec![false; sinks.len()];
-        for (index, spec) in sinks.iter().enumerate() {
-            let mark = detach_mark(&settings.detach_dir, spec.sink.id());
-            let Ok(text) = std::fs::read_to_string(&mark) else { continue };
-            if spec.required {
-                return Err(PipelineError::Detached {
-                    pipeline: pipeline.clone(),
-                    sink: spec.sink.id().to_string(),
-                    mark: mark.display().to_string(),
-                });
-            }
-            let reason = serde_json::from_str::<serde_json::Value>(&text)
-                .ok()
-                .and_then(|v| v["reason"].as_str().map(str::to_string))
-                .unwrap_or(text);
-            error!(sink = %spec.sink.id(), %reason, mark = %mark.display(),
-                "sink stays DETACHED: it was cut off for pinning the source's log and needs a resync; \
-                 `sluice checkpoints reset --sink` clears the mark");
-            status.sinks[index].detach(Detachment { reason, needs_resync: true });
-            released[index] = true;
-        }
-        let holding: Vec<Option<Position>> =
-            stored.iter().zip(&released).filter(|(_, r)| !**r).map(|(s, _)| s.clone()).collect();
-        for (sink, position) in status.sinks.iter().zip(&stored) {
-            *sink.checkpoint.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = position.clone();
-            *sink.durable.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = position.clone();
-        }
-
-        // The source resumes from the lowest checkpoint; sinks ahead of it
-        // filter what they already have.
-        let from = lowest(&holding);
-        *status.replay_from.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = from.clone();
-        let ack = AckWatermark::default();
-        if let Some(from) = &from {
-            ack.advance(from);
-        }
-        ack.set_highest_at_start(stored.iter().flatten().max().cloned());
-        info!(from = %or_start(from.as_ref()), sinks = sinks.len(), "pipeline starting");
-
         let shutdown = Shutdown::new();
         let relay = {
             let (external, shutdown) = (external.clone(), shutdown.clone());
@@ -186,50 +176,22 @@ impl Pipeline {
                 shutdown.trigger();
             })
         };
-
         let (report_tx, report_rx) = mpsc::channel(64 * sinks.len().max(1));
-        let may_detach_optional = settings.commit_policy.mode != PolicyMode::All;
-        let mut writer_txs = Vec::new();
-        let mut writers: Vec<(String, JoinHandle<_>)> = Vec::new();
         let required: Vec<bool> = sinks.iter().map(|s| s.required).collect();
-        for (index, spec) in sinks.into_iter().enumerate() {
-            if released[index] {
-                continue;
-            }
-            let (tx, rx) = mpsc::channel(settings.batch.max_inflight);
-            writer_txs.push(tx);
-            let sink_id = spec.sink.id().to_string();
-            let (control_tx, control_rx) = mpsc::channel(4);
-            status.sinks[index].set_control(Some(control_tx));
-            let writer = SinkWriter {
-                index,
-                sink_id: sink_id.clone(),
-                sink: spec.sink,
-                may_detach: !spec.required && may_detach_optional,
-                deadline: settings.sink_batch_deadline,
-                stored: stored[index].clone(),
-                batches: rx,
-                reports: report_tx.clone(),
-                shutdown: shutdown.clone(),
-                source_id: source_id.clone(),
-                dead_letters: dead_letters.clone(),
-                dead_letter: settings.dead_letter.clone(),
-                retain_dir: settings.spill_dir.join(format!("retained-{index}")),
-                status: status.clone(),
-                control: control_rx,
-                detach_mark: detach_mark(&settings.detach_dir, &sink_id),
-                metrics: SinkMetrics::new(&pipeline, &sink_id),
-                generation,
-            };
-            let span = info_span!("sink", sink = %sink_id);
-            writers.push((sink_id, spawn_guarded(&shutdown, writer.run().instrument(span))));
-        }
-        drop(report_tx);
-
+        let parts = WriterParts {
+            settings: &settings,
+            handle: &handle,
+            shutdown: &shutdown,
+            reports: report_tx,
+            source_id: &source_id,
+            dead_letters,
+            generation,
+        };
+        let (writer_txs, writers) = parts.spawn_all(sinks, &stored, &released);
         let checkpointer = Checkpointer {
             durable_events: vec![0; keys.len()],
             released,
-            status: status.clone(),
+            status: handle.status.clone(),
             keys: keys.clone(),
             required,
             mode: settings.commit_policy.mode,
@@ -241,7 +203,6 @@ impl Pipeline {
             reports: report_rx,
         };
         let checkpointer = spawn_guarded(&shutdown, checkpointer.run().instrument(info_span!("checkpointer")));
-
         let (chunk_tx, chunk_rx) = mpsc::channel(CHUNK_QUEUE);
         let intake = Intake {
             source,
@@ -249,7 +210,8 @@ impl Pipeline {
             ack,
             chunks: chunk_tx,
             shutdown: shutdown.clone(),
-            status: status.clone(),
+            status: handle.status.clone(),
+            paused: handle.control.paused(),
             generation,
         };
         let intake = spawn_guarded(&shutdown, intake.run().instrument(info_span!("source", source = %source_id)));
@@ -258,13 +220,155 @@ impl Pipeline {
             chunks: chunk_rx,
             writers: writer_txs,
             shutdown: shutdown.clone(),
-            status: status.clone(),
+            status: handle.status.clone(),
         };
         let dispatcher = spawn_guarded(&shutdown, dispatcher.run().instrument(info_span!("dispatcher")));
+        handle.status.set_state(PipelineState::Running);
+        let monitor = tokio::spawn(Monitor::new(handle, settings.slo.clone()).run());
+        Running { pipeline: settings.name, source_id, keys, relay, monitor, intake, dispatcher, writers, checkpointer }
+    }
+}
 
-        status.set_state(PipelineState::Running);
-        let monitor = tokio::spawn(Monitor::new(status.clone(), settings.slo.clone()).run());
+/// Loads the checkpoints and the detach marks, and says where the source
+/// starts. It holds no part of the [`Pipeline`] across an await: a source
+/// or a sink is not `Sync`.
+async fn prepare(
+    settings: &PipelineSettings,
+    sinks: &[SinkInfo],
+    (source_id, store, status): (String, Arc<dyn CheckpointStore>, Arc<PipelineStatus>),
+) -> Result<Prepared, PipelineError> {
+    let pipeline = settings.name.clone();
+    let keys: Vec<CheckpointKey> = sinks.iter().map(|s| CheckpointKey::new(&source_id, &s.id)).collect();
+    // Spill files left by a crash hold transactions that were never
+    // checkpointed; the source reads them again.
+    match std::fs::remove_dir_all(&settings.spill_dir) {
+        Ok(()) => info!(dir = %settings.spill_dir.display(), "removed spill files left by an earlier run"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => warn!(dir = %settings.spill_dir.display(), error = %e, "cannot remove old spill files"),
+    }
+    let (load_store, load_keys) = (store.clone(), keys.clone());
+    let (stored, generation) = tokio::task::spawn_blocking(move || {
+        Ok::<_, StoreError>((load_store.load(&load_keys)?, load_store.generation(&source_id)?))
+    })
+    .await
+    .map_err(|e| task_error(&pipeline, "checkpoint load", e))?
+    .map_err(|error| PipelineError::Store { pipeline: pipeline.clone(), error })?;
+    if generation > 0 {
+        info!(generation, "the source's log was reset {generation} time(s); its positions carry the generation");
+    }
+    let released = released_by_marks(settings, sinks, &status)
+        .map_err(|MarkedRequired { sink, mark }| PipelineError::Detached { pipeline: pipeline.clone(), sink, mark })?;
+    let holding: Vec<Option<Position>> =
+        stored.iter().zip(&released).filter(|(_, r)| !**r).map(|(s, _)| s.clone()).collect();
+    for (sink, position) in status.sinks.iter().zip(&stored) {
+        *lock(&sink.checkpoint) = position.clone();
+        *lock(&sink.durable) = position.clone();
+    }
+    // The source resumes from the lowest checkpoint; sinks ahead of it
+    // filter what they already have.
+    let from = lowest(&holding);
+    *lock(&status.replay_from) = from.clone();
+    let ack = AckWatermark::default();
+    if let Some(from) = &from {
+        ack.advance(from);
+    }
+    ack.set_highest_at_start(stored.iter().flatten().max().cloned());
+    info!(from = %or_start(from.as_ref()), sinks = sinks.len(), "pipeline starting");
+    Ok(Prepared { keys, stored, generation, released, from, ack })
+}
 
+/// A required sink that carries a detach mark.
+struct MarkedRequired {
+    sink: String,
+    mark: String,
+}
+
+/// Sinks a detach mark keeps detached: the log from their checkpoint on
+/// is gone, so they must not hold the source back. A required sink with a
+/// mark stops the pipeline, since it cannot be left behind.
+fn released_by_marks(
+    settings: &PipelineSettings,
+    sinks: &[SinkInfo],
+    status: &PipelineStatus,
+) -> Result<Vec<bool>, MarkedRequired> {
+    let mut released = vec![false; sinks.len()];
+    for (index, spec) in sinks.iter().enumerate() {
+        let mark = detach_mark(&settings.detach_dir, &spec.id);
+        let Ok(text) = std::fs::read_to_string(&mark) else { continue };
+        if spec.required {
+            return Err(MarkedRequired { sink: spec.id.clone(), mark: mark.display().to_string() });
+        }
+        let reason = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v["reason"].as_str().map(str::to_string))
+            .unwrap_or(text);
+        error!(sink = %spec.id, %reason, mark = %mark.display(),
+            "sink stays DETACHED: it was cut off for pinning the source's log and needs a resync; \
+             `sluice checkpoints reset --sink` clears the mark");
+        status.sinks[index].detach(Detachment { reason, needs_resync: true });
+        released[index] = true;
+    }
+    Ok(released)
+}
+
+/// What every sink writer of one pipeline shares.
+struct WriterParts<'a> {
+    settings: &'a PipelineSettings,
+    handle: &'a PipelineHandle,
+    shutdown: &'a Shutdown,
+    reports: mpsc::Sender<Report>,
+    source_id: &'a str,
+    dead_letters: Arc<dyn DeadLetterQueue>,
+    generation: u32,
+}
+
+type Writers = (Vec<mpsc::Sender<Arc<Batch>>>, Vec<(String, JoinHandle<Result<(), SinkError>>)>);
+
+impl WriterParts<'_> {
+    /// Spawns a writer for every sink not released; returns their batch
+    /// queues and their tasks.
+    fn spawn_all(self, sinks: Vec<SinkSpec>, stored: &[Option<Position>], released: &[bool]) -> Writers {
+        let settings = self.settings;
+        let may_detach_optional = settings.commit_policy.mode != PolicyMode::All;
+        let (mut queues, mut tasks) = (Vec::new(), Vec::new());
+        for (index, spec) in sinks.into_iter().enumerate() {
+            if released[index] {
+                continue;
+            }
+            let (tx, rx) = mpsc::channel(settings.batch.max_inflight);
+            queues.push(tx);
+            let sink_id = spec.sink.id().to_string();
+            let writer = SinkWriter {
+                index,
+                sink_id: sink_id.clone(),
+                sink: spec.sink,
+                may_detach: !spec.required && may_detach_optional,
+                deadline: settings.sink_batch_deadline,
+                stored: stored[index].clone(),
+                batches: rx,
+                reports: self.reports.clone(),
+                shutdown: self.shutdown.clone(),
+                source_id: self.source_id.to_string(),
+                dead_letters: self.dead_letters.clone(),
+                dead_letter: settings.dead_letter.clone(),
+                retain_dir: settings.spill_dir.join(format!("retained-{index}")),
+                status: self.handle.status.clone(),
+                control: self.handle.control.connect(index),
+                detach_mark: detach_mark(&settings.detach_dir, &sink_id),
+                metrics: SinkMetrics::new(&settings.name, &sink_id),
+                generation: self.generation,
+            };
+            let span = info_span!("sink", sink = %sink_id);
+            tasks.push((sink_id, spawn_guarded(self.shutdown, writer.run().instrument(span))));
+        }
+        (queues, tasks)
+    }
+}
+
+impl Running {
+    /// Waits for every task in shutdown order and keeps the first error.
+    async fn join(self) -> Result<RunReport, PipelineError> {
+        let Running { pipeline, source_id, keys, relay, monitor, intake, dispatcher, writers, checkpointer } = self;
         let mut first_error = None;
         match intake.await {
             Ok(Ok(())) => {}
@@ -306,12 +410,6 @@ impl Pipeline {
         };
         relay.abort();
         monitor.abort();
-        for sink in &status.sinks {
-            sink.set_control(None);
-            if sink.state() == SinkState::Running {
-                sink.set_state(SinkState::Closed);
-            }
-        }
         if let Some(error) = first_error {
             return Err(error);
         }

@@ -15,29 +15,34 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
-use sluice_core::{DeadLetter, Event, Guarantee, LogStats, Position};
-use tokio::sync::{mpsc, oneshot, watch};
+use sluice_core::{Event, Guarantee, LogStats, Position};
+use tokio::sync::watch;
 
+pub use self::view::{PipelineView, SinkView, SourceView};
 use crate::latency::now_us;
+
+mod view;
 
 /// A source this close to its server's head counts as caught up: the log
 /// also holds what the source never reads (other databases' WAL), and the
 /// head is measured every few seconds, so an idle source is rarely at 0.
 pub const CAUGHT_UP_BYTES: u64 = 1024 * 1024;
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// A poisoned lock still holds figures worth reading: a task that
+/// panicked while holding one left at worst a stale value.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Seconds from the time in `since_us` until now; 0 when it holds 0 (unset).
-fn seconds_since(since_us: &AtomicI64) -> f64 {
+pub(crate) fn seconds_since(since_us: &AtomicI64) -> f64 {
     match since_us.load(Ordering::Relaxed) {
         0 => 0.0,
         since => (now_us() - since).max(0) as f64 / 1e6,
     }
 }
 
-fn text(position: &Mutex<Option<Position>>) -> Option<String> {
+pub(crate) fn text(position: &Mutex<Option<Position>>) -> Option<String> {
     lock(position).as_ref().map(ToString::to_string)
 }
 
@@ -82,14 +87,6 @@ impl ErrorNote {
     }
 }
 
-/// A request to a sink's writer, served between batches.
-pub(crate) enum Control {
-    /// Send one dead letter's event to the sink again.
-    Redeliver { letter: Box<DeadLetter>, event: Box<Event>, reply: oneshot::Sender<Result<(), String>> },
-    /// Stop writing to this optional sink and stop holding the source back for it.
-    Detach { reason: String },
-}
-
 /// One sink's figures.
 pub struct SinkStatus {
     pub id: String,
@@ -121,7 +118,6 @@ pub struct SinkStatus {
     last_error: Mutex<Option<ErrorNote>>,
     /// Why the sink was detached, and whether it must be resynced.
     detached: Mutex<Option<Detachment>>,
-    control: Mutex<Option<mpsc::Sender<Control>>>,
 }
 
 /// Why a sink was cut off.
@@ -157,7 +153,6 @@ impl SinkStatus {
             failing_since_us: AtomicI64::new(0),
             last_error: Mutex::new(None),
             detached: Mutex::new(None),
-            control: Mutex::new(None),
         }
     }
 
@@ -204,14 +199,6 @@ impl SinkStatus {
     /// Sluice; the source's own lag comes on top.
     pub fn lag_seconds(&self) -> f64 {
         seconds_since(&self.waiting_since_us)
-    }
-
-    pub(crate) fn set_control(&self, control: Option<mpsc::Sender<Control>>) {
-        *lock(&self.control) = control;
-    }
-
-    fn control(&self) -> Option<mpsc::Sender<Control>> {
-        lock(&self.control).clone()
     }
 }
 
@@ -297,6 +284,13 @@ impl SourceFigures {
         seconds_since(&self.failing_since_us)
     }
 
+    /// Whether the source's commit times come from a server's log. A
+    /// source without a server log (the generator) reports no log figures
+    /// and stamps synthetic commit times, which measure no lag or latency.
+    pub fn commit_times_are_real(&self) -> bool {
+        lock(&self.log).is_some()
+    }
+
     /// Seconds between the latest commit read and now, while the source is
     /// behind its server; 0 when it has read all there is, and for a
     /// source without a server (the generator stamps synthetic times).
@@ -323,14 +317,16 @@ fn add(tables: &mut BTreeMap<String, (u64, u64)>, table: &str, events: u64, byte
     }
 }
 
-/// One pipeline's figures and controls, shared by its tasks and the API.
+/// One pipeline's figures, written by its tasks and read by the API, the
+/// metrics and the SLO monitor. Requests go through [`crate::PipelineControl`].
 pub struct PipelineStatus {
     pub name: String,
     pub source_id: String,
     pub source_kind: String,
     state: Mutex<PipelineState>,
     failure: Mutex<Option<ErrorNote>>,
-    pause: watch::Sender<bool>,
+    /// The pause switch as [`crate::PipelineControl`] sets it.
+    paused: watch::Receiver<bool>,
     pub source: SourceFigures,
     /// Events, bytes and batches cut by the dispatcher.
     pub events_cut: AtomicU64,
@@ -353,14 +349,20 @@ pub struct SinkInfo {
 }
 
 impl PipelineStatus {
-    pub fn new(name: &str, source_id: &str, source_kind: &str, sinks: Vec<SinkInfo>) -> Arc<Self> {
+    pub(crate) fn new(
+        name: &str,
+        source_id: &str,
+        source_kind: &str,
+        sinks: Vec<SinkInfo>,
+        paused: watch::Receiver<bool>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             name: name.to_string(),
             source_id: source_id.to_string(),
             source_kind: source_kind.to_string(),
             state: Mutex::new(PipelineState::Starting),
             failure: Mutex::new(None),
-            pause: watch::Sender::new(false),
+            paused,
             source: SourceFigures::default(),
             events_cut: AtomicU64::new(0),
             bytes_cut: AtomicU64::new(0),
@@ -374,7 +376,7 @@ impl PipelineStatus {
 
     pub fn state(&self) -> PipelineState {
         let state = *lock(&self.state);
-        if state == PipelineState::Running && *self.pause.borrow() { PipelineState::Paused } else { state }
+        if state == PipelineState::Running && self.is_paused() { PipelineState::Paused } else { state }
     }
 
     pub(crate) fn set_state(&self, state: PipelineState) {
@@ -386,23 +388,8 @@ impl PipelineStatus {
         self.set_state(PipelineState::Failed);
     }
 
-    /// Stops reading the source (sinks finish what they hold); `false`
-    /// when it was paused already.
-    pub fn pause(&self) -> bool {
-        !self.pause.send_replace(true)
-    }
-
-    /// Reads the source again; `false` when it was not paused.
-    pub fn resume(&self) -> bool {
-        self.pause.send_replace(false)
-    }
-
     pub fn is_paused(&self) -> bool {
-        *self.pause.borrow()
-    }
-
-    pub(crate) fn paused(&self) -> watch::Receiver<bool> {
-        self.pause.subscribe()
+        *self.paused.borrow()
     }
 
     pub fn sink(&self, id: &str) -> Option<&SinkStatus> {
@@ -424,159 +411,4 @@ impl PipelineStatus {
         problems.extend(lock(&self.problems).iter().cloned());
         problems
     }
-
-    /// Sends a dead letter back to its sink through the sink's own writer.
-    pub async fn redeliver(&self, letter: DeadLetter) -> Result<(), RedeliverError> {
-        let sink = self.sink(&letter.sink_id).ok_or(RedeliverError::NoSuchSink)?;
-        let control = sink.control().ok_or(RedeliverError::NotRunning)?;
-        let event = letter
-            .decode_event()
-            .map_err(|e| RedeliverError::Refused(format!("its stored event cannot be read back ({e}); purge it")))?;
-        let (reply, answer) = oneshot::channel();
-        let request = Control::Redeliver { letter: Box::new(letter), event: Box::new(event), reply };
-        control.send(request).await.map_err(|_| RedeliverError::NotRunning)?;
-        answer.await.map_err(|_| RedeliverError::NotRunning)?.map_err(RedeliverError::Refused)
-    }
-
-    /// Asks the writer of optional sink `index` to detach.
-    pub(crate) fn request_detach(&self, index: usize, reason: String) -> bool {
-        match self.sinks.get(index).and_then(SinkStatus::control) {
-            Some(control) => control.try_send(Control::Detach { reason }).is_ok(),
-            None => false,
-        }
-    }
-
-    pub fn view(&self) -> PipelineView {
-        let head_events = self.events_cut.load(Ordering::Relaxed);
-        let log = self.source.log();
-        PipelineView {
-            name: self.name.clone(),
-            state: self.state(),
-            failure: lock(&self.failure).clone(),
-            problems: self.problems(),
-            source: SourceView {
-                id: self.source_id.clone(),
-                kind: self.source_kind.clone(),
-                position: text(&self.source.position),
-                head: log.as_ref().and_then(|l| l.head()),
-                behind_bytes: log.as_ref().and_then(|l| l.behind_bytes()),
-                retained_wal_bytes: log.as_ref().and_then(|l| l.retained_bytes()),
-                lag_seconds: self.source.lag_seconds(),
-                events: self.source.events.load(Ordering::Relaxed),
-                bytes: self.source.bytes.load(Ordering::Relaxed),
-                restarts: self.source.restarts.load(Ordering::Relaxed),
-                last_error: lock(&self.source.last_error).clone(),
-            },
-            head_events,
-            replay_from: text(&self.replay_from),
-            replay_from_events: self.replay_from_events.load(Ordering::Relaxed),
-            sinks: self
-                .sinks
-                .iter()
-                .map(|s| s.view(head_events, self.bytes_cut.load(Ordering::Relaxed), self.source.lag_seconds()))
-                .collect(),
-        }
-    }
-}
-
-impl SinkStatus {
-    fn view(&self, head_events: u64, head_bytes: u64, source_lag: f64) -> SinkView {
-        let durable_events = self.durable_events.load(Ordering::Relaxed);
-        SinkView {
-            id: self.id.clone(),
-            guarantee: self.guarantee.to_string(),
-            exactly_once: self.guarantee.is_exactly_once(),
-            required: self.required,
-            state: self.state(),
-            checkpoint: text(&self.checkpoint),
-            durable: text(&self.durable),
-            checkpoint_events: self.checkpoint_events.load(Ordering::Relaxed),
-            durable_events,
-            lag_events: head_events.saturating_sub(durable_events),
-            lag_bytes: head_bytes.saturating_sub(self.durable_bytes.load(Ordering::Relaxed)),
-            lag_seconds: self.lag_seconds() + source_lag,
-            events: self.events.load(Ordering::Relaxed),
-            batches: self.batches.load(Ordering::Relaxed),
-            bytes: self.bytes.load(Ordering::Relaxed),
-            errors: self.errors.load(Ordering::Relaxed),
-            retries: self.retries.load(Ordering::Relaxed),
-            replay_skipped: self.replay_skipped.load(Ordering::Relaxed),
-            replayed: self.replayed.load(Ordering::Relaxed),
-            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
-            failing_for_seconds: self.failing_for_secs(),
-            last_error: lock(&self.last_error).clone(),
-            detached: self.detachment(),
-        }
-    }
-}
-
-/// Why a dead letter could not be sent again.
-#[derive(Debug)]
-pub enum RedeliverError {
-    NoSuchSink,
-    /// The sink's writer is not running (the pipeline stopped, or the sink detached).
-    NotRunning,
-    Refused(String),
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct PipelineView {
-    pub name: String,
-    pub state: PipelineState,
-    pub failure: Option<ErrorNote>,
-    /// Why the pipeline is not ready; empty when it is.
-    pub problems: Vec<String>,
-    pub source: SourceView,
-    /// Events cut by this run: the head of the stream as the sinks see it.
-    pub head_events: u64,
-    /// Where the source would start again after a crash (MIN of the checkpoints).
-    pub replay_from: Option<String>,
-    pub replay_from_events: u64,
-    pub sinks: Vec<SinkView>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct SourceView {
-    pub id: String,
-    pub kind: String,
-    /// The latest position read.
-    pub position: Option<String>,
-    /// The server's log head.
-    pub head: Option<String>,
-    /// Bytes of log between the position read and the head.
-    pub behind_bytes: Option<u64>,
-    /// WAL the server keeps for this source's replication slot.
-    pub retained_wal_bytes: Option<u64>,
-    pub lag_seconds: f64,
-    pub events: u64,
-    pub bytes: u64,
-    pub restarts: u64,
-    pub last_error: Option<ErrorNote>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct SinkView {
-    pub id: String,
-    pub guarantee: String,
-    pub exactly_once: bool,
-    pub required: bool,
-    pub state: SinkState,
-    pub checkpoint: Option<String>,
-    pub durable: Option<String>,
-    pub checkpoint_events: u64,
-    pub durable_events: u64,
-    pub lag_events: u64,
-    pub lag_bytes: u64,
-    pub lag_seconds: f64,
-    pub events: u64,
-    pub batches: u64,
-    pub bytes: u64,
-    pub errors: u64,
-    pub retries: u64,
-    pub replay_skipped: u64,
-    pub replayed: u64,
-    pub dead_lettered: u64,
-    pub failing_for_seconds: f64,
-    pub last_error: Option<ErrorNote>,
-    pub detached: Option<Detachment>,
 }

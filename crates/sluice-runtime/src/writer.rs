@@ -16,18 +16,20 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use sluice_config::{DeadLetterConfig, OnFull};
-use sluice_core::{
-    DeadLetter, DeadLetterQueue, EventChunks, Position, Sink, SinkError, SliceChunks, collect_chunks, or_start,
-};
+use sluice_config::DeadLetterConfig;
+use sluice_core::{DeadLetterQueue, EventChunks, Position, Sink, SinkError, SliceChunks, collect_chunks, or_start};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
 use crate::backoff::Backoff;
 use crate::batch::Batch;
+use crate::control::Control;
+use crate::deadline::{sleep_until, with_deadline};
 use crate::latency::{Latency, now_us};
 use crate::shutdown::Shutdown;
-use crate::status::{Control, Detachment, PipelineStatus, SinkState, SinkStatus};
+use crate::status::{Detachment, PipelineStatus, SinkState, SinkStatus, lock};
+
+mod dead_letter;
 
 /// Bytes of retained batches a writer keeps in memory; older ones move to
 /// spill files. A buffering sink (object storage) may hold minutes of
@@ -50,10 +52,13 @@ pub(crate) enum Report {
 
 /// How a writer ended early.
 enum Stop {
-    /// An optional sink failed; it gets nothing more this run.
-    Detached(SinkError),
-    /// An optional sink was cut off to stop it pinning the source's log.
-    Released(String),
+    /// An optional sink failed; it gets nothing more this run, keeps its
+    /// checkpoint, and catches up from it on the next start.
+    DetachedAfterFailure(SinkError),
+    /// An optional sink was cut off (by the SLO monitor) to stop it pinning
+    /// the source's log; its checkpoint no longer holds the source back,
+    /// so it misses events and needs a resync.
+    DetachedForPinning(String),
     /// Shutdown came while the writer was retrying.
     Abandoned,
     /// A required sink failed in a way retrying cannot fix.
@@ -120,7 +125,7 @@ struct State {
 }
 
 impl SinkWriter {
-    fn me(&self) -> &SinkStatus {
+    fn sink_status(&self) -> &SinkStatus {
         &self.status.sinks[self.index]
     }
 
@@ -134,15 +139,15 @@ impl SinkWriter {
             latency: Latency::default(),
             handed: None,
         };
-        let outcome = self.work(&mut state).await;
+        let outcome = self.deliver_until_stopped(&mut state).await;
         log_latency(&state.latency);
         match outcome {
             Ok(()) => {
                 self.close().await;
-                self.me().set_state(SinkState::Closed);
+                self.sink_status().set_state(SinkState::Closed);
                 Ok(())
             }
-            Err(Stop::Released(reason)) => {
+            Err(Stop::DetachedForPinning(reason)) => {
                 error!(
                     %reason,
                     durable = %or_start(state.durable.as_ref()),
@@ -150,9 +155,9 @@ impl SinkWriter {
                     "optional sink DETACHED so it stops pinning the source's log; it now misses events and needs a resync: \
                      reset its checkpoint (`sluice checkpoints reset --sink`) and re-read its tables"
                 );
-                self.me().detach(Detachment { reason, needs_resync: true });
+                self.sink_status().detach(Detachment { reason, needs_resync: true });
                 self.close().await;
-                self.me().set_control(None);
+                self.control.close();
                 while self.batches.recv().await.is_some() {}
                 Ok(())
             }
@@ -160,21 +165,21 @@ impl SinkWriter {
                 warn!(durable = %or_start(state.durable.as_ref()), "shutdown while the sink was failing; its checkpoint stays where it is");
                 Ok(())
             }
-            Err(Stop::Detached(err)) => {
+            Err(Stop::DetachedAfterFailure(err)) => {
                 error!(
                     error = %err,
                     durable = %or_start(state.durable.as_ref()),
                     "optional sink detached after a failure; it keeps its checkpoint and catches up from it on the next start"
                 );
-                self.me().detach(Detachment { reason: err.to_string(), needs_resync: false });
-                self.me().set_control(None);
+                self.sink_status().detach(Detachment { reason: err.to_string(), needs_resync: false });
+                self.control.close();
                 self.close().await;
                 // Keep taking batches so the pipeline never waits on us.
                 while self.batches.recv().await.is_some() {}
                 Ok(())
             }
             Err(Stop::Fatal(err)) => {
-                self.me().set_state(SinkState::Failed);
+                self.sink_status().set_state(SinkState::Failed);
                 Err(err)
             }
         }
@@ -208,14 +213,16 @@ impl SinkWriter {
                     return Ok(false);
                 }
                 self.report(Report::Released { sink: self.index }).await;
-                Err(Stop::Released(reason))
+                Err(Stop::DetachedForPinning(reason))
             }
         }
     }
 
-    async fn work(&mut self, state: &mut State) -> Result<(), Stop> {
+    /// Opens the sink and writes every batch it is given, serving requests
+    /// between batches, until the dispatcher closes the queue.
+    async fn deliver_until_stopped(&mut self, state: &mut State) -> Result<(), Stop> {
         self.open(state).await?;
-        self.me().succeeded();
+        self.sink_status().succeeded();
         self.report(Report::Opened { sink: self.index, start: state.position.clone() }).await;
         loop {
             let due = self.sink.flush_due().map(tokio::time::Instant::from_std);
@@ -236,7 +243,7 @@ impl SinkWriter {
                 }
             };
             let Some(batch) = batch else { break };
-            let _ = self.me().waiting_since_us.compare_exchange(
+            let _ = self.sink_status().waiting_since_us.compare_exchange(
                 0,
                 batch.cut_at_us.max(1),
                 Ordering::Relaxed,
@@ -288,7 +295,7 @@ impl SinkWriter {
                 })?;
                 let Some(mut chunks) = chunks else {
                     if state.handed.as_ref().is_none_or(|h| h < batch.last()) {
-                        self.me().replay_skipped.fetch_add(batch.event_count() as u64, Ordering::Relaxed);
+                        self.sink_status().replay_skipped.fetch_add(batch.event_count() as u64, Ordering::Relaxed);
                         state.handed = Some(batch.last().clone());
                     }
                     continue;
@@ -309,7 +316,7 @@ impl SinkWriter {
                 };
                 match written {
                     Ok(durable) => {
-                        let me = self.me();
+                        let me = self.sink_status();
                         me.succeeded();
                         me.events.fetch_add(count, Ordering::Relaxed);
                         me.batches.fetch_add(1, Ordering::Relaxed);
@@ -348,10 +355,11 @@ impl SinkWriter {
         };
         state.skip.retain(|p| p > durable);
         let now = now_us();
+        let measures = self.status.source.commit_times_are_real();
         while let Some(batch) = state.retained.front()
             && batch.last() <= durable
         {
-            if state.opened_at.as_ref().is_none_or(|o| batch.first() > o) {
+            if measures && state.opened_at.as_ref().is_none_or(|o| batch.first() > o) {
                 batch.record_latency(&state.latency, now);
                 for (seconds, count) in batch.latencies(now) {
                     self.metrics.latency.record_many(seconds, count as usize);
@@ -360,7 +368,7 @@ impl SinkWriter {
             state.retained.pop_front();
         }
         let waiting = state.retained.front().map_or(0, |b| b.cut_at_us.max(1));
-        self.me().waiting_since_us.store(waiting, Ordering::Relaxed);
+        self.sink_status().waiting_since_us.store(waiting, Ordering::Relaxed);
     }
 
     async fn flush(&mut self, state: &mut State) -> Result<(), Stop> {
@@ -468,79 +476,20 @@ impl SinkWriter {
         }
     }
 
-    /// Puts the event at `position` in the dead letter queue, durably, and
-    /// leaves it out of every later write.
-    async fn reject(&mut self, state: &mut State, position: Position, detail: String) -> Result<(), Stop> {
-        let mut found = None;
-        for batch in state.retained.iter().filter(|b| b.first() <= &position && &position <= b.last()) {
-            let events = match batch.events() {
-                Some(events) => events.to_vec(),
-                None => {
-                    let Some(mut chunks) = batch.chunks(None).ok().flatten() else { continue };
-                    collect_chunks(&mut chunks).await.map_err(Stop::Fatal)?
-                }
-            };
-            found = events.into_iter().find(|e| e.position == position);
-            if found.is_some() {
-                break;
-            }
-        }
-        let event = found.ok_or_else(|| {
-            Stop::Fatal(SinkError::permanent(
-                format!("the sink rejected position {position}, which is not in the batches it was given: {detail}"),
-                "this is a bug in the sink; report it",
-            ))
-        })?;
-        let letter = DeadLetter {
-            key: format!("{}::sink::{}::{position}", self.source_id, self.sink_id),
-            source_id: self.source_id.clone(),
-            sink_id: self.sink_id.clone(),
-            position: position.to_string(),
-            // The reason is shown by the API and `sluice dlq`; the event
-            // itself is data and is kept as it is.
-            error: sluice_core::redact::credentials(&detail).into_owned(),
-            event: serde_json::to_string(&event).unwrap_or_default(),
-            encoded: DeadLetter::encode_event(&event),
-            recorded_at_us: sluice_core::time::now_us(),
-        };
-        let queue = self.dead_letters.clone();
-        let (max, drop_oldest) = (self.dead_letter.max_entries, self.dead_letter.on_full == OnFull::DropOldest);
-        let stored = tokio::task::spawn_blocking(move || queue.put(&letter, max, drop_oldest)).await;
-        match stored {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => {
-                return Err(Stop::Fatal(SinkError::permanent(
-                    format!("cannot keep a rejected event ({detail}): {err}"),
-                    "nothing was dropped; the pipeline stopped so the event is not lost",
-                )));
-            }
-            Err(err) => {
-                return Err(Stop::Fatal(SinkError::permanent(
-                    format!("dead letter task failed: {err}"),
-                    "report this as a bug",
-                )));
-            }
-        }
-        error!(%position, error = %detail, "event sent to the dead letter queue; see `sluice dlq list`");
-        self.me().dead_lettered.fetch_add(1, Ordering::Relaxed);
-        state.skip.insert(position);
-        Ok(())
-    }
-
     /// Decides whether to retry `err`, and sleeps before the retry.
     async fn back_off(&mut self, err: SinkError, backoff: &mut Backoff) -> Result<(), Stop> {
-        self.me().failed_call(err.to_string());
+        self.sink_status().failed_call(err.to_string());
         if !err.is_transient() {
-            return Err(if self.may_detach { Stop::Detached(err) } else { Stop::Fatal(err) });
+            return Err(if self.may_detach { Stop::DetachedAfterFailure(err) } else { Stop::Fatal(err) });
         }
         // An optional sink gets one deadline's worth of retries before it
         // is detached, so a failing optional sink holds the pipeline back
         // for at most that long.
-        if self.may_detach && backoff.attempt() > 0 && retried_for(backoff) >= self.deadline {
-            return Err(Stop::Detached(err));
+        if self.may_detach && backoff.attempt() > 0 && backoff.waited() >= self.deadline {
+            return Err(Stop::DetachedAfterFailure(err));
         }
         let delay = backoff.next_delay();
-        self.me().retries.fetch_add(1, Ordering::Relaxed);
+        self.sink_status().retries.fetch_add(1, Ordering::Relaxed);
         warn!(error = %err, attempt = backoff.attempt(), retry_in_ms = delay.as_millis() as u64, "sink call failed; retrying");
         let sleep = tokio::time::sleep(delay);
         tokio::pin!(sleep);
@@ -568,8 +517,8 @@ impl SinkWriter {
             return;
         }
         state.durable = Some(durable.clone());
-        let me = self.me();
-        *me.durable.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(durable.clone());
+        let me = self.sink_status();
+        *lock(&me.durable) = Some(durable.clone());
         if let Some(batch) = state.retained.iter().take_while(|b| *b.last() <= durable).last() {
             me.durable_events.store(batch.through_events, Ordering::Relaxed);
             me.durable_bytes.store(batch.through_bytes, Ordering::Relaxed);
@@ -603,6 +552,8 @@ fn write_mark(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     file.sync_all()
 }
 
+/// Logs the run's latency, if any event was measured: a source with
+/// synthetic commit times (the generator) gives no line at all.
 fn log_latency(latency: &Latency) {
     let ms = |q: f64| latency.quantile_us(q).map_or(0.0, |us| us as f64 / 1000.0);
     if latency.count() > 0 {
@@ -614,32 +565,10 @@ fn log_latency(latency: &Latency) {
             "latency from source commit to durable in the sink"
         );
     }
-}
-
-async fn sleep_until(due: Option<tokio::time::Instant>) {
-    match due {
-        Some(due) => tokio::time::sleep_until(due).await,
-        None => std::future::pending().await,
+    if latency.out_of_range() > 0 {
+        info!(
+            events = latency.out_of_range(),
+            "events that committed 25 days or more before they were durable are left out of the latency figures"
+        );
     }
-}
-
-/// Runs one sink call under the batch deadline; a timeout is transient.
-async fn with_deadline<T>(
-    deadline: Duration,
-    what: &str,
-    call: impl Future<Output = Result<T, SinkError>>,
-) -> Result<T, SinkError> {
-    match tokio::time::timeout(deadline, call).await {
-        Ok(result) => result,
-        Err(_) => Err(SinkError::transient(format!(
-            "sink {what} exceeded sink_batch_deadline_secs ({}s)",
-            deadline.as_secs()
-        ))),
-    }
-}
-
-/// Roughly how long a backoff sequence has waited so far.
-fn retried_for(backoff: &Backoff) -> Duration {
-    let mut probe = Backoff::default();
-    (0..backoff.attempt()).map(|_| probe.next_delay()).sum()
 }

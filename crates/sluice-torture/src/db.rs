@@ -11,6 +11,9 @@ use sluice_postgres::wire::{ConnectParams, Connection};
 
 use crate::Env;
 
+/// The database the workload writes to on both servers.
+pub const DATABASE: &str = "torture";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Postgres,
@@ -22,7 +25,7 @@ impl Kind {
     pub fn schema(self) -> &'static str {
         match self {
             Kind::Postgres => "public",
-            Kind::MariaDb => crate::pipeline::DATABASE,
+            Kind::MariaDb => DATABASE,
         }
     }
 

@@ -117,8 +117,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let run_id = format!("{}", seed % 1_000_000_000);
     let mut setup = pipeline::Setup::start(&env, &run_id, sluice).await?;
     let mut workloads = [
-        (workload::Workload::new(&env, Kind::Postgres, pipeline::DATABASE, seed)?, None),
-        (workload::Workload::new(&env, Kind::MariaDb, pipeline::DATABASE, seed ^ 0x3a1e)?, None),
+        (workload::Workload::new(&env, Kind::Postgres, db::DATABASE, seed)?, None),
+        (workload::Workload::new(&env, Kind::MariaDb, db::DATABASE, seed ^ 0x3a1e)?, None),
     ];
     let mut chaos = chaos::Chaos::new(seed ^ 0x5eed, args.chaos_every_secs);
     let started = Instant::now();

@@ -7,13 +7,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::db::{Db, Kind};
+use crate::db::{DATABASE, Db, Kind};
 use crate::proxy::Proxy;
 use crate::receiver::Receiver;
 use crate::workload::{Change, TABLES};
 use crate::{Env, readers};
-
-pub const DATABASE: &str = "torture";
 
 /// One sink of one pipeline: its id and what it holds.
 pub struct Held {

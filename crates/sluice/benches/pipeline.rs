@@ -118,7 +118,7 @@ fn run_pipeline_with(
 ) {
     let store = Arc::new(EmbeddedStore::open(&data_dir.join("store")).unwrap());
     let sinks = vec![SinkSpec { sink, required: true }];
-    let status = sluice_runtime::status_of("bench", source.as_ref(), "bench", &sinks);
+    let handle = sluice_runtime::handle_of("bench", source.as_ref(), "bench", &sinks);
     let pipeline = Pipeline {
         settings: PipelineSettings {
             slo: Default::default(),
@@ -134,7 +134,7 @@ fn run_pipeline_with(
         sinks,
         store: store.clone(),
         dead_letters: store,
-        status,
+        handle,
     };
     runtime.block_on(pipeline.run(Shutdown::new())).unwrap();
 }

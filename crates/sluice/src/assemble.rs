@@ -84,7 +84,7 @@ pub fn pipeline(config: &PipelineConfig, store: Arc<EmbeddedStore>, data_dir: &P
         SourceConfig::Postgres(_) => "postgres",
         SourceConfig::Mysql(_) => "mysql",
     };
-    let status = sluice_runtime::status_of(&config.name, source.as_ref(), kind, &sinks);
+    let handle = sluice_runtime::handle_of(&config.name, source.as_ref(), kind, &sinks);
     Ok(Pipeline {
         settings: PipelineSettings {
             slo: config.slo.clone(),
@@ -100,6 +100,6 @@ pub fn pipeline(config: &PipelineConfig, store: Arc<EmbeddedStore>, data_dir: &P
         sinks,
         store: store.clone(),
         dead_letters: store,
-        status,
+        handle,
     })
 }

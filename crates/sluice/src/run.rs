@@ -26,12 +26,12 @@ pub fn run(serve: ServeArgs) -> Result<(), Failure> {
     for pipeline in &config.pipelines {
         pipelines.push((pipeline.name.clone(), assemble::pipeline(pipeline, store.clone(), &args.data_dir)?));
     }
-    let statuses = pipelines.iter().map(|(_, p)| p.status.clone()).collect();
+    let handles = pipelines.iter().map(|(_, p)| p.handle.clone()).collect();
     let result = runtime.block_on(async move {
         let server = match (metrics, listener) {
             (Some(metrics), Some(listener)) => {
                 let token = std::env::var(api::TOKEN_ENV).ok().filter(|t| !t.is_empty());
-                let state = api::Api { config, pipelines: statuses, store, metrics, token };
+                let state = api::Api { config, pipelines: handles, store, metrics, token };
                 Some(api::serve(listener, hosts, std::sync::Arc::new(state)).map_err(Failure::bad_input)?)
             }
             _ => None,

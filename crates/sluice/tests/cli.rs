@@ -212,3 +212,33 @@ fn stdout_sink_prints_every_event_as_a_json_line_next_to_the_file_sink() {
     assert_eq!(printed, expected_lines(40, 3), "stdout carries only events, in order");
     assert_eq!(line_count(&dir.path().join("out.jsonl")), 120);
 }
+
+/// Every `<name>_ms=<figure>` in `log`, for the figures a latency line gives.
+fn millisecond_figures(log: &str) -> Vec<(String, f64)> {
+    log.split_whitespace()
+        .filter_map(|word| word.split_once("_ms="))
+        .filter_map(|(name, value)| Some((name.to_string(), value.trim_matches(',').parse().ok()?)))
+        .collect()
+}
+
+#[test]
+fn the_quickstart_reports_no_latency_for_the_generators_synthetic_commit_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let quickstart = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/quickstart.yaml");
+    let out = dir.path().join("out");
+    let output = sluice()
+        .args(["run", "-c", quickstart])
+        .current_dir(dir.path())
+        .env("SLUICE_OUT", &out)
+        .output()
+        .expect("sluice runs");
+    let log = stderr(&output);
+    assert!(output.status.success(), "{log}");
+    assert_eq!(line_count(&out.join("orders.jsonl")), 100_000, "{log}");
+    // The generator stamps commit times from 2026-01-01 on, so a latency
+    // from them measures the calendar, not the pipeline.
+    assert!(!log.contains("latency from source commit"), "{log}");
+    for (name, ms) in millisecond_figures(&log) {
+        assert!(ms < 3_600_000.0, "{name}_ms={ms} cannot be a latency of this run: {log}");
+    }
+}

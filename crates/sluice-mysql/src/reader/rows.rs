@@ -151,20 +151,20 @@ impl Reader {
                 (ty, tme.get_column_metadata(i).unwrap_or_default().to_vec())
             })
             .collect();
-        let convert_row = |row: &mysql_async::binlog::row::BinlogRow| -> Row {
+        let convert_row = |row: &mysql_async::binlog::row::BinlogRow| -> Result<Row, SourceError> {
             let values = (0..count)
                 .map(|i| match row.as_ref(i) {
-                    Some(value) => convert(value, types[i].0, &types[i].1, &schema.columns[i]),
-                    None => Value::Unchanged,
+                    Some(value) => convert(value, types[i].0, &types[i].1, &schema.columns[i], &name, &probe),
+                    None => Ok(Value::Unchanged),
                 })
-                .collect();
-            Row { columns: columns.clone(), values }
+                .collect::<Result<_, _>>()?;
+            Ok(Row { columns: columns.clone(), values })
         };
         let fingerprint = schema_fingerprint(&schema);
         let mut decoded = Vec::new();
         for pair in rows.rows(&tme) {
             let (before, after) = pair.map_err(|e| unreadable("row", e))?;
-            decoded.push((before.as_ref().map(convert_row), after.as_ref().map(convert_row)));
+            decoded.push((before.as_ref().map(convert_row).transpose()?, after.as_ref().map(convert_row).transpose()?));
         }
         for (before, after) in decoded {
             let image = after.as_ref().or(before.as_ref());

@@ -122,7 +122,7 @@ impl World {
             .collect();
         let source =
             AckChecked { inner: GeneratorSource::new(self.generator_config()), ack: None, store: self.store.clone() };
-        let status = sluice_runtime::status_of("test", &source, "generator", &sinks);
+        let handle = sluice_runtime::handle_of("test", &source, "generator", &sinks);
         let pipeline = Pipeline {
             settings: PipelineSettings {
                 slo: sluice_config::SloConfig::default(),
@@ -138,7 +138,7 @@ impl World {
             sinks,
             store: self.store.clone(),
             dead_letters: self.dead_letters.clone(),
-            status,
+            handle,
         };
         let outcome = runtime.block_on(async {
             tokio::select! {

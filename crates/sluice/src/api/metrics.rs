@@ -53,7 +53,7 @@ fn gauge_of(value: Option<u64>) -> f64 {
 async fn refresh(api: &Api) {
     let store = api.store.clone();
     let letters = tokio::task::spawn_blocking(move || store.letters()).await.ok().and_then(Result::ok);
-    for status in &api.pipelines {
+    for status in api.statuses() {
         let view = status.view();
         let p = view.name.clone();
         let source = view.source.id.clone();

@@ -20,7 +20,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sluice_config::Config;
-use sluice_runtime::PipelineStatus;
+use sluice_runtime::{PipelineHandle, PipelineStatus};
 use sluice_store::EmbeddedStore;
 use tokio::net::TcpListener;
 use tracing::{error, info};
@@ -34,15 +34,25 @@ pub const TOKEN_ENV: &str = "SLUICE_API_TOKEN";
 /// What the handlers share.
 pub struct Api {
     pub config: Config,
-    pub pipelines: Vec<Arc<PipelineStatus>>,
+    /// Every pipeline of the process: its figures for the read-only
+    /// routes, its controls for pause, resume and redelivery.
+    pub pipelines: Vec<PipelineHandle>,
     pub store: Arc<EmbeddedStore>,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
     pub token: Option<String>,
 }
 
 impl Api {
-    fn pipeline(&self, name: &str) -> Option<&Arc<PipelineStatus>> {
-        self.pipelines.iter().find(|p| p.name == name)
+    fn pipeline(&self, name: &str) -> Option<&PipelineHandle> {
+        self.pipelines.iter().find(|p| p.status.name == name)
+    }
+
+    fn status(&self, name: &str) -> Option<&PipelineStatus> {
+        self.pipeline(name).map(|p| &*p.status)
+    }
+
+    fn statuses(&self) -> impl Iterator<Item = &PipelineStatus> {
+        self.pipelines.iter().map(|p| &*p.status)
     }
 }
 

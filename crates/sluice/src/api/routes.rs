@@ -15,7 +15,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sluice_config::SourceConfig;
 use sluice_core::{CheckpointKey, CheckpointStore, DeadLetter, DeadLetterQueue};
-use sluice_runtime::status::{PipelineState, RedeliverError};
+use sluice_runtime::RedeliverError;
+use sluice_runtime::status::PipelineState;
 
 use super::Api;
 
@@ -50,7 +51,7 @@ pub fn error(status: StatusCode, message: String) -> (StatusCode, Json<Value>) {
 }
 
 fn no_pipeline(api: &Api, name: &str) -> (StatusCode, Json<Value>) {
-    let names: Vec<&str> = api.pipelines.iter().map(|p| p.name.as_str()).collect();
+    let names: Vec<&str> = api.statuses().map(|p| p.name.as_str()).collect();
     error(StatusCode::NOT_FOUND, format!("no pipeline named {name:?}; the pipelines are {names:?}"))
 }
 
@@ -61,27 +62,26 @@ fn store_error(e: impl std::fmt::Display) -> (StatusCode, Json<Value>) {
 /// Alive, and no pipeline failed: a failed pipeline ends the process, so
 /// this only fails in the moments before it exits.
 async fn health(State(api): Shared) -> Response {
-    let pipelines: Vec<Value> = api.pipelines.iter().map(|p| json!({ "name": p.name, "state": p.state() })).collect();
-    let failed = api.pipelines.iter().any(|p| p.state() == PipelineState::Failed);
+    let pipelines: Vec<Value> = api.statuses().map(|p| json!({ "name": p.name, "state": p.state() })).collect();
+    let failed = api.statuses().any(|p| p.state() == PipelineState::Failed);
     let status = if failed { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
     (status, Json(json!({ "status": if failed { "failed" } else { "alive" }, "pipelines": pipelines }))).into_response()
 }
 
 async fn ready(State(api): Shared) -> Response {
-    let pipelines: Vec<Value> =
-        api.pipelines.iter().map(|p| json!({ "name": p.name, "problems": p.problems() })).collect();
+    let pipelines: Vec<Value> = api.statuses().map(|p| json!({ "name": p.name, "problems": p.problems() })).collect();
     let ready = pipelines.iter().all(|p| p["problems"].as_array().is_some_and(Vec::is_empty));
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, Json(json!({ "ready": ready, "pipelines": pipelines }))).into_response()
 }
 
 async fn pipelines(State(api): Shared) -> Json<Value> {
-    let views: Vec<_> = api.pipelines.iter().map(|p| p.view()).collect();
+    let views: Vec<_> = api.statuses().map(|p| p.view()).collect();
     Json(json!({ "pipelines": views }))
 }
 
 async fn pipeline(State(api): Shared, Path(name): Path<String>) -> Response {
-    match api.pipeline(&name) {
+    match api.status(&name) {
         Some(p) => Json(p.view()).into_response(),
         None => no_pipeline(&api, &name).into_response(),
     }
@@ -89,22 +89,22 @@ async fn pipeline(State(api): Shared, Path(name): Path<String>) -> Response {
 
 async fn pause(State(api): Shared, Path(name): Path<String>) -> Response {
     let Some(p) = api.pipeline(&name) else { return no_pipeline(&api, &name).into_response() };
-    if matches!(p.state(), PipelineState::Stopped | PipelineState::Failed) {
+    if matches!(p.status.state(), PipelineState::Stopped | PipelineState::Failed) {
         return error(StatusCode::CONFLICT, format!("pipeline {name:?} is not running")).into_response();
     }
-    let changed = p.pause();
+    let changed = p.control.pause();
     Json(json!({ "name": name, "paused": true, "changed": changed })).into_response()
 }
 
 async fn resume(State(api): Shared, Path(name): Path<String>) -> Response {
     let Some(p) = api.pipeline(&name) else { return no_pipeline(&api, &name).into_response() };
-    let changed = p.resume();
+    let changed = p.control.resume();
     Json(json!({ "name": name, "paused": false, "changed": changed })).into_response()
 }
 
 /// The stored checkpoints, next to what each sink holds durably.
 async fn checkpoints(State(api): Shared, Path(name): Path<String>) -> Response {
-    let Some(p) = api.pipeline(&name) else { return no_pipeline(&api, &name).into_response() };
+    let Some(p) = api.status(&name) else { return no_pipeline(&api, &name).into_response() };
     let keys: Vec<CheckpointKey> = p.sinks.iter().map(|s| CheckpointKey::new(&p.source_id, &s.id)).collect();
     let store = api.store.clone();
     let load_keys = keys.clone();
@@ -132,7 +132,7 @@ async fn checkpoints(State(api): Shared, Path(name): Path<String>) -> Response {
 }
 
 async fn snapshot_progress(State(api): Shared, Path(name): Path<String>) -> Response {
-    let Some(p) = api.pipeline(&name) else { return no_pipeline(&api, &name).into_response() };
+    let Some(p) = api.status(&name) else { return no_pipeline(&api, &name).into_response() };
     let running: Vec<Value> = sluice_core::snapshot::progress::running()
         .into_iter()
         .filter(|t| *t.source == *p.source_id)
@@ -213,7 +213,7 @@ async fn find_letter(api: &Api, key: &str) -> Result<DeadLetter, (StatusCode, Js
 
 async fn dlq_list(State(api): Shared, Query(filter): Query<DlqFilter>) -> Response {
     let source = match &filter.pipeline {
-        Some(name) => match api.pipeline(name) {
+        Some(name) => match api.status(name) {
             Some(p) => Some(p.source_id.clone()),
             None => return no_pipeline(&api, name).into_response(),
         },
@@ -263,7 +263,10 @@ async fn dlq_retry(State(api): Shared, Path(key): Path<String>) -> Response {
         Ok(letter) => letter,
         Err(e) => return e.into_response(),
     };
-    let Some(p) = api.pipelines.iter().find(|p| p.source_id == letter.source_id && p.sink(&letter.sink_id).is_some())
+    let Some(p) = api
+        .pipelines
+        .iter()
+        .find(|p| p.status.source_id == letter.source_id && p.status.sink(&letter.sink_id).is_some())
     else {
         return error(
             StatusCode::CONFLICT,
@@ -275,7 +278,7 @@ async fn dlq_retry(State(api): Shared, Path(key): Path<String>) -> Response {
         .into_response();
     };
     let sink = letter.sink_id.clone();
-    match tokio::time::timeout(Duration::from_secs(300), p.redeliver(letter)).await {
+    match tokio::time::timeout(Duration::from_secs(300), p.control.redeliver(letter)).await {
         Ok(Ok(())) => {}
         Ok(Err(RedeliverError::Refused(why))) => {
             return error(StatusCode::UNPROCESSABLE_ENTITY, format!("kept in the queue: {why}")).into_response();
@@ -306,7 +309,7 @@ async fn events(State(api): Shared) -> Sse<impl futures_util::Stream<Item = Resu
     let ticks = tokio::time::interval(Duration::from_secs(1));
     let stream = futures_util::stream::unfold((ticks, api), |(mut ticks, api)| async move {
         ticks.tick().await;
-        let views: Vec<_> = api.pipelines.iter().map(|p| p.view()).collect();
+        let views: Vec<_> = api.statuses().map(|p| p.view()).collect();
         let data =
             json!({ "at": sluice_core::time::format_utc_micros(sluice_core::time::now_us()), "pipelines": views });
         Some((Ok(SseEvent::default().data(data.to_string())), (ticks, api)))

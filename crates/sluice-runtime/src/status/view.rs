@@ -1,0 +1,135 @@
+//! The plain copies of a pipeline's figures that readers take: what the
+//! API serves as JSON and the dashboard draws.
+
+use std::sync::atomic::Ordering;
+
+use serde::Serialize;
+
+use super::{Detachment, ErrorNote, PipelineState, PipelineStatus, SinkState, SinkStatus, lock, text};
+
+impl PipelineStatus {
+    pub fn view(&self) -> PipelineView {
+        let head_events = self.events_cut.load(Ordering::Relaxed);
+        let log = self.source.log();
+        PipelineView {
+            name: self.name.clone(),
+            state: self.state(),
+            failure: lock(&self.failure).clone(),
+            problems: self.problems(),
+            source: SourceView {
+                id: self.source_id.clone(),
+                kind: self.source_kind.clone(),
+                position: text(&self.source.position),
+                head: log.as_ref().and_then(|l| l.head()),
+                behind_bytes: log.as_ref().and_then(|l| l.behind_bytes()),
+                retained_wal_bytes: log.as_ref().and_then(|l| l.retained_bytes()),
+                lag_seconds: self.source.lag_seconds(),
+                events: self.source.events.load(Ordering::Relaxed),
+                bytes: self.source.bytes.load(Ordering::Relaxed),
+                restarts: self.source.restarts.load(Ordering::Relaxed),
+                last_error: lock(&self.source.last_error).clone(),
+            },
+            head_events,
+            replay_from: text(&self.replay_from),
+            replay_from_events: self.replay_from_events.load(Ordering::Relaxed),
+            sinks: self
+                .sinks
+                .iter()
+                .map(|s| s.view(head_events, self.bytes_cut.load(Ordering::Relaxed), self.source.lag_seconds()))
+                .collect(),
+        }
+    }
+}
+
+impl SinkStatus {
+    fn view(&self, head_events: u64, head_bytes: u64, source_lag: f64) -> SinkView {
+        let durable_events = self.durable_events.load(Ordering::Relaxed);
+        SinkView {
+            id: self.id.clone(),
+            guarantee: self.guarantee.to_string(),
+            exactly_once: self.guarantee.is_exactly_once(),
+            required: self.required,
+            state: self.state(),
+            checkpoint: text(&self.checkpoint),
+            durable: text(&self.durable),
+            checkpoint_events: self.checkpoint_events.load(Ordering::Relaxed),
+            durable_events,
+            lag_events: head_events.saturating_sub(durable_events),
+            lag_bytes: head_bytes.saturating_sub(self.durable_bytes.load(Ordering::Relaxed)),
+            lag_seconds: self.lag_seconds() + source_lag,
+            events: self.events.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            retries: self.retries.load(Ordering::Relaxed),
+            replay_skipped: self.replay_skipped.load(Ordering::Relaxed),
+            replayed: self.replayed.load(Ordering::Relaxed),
+            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+            failing_for_seconds: self.failing_for_secs(),
+            last_error: lock(&self.last_error).clone(),
+            detached: self.detachment(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PipelineView {
+    pub name: String,
+    pub state: PipelineState,
+    pub failure: Option<ErrorNote>,
+    /// Why the pipeline is not ready; empty when it is.
+    pub problems: Vec<String>,
+    pub source: SourceView,
+    /// Events cut by this run: the head of the stream as the sinks see it.
+    pub head_events: u64,
+    /// Where the source would start again after a crash (MIN of the checkpoints).
+    pub replay_from: Option<String>,
+    pub replay_from_events: u64,
+    pub sinks: Vec<SinkView>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceView {
+    pub id: String,
+    pub kind: String,
+    /// The latest position read.
+    pub position: Option<String>,
+    /// The server's log head.
+    pub head: Option<String>,
+    /// Bytes of log between the position read and the head.
+    pub behind_bytes: Option<u64>,
+    /// WAL the server keeps for this source's replication slot.
+    pub retained_wal_bytes: Option<u64>,
+    pub lag_seconds: f64,
+    pub events: u64,
+    pub bytes: u64,
+    pub restarts: u64,
+    pub last_error: Option<ErrorNote>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SinkView {
+    pub id: String,
+    pub guarantee: String,
+    pub exactly_once: bool,
+    pub required: bool,
+    pub state: SinkState,
+    pub checkpoint: Option<String>,
+    pub durable: Option<String>,
+    pub checkpoint_events: u64,
+    pub durable_events: u64,
+    pub lag_events: u64,
+    pub lag_bytes: u64,
+    pub lag_seconds: f64,
+    pub events: u64,
+    pub batches: u64,
+    pub bytes: u64,
+    pub errors: u64,
+    pub retries: u64,
+    pub replay_skipped: u64,
+    pub replayed: u64,
+    pub dead_lettered: u64,
+    pub failing_for_seconds: f64,
+    pub last_error: Option<ErrorNote>,
+    pub detached: Option<Detachment>,
+}
