@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, error};
 
 use crate::policy::{SinkState, frontier, proposal};
-use crate::status::PipelineStatus;
+use crate::status::{PipelineStatus, lock};
 use crate::writer::Report;
 
 pub(crate) struct Checkpointer {
@@ -126,7 +126,7 @@ impl Checkpointer {
             if let Some(events) = events {
                 sink.checkpoint_events.store(events, std::sync::atomic::Ordering::Relaxed);
             }
-            *sink.checkpoint.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(position.clone());
+            *lock(&sink.checkpoint) = Some(position.clone());
             self.stored[index] = Some(position);
         }
         self.advance_ack();
@@ -150,7 +150,7 @@ impl Checkpointer {
             .min()
             .unwrap_or(0);
         self.status.replay_from_events.store(events, std::sync::atomic::Ordering::Relaxed);
-        *self.status.replay_from.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(lowest);
+        *lock(&self.status.replay_from) = Some(lowest);
     }
 }
 

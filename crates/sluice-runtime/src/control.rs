@@ -130,3 +130,63 @@ impl PipelineControl {
         lock(self.inner.writers.get(index)?).clone().filter(|tx| !tx.is_closed())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use sluice_core::Guarantee;
+
+    use super::*;
+    use crate::status::PipelineState;
+
+    fn handle() -> PipelineHandle {
+        let sink =
+            SinkInfo { id: "out".into(), guarantee: Guarantee::AtLeastOnce { dedup: "position" }, required: true };
+        PipelineHandle::new("p", "src", "generator", vec![sink])
+    }
+
+    fn letter(sink_id: &str) -> DeadLetter {
+        DeadLetter {
+            key: format!("src::sink::{sink_id}::gen:1:0"),
+            source_id: "src".into(),
+            sink_id: sink_id.into(),
+            position: "gen:1:0".into(),
+            error: "refused".into(),
+            event: String::new(),
+            encoded: String::new(),
+            recorded_at_us: 1,
+        }
+    }
+
+    #[test]
+    fn pausing_shows_in_the_status_and_reaches_the_intake() {
+        let handle = handle();
+        let intake = handle.control.paused();
+        handle.status.set_state(PipelineState::Running);
+        assert!(handle.control.pause());
+        assert!(!handle.control.pause(), "a second pause changes nothing");
+        assert_eq!(handle.status.state(), PipelineState::Paused);
+        assert!(*intake.borrow());
+        assert!(handle.control.resume());
+        assert_eq!(handle.status.state(), PipelineState::Running);
+        assert!(!*intake.borrow());
+    }
+
+    #[tokio::test]
+    async fn requests_reach_a_writer_only_while_it_listens() {
+        let handle = handle();
+        let control = &handle.control;
+        assert!(matches!(control.redeliver(letter("other")).await, Err(RedeliverError::NoSuchSink)));
+        assert!(matches!(control.redeliver(letter("out")).await, Err(RedeliverError::NotRunning)));
+        assert!(!control.request_detach(0, "before the writer runs".into()));
+
+        let mut writer = control.connect(0);
+        assert!(control.request_detach(0, "pins the log".into()));
+        assert!(matches!(writer.recv().await, Some(Control::Detach { reason }) if reason == "pins the log"));
+        // A writer that detached closes its end: nothing more is queued for it.
+        writer.close();
+        assert!(!control.request_detach(0, "again".into()));
+        assert!(matches!(control.redeliver(letter("out")).await, Err(RedeliverError::NotRunning)));
+        control.disconnect_all();
+        assert!(!control.request_detach(0, "after the run".into()));
+    }
+}

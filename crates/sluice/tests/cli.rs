@@ -237,6 +237,7 @@ fn the_quickstart_reports_no_latency_for_the_generators_synthetic_commit_times()
     assert_eq!(line_count(&out.join("orders.jsonl")), 100_000, "{log}");
     // The generator stamps commit times from 2026-01-01 on, so a latency
     // from them measures the calendar, not the pipeline.
+    assert!(log.contains("pipeline stopped"), "the run's info lines are in its log: {log}");
     assert!(!log.contains("latency from source commit"), "{log}");
     for (name, ms) in millisecond_figures(&log) {
         assert!(ms < 3_600_000.0, "{name}_ms={ms} cannot be a latency of this run: {log}");
