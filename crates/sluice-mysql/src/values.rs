@@ -35,9 +35,17 @@ pub fn convert(
             })?;
             Ok(JsonText::parse(json.to_string()).map(Value::Json).unwrap_or(Value::Text(json.to_string())))
         }
-        BinlogValue::JsonDiff(_) => {
-            Ok(Value::Text("partial JSON update (binlog_row_value_options=PARTIAL_JSON is not supported)".into()))
-        }
+        // A partial update carries only a diff against a document this
+        // reader may never have seen, so no whole value can be delivered.
+        BinlogValue::JsonDiff(_) => Err(SourceError::permanent(
+            format!(
+                "{table}.{}: the row at binlog position {position} holds a partial JSON update, which carries only a diff, not the value",
+                info.name
+            ),
+            "set binlog_row_value_options to '' on the server (SET GLOBAL binlog_row_value_options = ''), \
+             then reset this pipeline's checkpoints with `sluice checkpoints reset --pipeline <name> --yes` \
+             and take a new snapshot, since the rows changed by partial updates were never delivered whole",
+        )),
     }
 }
 
@@ -450,6 +458,20 @@ mod tests {
         assert!(text.contains("shop.orders.doc"), "{text}");
         assert!(text.contains(&position), "{text} lacks {position}");
         assert!(!text.contains("unreadable JSON"), "{text}");
+    }
+
+    #[test]
+    fn a_partial_json_update_is_a_permanent_error_not_a_placeholder_value() {
+        let diff = BinlogValue::JsonDiff(Vec::new());
+        let mut column = info("json");
+        column.name = "doc".into();
+        let err = convert(&diff, ColumnType::MYSQL_TYPE_JSON, &[], &column, "shop.orders", &binlog_position())
+            .expect_err("a diff is not the value");
+        assert!(!err.is_transient(), "{err}");
+        let text = err.to_string();
+        assert!(text.contains("shop.orders.doc"), "{text}");
+        assert!(text.contains(&binlog_position().to_string()), "{text}");
+        assert!(text.contains("binlog_row_value_options"), "{text}");
     }
 
     #[test]
