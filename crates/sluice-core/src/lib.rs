@@ -15,6 +15,7 @@ pub mod settings;
 pub mod sink;
 pub mod snapshot;
 pub mod source;
+pub mod sync;
 pub mod time;
 pub mod value;
 

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use sluice_core::{Event, Guarantee, LogStats, Position};
@@ -28,11 +28,7 @@ mod view;
 /// head is measured every few seconds, so an idle source is rarely at 0.
 pub const CAUGHT_UP_BYTES: u64 = 1024 * 1024;
 
-/// A poisoned lock still holds figures worth reading: a task that
-/// panicked while holding one left at worst a stale value.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+pub(crate) use sluice_core::sync::lock;
 
 /// Seconds from the time in `since_us` until now; 0 when it holds 0 (unset).
 pub(crate) fn seconds_since(since_us: &AtomicI64) -> f64 {

@@ -1,6 +1,7 @@
 //! An in-memory store for tests, with a way to wait for a checkpoint
 //! instead of sleeping.
 
+use sluice_core::sync::lock;
 use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Duration;
@@ -39,7 +40,7 @@ impl MemoryStore {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Position>> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 }
 
@@ -77,13 +78,13 @@ impl CheckpointStore for MemoryStore {
     }
 
     fn generation(&self, source_id: &str) -> Result<u32, StoreError> {
-        Ok(self.generations.lock().unwrap_or_else(PoisonError::into_inner).get(source_id).copied().unwrap_or(0))
+        Ok(lock(&self.generations).get(source_id).copied().unwrap_or(0))
     }
 
     fn reset_source(&self, source_id: &str, keys: &[CheckpointKey]) -> Result<(usize, u32), StoreError> {
         // Both locks held: no reader sees the keys gone but the old generation.
         let mut state = self.lock();
-        let mut generations = self.generations.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut generations = lock(&self.generations);
         let generation = generations.entry(source_id.to_string()).or_insert(0);
         *generation = generation.checked_add(1).ok_or_else(|| StoreError::Io {
             path: "memory".into(),
@@ -97,7 +98,7 @@ impl CheckpointStore for MemoryStore {
 
 impl DeadLetterQueue for MemoryStore {
     fn put(&self, letter: &DeadLetter, max_entries: usize, drop_oldest: bool) -> Result<(), StoreError> {
-        let mut letters = self.letters.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut letters = lock(&self.letters);
         letters.retain(|l| l.key != letter.key);
         if letters.len() >= max_entries {
             if !drop_oldest {
@@ -110,11 +111,11 @@ impl DeadLetterQueue for MemoryStore {
     }
 
     fn letters(&self) -> Result<Vec<DeadLetter>, StoreError> {
-        Ok(self.letters.lock().unwrap_or_else(PoisonError::into_inner).clone())
+        Ok(lock(&self.letters).clone())
     }
 
     fn purge(&self, keys: &[String]) -> Result<usize, StoreError> {
-        let mut letters = self.letters.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut letters = lock(&self.letters);
         let before = letters.len();
         letters.retain(|l| !keys.contains(&l.key));
         Ok(before - letters.len())

@@ -2,8 +2,9 @@
 //! snapshot's table, rows, rate and time left. Log lines clear it, print,
 //! and put it back, so the two never mix.
 
+use sluice_core::sync::lock;
 use std::io::Write;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use sluice_core::snapshot::progress::{TableProgress, running};
@@ -44,7 +45,7 @@ impl Drop for LogLine {
     fn drop(&mut self) {
         let line = String::from_utf8_lossy(&self.0);
         let line = sluice_core::redact::credentials(&line);
-        let shown = SHOWN.lock().unwrap_or_else(PoisonError::into_inner);
+        let shown = lock(&SHOWN);
         let mut err = std::io::stderr().lock();
         // A log line that cannot be written has nowhere else to go.
         let _ = if shown.is_empty() {
@@ -65,7 +66,7 @@ pub fn start() {
         loop {
             std::thread::sleep(Duration::from_secs(1));
             let line = status_line(&running(), width.saturating_sub(1));
-            let mut shown = SHOWN.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut shown = lock(&SHOWN);
             if line == *shown {
                 continue;
             }

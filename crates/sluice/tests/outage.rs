@@ -4,6 +4,7 @@
 
 mod common;
 
+use sluice_core::sync::lock;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -49,7 +50,7 @@ fn assert_exactly_all(positions: &[String], total: usize) {
 
 #[test]
 fn a_required_sink_that_stops_answering_holds_the_pipeline_then_catches_up() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _turn = lock(&ONE_AT_A_TIME);
     let id = unique("outreq");
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), &config(&id, true));
@@ -70,7 +71,7 @@ fn a_required_sink_that_stops_answering_holds_the_pipeline_then_catches_up() {
 
 #[test]
 fn an_optional_sink_that_stops_answering_lets_the_others_flow_and_catches_up_later() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _turn = lock(&ONE_AT_A_TIME);
     let id = unique("outopt");
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), &config(&id, false));
@@ -105,7 +106,7 @@ fn nats_config(id: &str, tx_count: u64, nats_required: bool) -> String {
 
 #[test]
 fn an_optional_nats_sink_that_stops_answering_lets_the_others_flow_and_catches_up_later() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _turn = lock(&ONE_AT_A_TIME);
     let id = unique("outnatsopt");
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), &nats_config(&id, 1000, false));
@@ -134,7 +135,7 @@ fn an_optional_nats_sink_that_stops_answering_lets_the_others_flow_and_catches_u
 
 #[test]
 fn a_required_nats_sink_that_stops_answering_holds_the_pipeline_then_catches_up() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _turn = lock(&ONE_AT_A_TIME);
     let id = unique("outnats");
     let dir = tempfile::tempdir().unwrap();
     let text = nats_config(&id, 600, true);
@@ -155,7 +156,7 @@ fn a_required_nats_sink_that_stops_answering_holds_the_pipeline_then_catches_up(
 
 #[test]
 fn a_required_s3_sink_whose_server_stops_answering_retries_and_catches_up() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _turn = lock(&ONE_AT_A_TIME);
     let prefix = unique("outs3");
     let dir = tempfile::tempdir().unwrap();
     let text = format!(

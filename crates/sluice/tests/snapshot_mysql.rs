@@ -5,6 +5,7 @@
 
 mod common;
 
+use sluice_core::sync::lock;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -105,7 +106,7 @@ fn items_pipeline(database: &str, rows: u32, mode: &str) -> (tempfile::TempDir, 
 
 #[test]
 fn a_snapshot_under_writes_ends_in_the_database_state_with_each_later_change_once() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = lock(&ONE_AT_A_TIME);
     let db = "e2e_mysnap";
     fresh_database(
         db,
@@ -188,7 +189,7 @@ fn a_snapshot_under_writes_ends_in_the_database_state_with_each_later_change_onc
 
 #[test]
 fn a_kill_mid_snapshot_resumes_after_the_last_row_every_sink_holds() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = lock(&ONE_AT_A_TIME);
     let db = "e2e_mysnap_kill";
     // One reader: MariaDB takes the snapshot point without a lock.
     let (dir, out, config) = big_table_pipeline(db, 150_000, 2000, 1);
@@ -217,7 +218,7 @@ fn a_kill_mid_snapshot_resumes_after_the_last_row_every_sink_holds() {
 
 #[test]
 fn the_binlog_purged_mid_snapshot_stops_the_pipeline_with_a_clear_error() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = lock(&ONE_AT_A_TIME);
     let db = "e2e_mysnap_purge";
     let (dir, out, config) = big_table_pipeline(db, 150_000, 200, 1);
     // So that the file the snapshot starts in holds nothing still pending
@@ -235,7 +236,7 @@ fn the_binlog_purged_mid_snapshot_stops_the_pipeline_with_a_clear_error() {
 
 #[test]
 fn an_incremental_snapshot_under_writes_never_emits_a_row_older_than_a_change_before_it() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = lock(&ONE_AT_A_TIME);
     let db = "e2e_myinc";
     let (dir, out, config) = items_pipeline(db, 1_0000, "never");
     let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
@@ -299,7 +300,7 @@ fn an_incremental_snapshot_under_writes_never_emits_a_row_older_than_a_change_be
 
 #[test]
 fn when_needed_streams_on_from_now_and_re_reads_the_tables_after_the_binlog_is_purged() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = lock(&ONE_AT_A_TIME);
     let db = "e2e_myneeded";
     let (dir, out, config) = items_pipeline(db, 3_000, "when_needed");
     let args = ["run", "-c", config.to_str().unwrap()];

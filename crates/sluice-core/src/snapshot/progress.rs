@@ -1,7 +1,8 @@
 //! The table each running snapshot is reading, for a status line on a
 //! terminal. The log lines carry the same figures every 10 s.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use crate::sync::lock;
+use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableProgress {
@@ -22,11 +23,11 @@ static RUNNING: Mutex<Vec<TableProgress>> = Mutex::new(Vec::new());
 
 /// One entry per source whose snapshot is running.
 pub fn running() -> Vec<TableProgress> {
-    RUNNING.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    lock(&RUNNING).clone()
 }
 
 pub(crate) fn set(progress: TableProgress) {
-    let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut running = lock(&RUNNING);
     match running.iter_mut().find(|p| p.source == progress.source) {
         Some(entry) => *entry = progress,
         None => running.push(progress),
@@ -38,6 +39,6 @@ pub(crate) struct Shown(pub Arc<str>);
 
 impl Drop for Shown {
     fn drop(&mut self) {
-        RUNNING.lock().unwrap_or_else(PoisonError::into_inner).retain(|p| p.source != self.0);
+        lock(&RUNNING).retain(|p| p.source != self.0);
     }
 }

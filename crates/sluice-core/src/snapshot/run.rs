@@ -7,8 +7,9 @@
 //!                                                            └─ LogGuard every 10 s
 //! ```
 
+use crate::sync::lock;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -98,7 +99,7 @@ impl Run {
             let jobs = jobs.clone();
             tasks.spawn(async move {
                 loop {
-                    let next = jobs.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
+                    let next = lock(&jobs).pop_front();
                     let Some((table, after, queue)) = next else { return };
                     if let Err(err) = reader.read(&table, after, &queue).await {
                         let _ = queue.send(Err(err)).await;

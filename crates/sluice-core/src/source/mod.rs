@@ -4,8 +4,9 @@
 pub mod driver;
 pub mod plan;
 
+use crate::sync::lock;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 #[doc(hidden)]
 pub use async_trait::async_trait;
@@ -73,7 +74,7 @@ impl LogStats {
     /// The server's log head, as the source names positions, and how many
     /// bytes of log lie between the last position read and it.
     pub fn set_head(&self, head: String, behind_bytes: u64) {
-        *self.head.lock().unwrap_or_else(PoisonError::into_inner) = Some(head);
+        *lock(&self.head) = Some(head);
         self.behind_bytes.store(i64::try_from(behind_bytes).unwrap_or(i64::MAX), Ordering::Relaxed);
     }
 
@@ -83,7 +84,7 @@ impl LogStats {
     }
 
     pub fn head(&self) -> Option<String> {
-        self.head.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        lock(&self.head).clone()
     }
 
     pub fn behind_bytes(&self) -> Option<u64> {
@@ -110,7 +111,7 @@ pub struct AckWatermark {
 
 impl AckWatermark {
     pub fn get(&self) -> Option<Position> {
-        self.lowest.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        lock(&self.lowest).clone()
     }
 
     /// Moves the watermark to `position` if that is forward; returns whether it moved.
@@ -118,7 +119,7 @@ impl AckWatermark {
     /// coordinator adds, is taken off.
     pub fn advance(&self, position: &Position) -> bool {
         let position = position.base();
-        let mut current = self.lowest.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut current = lock(&self.lowest);
         if current.as_ref().is_some_and(|c| c >= position) {
             return false;
         }
@@ -128,13 +129,13 @@ impl AckWatermark {
 
     /// Set by the coordinator before the source starts.
     pub fn set_highest_at_start(&self, position: Option<Position>) {
-        *self.highest_at_start.lock().unwrap_or_else(PoisonError::into_inner) = position.map(Position::into_base);
+        *lock(&self.highest_at_start) = position.map(Position::into_base);
     }
 
     /// The highest stored checkpoint of any sink when the pipeline
     /// started; `None` when no sink held one.
     pub fn highest_at_start(&self) -> Option<Position> {
-        self.highest_at_start.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        lock(&self.highest_at_start).clone()
     }
 }
 

@@ -21,6 +21,7 @@
 
 pub(crate) mod plan;
 
+use sluice_core::sync::lock;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -97,7 +98,7 @@ struct SlotGuard {
 impl LogGuard for SlotGuard {
     async fn check(&self, eta: Option<Duration>) -> Result<(), SourceError> {
         let Some(safe) = check_slot(&self.settings).await? else { return Ok(()) };
-        let mut previous = self.previous.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut previous = lock(&self.previous);
         let now = std::time::Instant::now();
         if let (Some((then, before)), Some(eta), false) = (previous.0, eta, previous.1) {
             let rate = (before - safe) as f64 / now.duration_since(then).as_secs_f64().max(0.001);

@@ -1,7 +1,8 @@
+use sluice_core::sync::lock;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use sluice_core::{EventChunks, Guarantee, Position, Sink, SinkError};
@@ -41,7 +42,7 @@ impl FileSink {
         let mut buf = std::mem::take(&mut self.buf);
         let slot = self.file.clone();
         let (result, returned) = tokio::task::spawn_blocking(move || {
-            let mut guard = slot.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut guard = lock(&slot);
             let result = match guard.as_mut() {
                 None => Err("the file is not open".to_string()),
                 Some(file) => file
@@ -84,7 +85,7 @@ impl Sink for FileSink {
         let path = self.path.clone();
         let slot = self.file.clone();
         let tail = tokio::task::spawn_blocking(move || -> Result<Tail, String> {
-            let mut guard = slot.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut guard = lock(&slot);
             *guard = None;
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -137,7 +138,7 @@ impl Sink for FileSink {
 
     async fn close(&mut self) -> Result<(), SinkError> {
         let slot = self.file.clone();
-        tokio::task::spawn_blocking(move || slot.lock().unwrap_or_else(PoisonError::into_inner).take())
+        tokio::task::spawn_blocking(move || lock(&slot).take())
             .await
             .map_err(blocking_failed)?;
         Ok(())

@@ -1,7 +1,8 @@
 //! A fault-injecting sink wrapper for coordinator tests.
 
+use sluice_core::sync::lock;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use sluice_core::{EventChunks, Guarantee, Position, Sink, SinkError, SliceChunks, collect_chunks};
@@ -40,7 +41,7 @@ impl FaultPlan {
     }
 
     fn next(&self) -> Fault {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).pop_front().unwrap_or(Fault::None)
+        lock(&self.0).pop_front().unwrap_or(Fault::None)
     }
 }
 

@@ -1,6 +1,7 @@
 //! A memory sink for tests and benchmarks.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use sluice_core::sync::lock;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError};
@@ -38,7 +39,7 @@ impl MemoryLog {
     }
 
     fn lock(&self) -> MutexGuard<'_, LogState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 }
 
