@@ -22,6 +22,7 @@ pub use postgres::*;
 pub use sluice_core::settings::{Invalid, MAX_ID_LEN, Secret, check_template, valid_topic};
 // Sink configs live beside their sinks; they are re-exported here so a
 // config is read from one crate.
+pub use sluice_sinks::buffer::*;
 pub use sluice_sinks::http::config::*;
 pub use sluice_sinks::kafka::config::*;
 pub use sluice_sinks::nats::config::*;

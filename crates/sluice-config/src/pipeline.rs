@@ -19,6 +19,10 @@ pub const DEFAULT_RESPECT_SOURCE_TX: bool = true;
 /// Upper bound on any one sink call (s), so a hung sink cannot stall the
 /// pipeline forever; a call past it is a transient failure and is retried.
 pub const DEFAULT_SINK_BATCH_DEADLINE_SECS: u64 = 60;
+/// How often a detached optional sink is probed (s): often enough that a
+/// sink back from an outage catches up within a minute, rarely enough
+/// that probing a dead server costs nothing.
+pub const DEFAULT_REATTACH_PROBE_SECS: u64 = 30;
 /// Rows in each generated transaction.
 pub const DEFAULT_GENERATOR_ROWS_PER_TX: u32 = 10;
 /// The generator's database name in event lineage.
@@ -49,6 +53,8 @@ pub struct PipelineConfig {
     pub commit_policy: CommitPolicy,
     #[serde(default = "default_deadline")]
     pub sink_batch_deadline_secs: u64,
+    #[serde(default = "default_reattach_probe")]
+    pub reattach_probe_secs: u64,
     #[serde(default)]
     pub dead_letter: DeadLetterConfig,
     #[serde(default)]
@@ -121,6 +127,10 @@ pub enum OnFull {
     #[default]
     Stop,
     DropOldest,
+}
+
+fn default_reattach_probe() -> u64 {
+    DEFAULT_REATTACH_PROBE_SECS
 }
 
 fn default_deadline() -> u64 {

@@ -68,12 +68,14 @@ fn validate_pipeline(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid>
             ));
         }
         sink.settings().validate(&sink_at)?;
+        sink.buffer().validate(&sink_at)?;
     }
     validate_batch(&format!("{at}.batch"), &pipeline.batch)?;
     validate_policy(&format!("{at}.commit_policy"), &pipeline.commit_policy, &pipeline.sinks)?;
     let dead_letter_at = format!("{at}.dead_letter");
     check_range(&dead_letter_at, "max_entries", pipeline.dead_letter.max_entries as u64, 1, 100_000_000, "letters")?;
     validate_slo(&format!("{at}.slo"), pipeline)?;
+    check_seconds(at, "reattach_probe_secs", pipeline.reattach_probe_secs, 86_400)?;
     check_seconds(at, "sink_batch_deadline_secs", pipeline.sink_batch_deadline_secs, 86_400)
 }
 

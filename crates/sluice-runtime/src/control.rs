@@ -25,6 +25,21 @@ pub(crate) enum Control {
     Redeliver { letter: Box<DeadLetter>, event: Box<Event>, reply: oneshot::Sender<Result<(), String>> },
     /// Stop writing to this optional sink and stop holding the source back for it.
     Detach { reason: String },
+    /// Probe a detached sink now instead of at its next probe.
+    Reattach { reply: oneshot::Sender<Result<String, ReattachError>> },
+}
+
+/// Why a sink could not be reattached.
+#[derive(Debug)]
+pub enum ReattachError {
+    NoSuchSink,
+    /// The sink's writer is not running: the pipeline stopped, or the sink
+    /// was detached for pinning the source's log and needs a resync.
+    NotRunning,
+    /// The sink is not detached: it is writing already.
+    NotDetached,
+    /// The probe failed; the sink stays detached.
+    ProbeFailed(String),
 }
 
 /// Why a dead letter could not be sent again.
@@ -93,6 +108,16 @@ impl PipelineControl {
         let request = Control::Redeliver { letter: Box::new(letter), event: Box::new(event), reply };
         writer.send(request).await.map_err(|_| RedeliverError::NotRunning)?;
         answer.await.map_err(|_| RedeliverError::NotRunning)?.map_err(RedeliverError::Refused)
+    }
+
+    /// Asks a detached sink's writer to probe its sink now; the answer
+    /// says whether it reattached.
+    pub async fn reattach(&self, sink_id: &str) -> Result<String, ReattachError> {
+        let index = self.inner.sink_ids.iter().position(|id| id == sink_id).ok_or(ReattachError::NoSuchSink)?;
+        let writer = self.writer(index).ok_or(ReattachError::NotRunning)?;
+        let (reply, answer) = oneshot::channel();
+        writer.send(Control::Reattach { reply }).await.map_err(|_| ReattachError::NotRunning)?;
+        answer.await.map_err(|_| ReattachError::NotRunning)?
     }
 
     /// Asks the writer of optional sink `index` to detach; `false` when it

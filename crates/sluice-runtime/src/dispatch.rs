@@ -1,9 +1,10 @@
-//! The dispatcher: batches the source's events and hands every batch to
-//! every sink writer.
+//! The dispatcher: batches the source's events and pushes every batch into
+//! every sink's buffer.
 //!
-//! Each writer's queue holds `max_inflight` batches; a full queue makes the
-//! dispatcher wait, which holds the source back. That is the only place a
-//! fast sink waits for a slow one.
+//! A push waits only when a sink that may not be left behind (a required
+//! sink) has a full buffer, which holds the source back. That is the only
+//! place a fast sink waits for a slow one; an optional sink's full buffer
+//! overflows instead (see [`crate::buffer`]).
 
 use std::sync::Arc;
 
@@ -12,6 +13,7 @@ use tokio::sync::mpsc;
 use tracing::debug;
 
 use crate::batch::{Batch, Batcher};
+use crate::buffer::{CloseOnDrop, SinkBuffer};
 use crate::deadline::sleep_until;
 use crate::shutdown::Shutdown;
 use crate::spill::SpillError;
@@ -20,13 +22,14 @@ use crate::status::PipelineStatus;
 pub(crate) struct Dispatcher {
     pub batcher: Batcher,
     pub chunks: mpsc::Receiver<Vec<Event>>,
-    pub writers: Vec<mpsc::Sender<Arc<Batch>>>,
+    pub buffers: Vec<Arc<SinkBuffer>>,
     pub shutdown: Shutdown,
     pub status: Arc<PipelineStatus>,
 }
 
 impl Dispatcher {
     pub async fn run(mut self) -> Result<(), SpillError> {
+        let _close = CloseOnDrop(self.buffers.clone());
         loop {
             let deadline = self.batcher.deadline();
             tokio::select! {
@@ -36,13 +39,13 @@ impl Dispatcher {
                     let Some(events) = chunk else { break };
                     for event in events {
                         if let Some(batch) = self.batcher.push(event)? {
-                            self.send(batch).await;
+                            self.send(batch).await?;
                         }
                     }
                 }
                 _ = sleep_until(deadline) => {
                     if let Some(batch) = self.batcher.on_deadline() {
-                        self.send(batch).await;
+                        self.send(batch).await?;
                     }
                 }
             }
@@ -50,21 +53,22 @@ impl Dispatcher {
         // Stop intake, then drain: whole transactions still in the batcher
         // go out; a trailing partial one is read again on the next start.
         if let Some(batch) = self.batcher.finish() {
-            self.send(batch).await;
+            self.send(batch).await?;
         }
         Ok(())
     }
 
-    async fn send(&self, batch: Arc<Batch>) {
+    async fn send(&self, batch: Arc<Batch>) -> Result<(), SpillError> {
         debug!(seq = batch.seq, events = batch.event_count(), spilled = batch.is_spilled(), last = %batch.last(), "batch cut");
         use std::sync::atomic::Ordering::Relaxed;
         self.status.events_cut.store(batch.through_events, Relaxed);
         self.status.bytes_cut.store(batch.through_bytes, Relaxed);
         self.status.batches_cut.fetch_add(1, Relaxed);
-        for writer in &self.writers {
-            // A writer that is gone stopped for a reason the pipeline
-            // already knows (detached, abandoned, failed).
-            let _ = writer.send(batch.clone()).await;
+        for buffer in &self.buffers {
+            // A buffer whose writer is gone, or that overflowed, drops the
+            // batch: the pipeline already knows why.
+            buffer.push(&batch).await?;
         }
+        Ok(())
     }
 }

@@ -12,6 +12,7 @@
 
 pub mod backoff;
 pub mod batch;
+mod buffer;
 mod checkpointer;
 pub mod control;
 mod deadline;
@@ -27,7 +28,7 @@ pub mod spill;
 pub mod status;
 mod writer;
 
-pub use control::{PipelineControl, PipelineHandle, RedeliverError};
+pub use control::{PipelineControl, PipelineHandle, ReattachError, RedeliverError};
 pub use error::PipelineError;
 pub use pipeline::{Pipeline, PipelineSettings, RunReport, SinkSpec, detach_mark, handle_of};
 pub use shutdown::Shutdown;

@@ -1,8 +1,8 @@
 //! One pipeline: a source, its sinks, and the tasks that connect them.
 //!
 //! ```text
-//! intake ──chunks──► dispatcher (batcher) ──Arc<Batch>──► writer per sink ──Report──► checkpointer
-//!   ▲                                          (queue: max_inflight)                      │
+//! intake ──chunks──► dispatcher (batcher) ──Arc<Batch>──► buffer ─► writer per sink ──Report──► checkpointer
+//!   ▲                                          (memory, then disk, per sink)                        │
 //!   └──────────── AckWatermark: MIN of every stored checkpoint ◄──────────────────────────┘
 //! ```
 //!
@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_config::{BatchConfig, CommitPolicy, DeadLetterConfig, PolicyMode, SloConfig};
+use sluice_config::{BatchConfig, BufferLimits, CommitPolicy, DeadLetterConfig, PolicyMode, SloConfig};
 use sluice_core::{
     AckWatermark, CheckpointKey, CheckpointStore, DeadLetterQueue, Position, Sink, SinkError, Source, SourceError,
     StoreError, or_start,
@@ -25,7 +25,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, error, info, info_span, warn};
 
-use crate::batch::{Batch, Batcher};
+use crate::batch::Batcher;
+use crate::buffer::{Rereads, SinkBuffer};
 use crate::checkpointer::{Checkpointer, lowest};
 use crate::control::PipelineHandle;
 use crate::dispatch::Dispatcher;
@@ -40,10 +41,12 @@ use crate::writer::{Report, SinkMetrics, SinkWriter};
 /// Chunks of source events queued between the intake and the dispatcher.
 const CHUNK_QUEUE: usize = 4;
 
-/// A sink and whether the commit policy counts it as required.
+/// A sink, whether the commit policy counts it as required, and its
+/// buffer's limits.
 pub struct SinkSpec {
     pub sink: Box<dyn Sink>,
     pub required: bool,
+    pub buffer: BufferLimits,
 }
 
 /// The settings of one pipeline, as validated config gives them.
@@ -53,6 +56,8 @@ pub struct PipelineSettings {
     pub batch: BatchConfig,
     pub commit_policy: CommitPolicy,
     pub sink_batch_deadline: Duration,
+    /// How often a detached optional sink is probed.
+    pub reattach_probe: Duration,
     /// Where batches of transactions larger than `batch.max_bytes` go;
     /// cleared when the pipeline starts.
     pub spill_dir: PathBuf,
@@ -67,6 +72,10 @@ pub struct PipelineSettings {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunReport {
     pub checkpoints: Vec<(CheckpointKey, Option<Position>)>,
+    /// Sinks whose buffer overflowed and that need the source read again
+    /// from their checkpoint: the caller runs the pipeline again, unless
+    /// it is shutting down (then the next start does it).
+    pub rereads: Vec<String>,
 }
 
 impl std::fmt::Display for RunReport {
@@ -132,6 +141,7 @@ struct Running {
     dispatcher: JoinHandle<Result<(), SpillError>>,
     writers: Vec<(String, JoinHandle<Result<(), SinkError>>)>,
     checkpointer: JoinHandle<Result<Vec<Option<Position>>, StoreError>>,
+    rereads: Arc<Rereads>,
 }
 
 impl Pipeline {
@@ -186,8 +196,10 @@ impl Pipeline {
             source_id: &source_id,
             dead_letters,
             generation,
+            rereads: Arc::new(Rereads::default()),
         };
-        let (writer_txs, writers) = parts.spawn_all(sinks, &stored, &released);
+        let rereads = parts.rereads.clone();
+        let (buffers, writers) = parts.spawn_all(sinks, &stored, &released);
         let checkpointer = Checkpointer {
             durable_events: vec![0; keys.len()],
             released,
@@ -218,14 +230,25 @@ impl Pipeline {
         let dispatcher = Dispatcher {
             batcher: Batcher::new(settings.batch.clone(), settings.spill_dir.clone()),
             chunks: chunk_rx,
-            writers: writer_txs,
+            buffers,
             shutdown: shutdown.clone(),
             status: handle.status.clone(),
         };
         let dispatcher = spawn_guarded(&shutdown, dispatcher.run().instrument(info_span!("dispatcher")));
         handle.status.set_state(PipelineState::Running);
         let monitor = tokio::spawn(Monitor::new(handle, settings.slo.clone()).run());
-        Running { pipeline: settings.name, source_id, keys, relay, monitor, intake, dispatcher, writers, checkpointer }
+        Running {
+            pipeline: settings.name,
+            source_id,
+            keys,
+            relay,
+            monitor,
+            intake,
+            dispatcher,
+            writers,
+            checkpointer,
+            rereads,
+        }
     }
 }
 
@@ -238,6 +261,7 @@ async fn prepare(
     (source_id, store, status): (String, Arc<dyn CheckpointStore>, Arc<PipelineStatus>),
 ) -> Result<Prepared, PipelineError> {
     let pipeline = settings.name.clone();
+    status.begin_run();
     let keys: Vec<CheckpointKey> = sinks.iter().map(|s| CheckpointKey::new(&source_id, &s.id)).collect();
     // Spill files left by a crash hold transactions that were never
     // checkpointed; the source reads them again.
@@ -320,13 +344,14 @@ struct WriterParts<'a> {
     source_id: &'a str,
     dead_letters: Arc<dyn DeadLetterQueue>,
     generation: u32,
+    rereads: Arc<Rereads>,
 }
 
-type Writers = (Vec<mpsc::Sender<Arc<Batch>>>, Vec<(String, JoinHandle<Result<(), SinkError>>)>);
+type Writers = (Vec<Arc<SinkBuffer>>, Vec<(String, JoinHandle<Result<(), SinkError>>)>);
 
 impl WriterParts<'_> {
-    /// Spawns a writer for every sink not released; returns their batch
-    /// queues and their tasks.
+    /// Spawns a writer for every sink not released; returns their buffers
+    /// and their tasks.
     fn spawn_all(self, sinks: Vec<SinkSpec>, stored: &[Option<Position>], released: &[bool]) -> Writers {
         let settings = self.settings;
         let may_detach_optional = settings.commit_policy.mode != PolicyMode::All;
@@ -335,17 +360,28 @@ impl WriterParts<'_> {
             if released[index] {
                 continue;
             }
-            let (tx, rx) = mpsc::channel(settings.batch.max_inflight);
-            queues.push(tx);
+            let may_detach = !spec.required && may_detach_optional;
+            let buffer = Arc::new(SinkBuffer::new(
+                spec.buffer,
+                settings.batch.max_inflight,
+                may_detach,
+                settings.spill_dir.join(format!("buffer-{index}")),
+                (self.handle.status.clone(), index),
+            ));
+            queues.push(buffer.clone());
             let sink_id = spec.sink.id().to_string();
             let writer = SinkWriter {
                 index,
                 sink_id: sink_id.clone(),
                 sink: spec.sink,
-                may_detach: !spec.required && may_detach_optional,
+                may_detach,
                 deadline: settings.sink_batch_deadline,
                 stored: stored[index].clone(),
-                batches: rx,
+                batches: buffer,
+                probe_every: settings.reattach_probe,
+                rereads: self.rereads.clone(),
+                trying_since: None,
+                detached: false,
                 reports: self.reports.clone(),
                 shutdown: self.shutdown.clone(),
                 source_id: self.source_id.to_string(),
@@ -368,7 +404,8 @@ impl WriterParts<'_> {
 impl Running {
     /// Waits for every task in shutdown order and keeps the first error.
     async fn join(self) -> Result<RunReport, PipelineError> {
-        let Running { pipeline, source_id, keys, relay, monitor, intake, dispatcher, writers, checkpointer } = self;
+        let Running { pipeline, source_id, keys, relay, monitor, intake, dispatcher, writers, checkpointer, rereads } =
+            self;
         let mut first_error = None;
         match intake.await {
             Ok(Ok(())) => {}
@@ -413,7 +450,10 @@ impl Running {
         if let Some(error) = first_error {
             return Err(error);
         }
-        let report = RunReport { checkpoints: keys.into_iter().zip(stored.unwrap_or_default()).collect() };
+        let report = RunReport {
+            checkpoints: keys.into_iter().zip(stored.unwrap_or_default()).collect(),
+            rereads: rereads.take(),
+        };
         info!(checkpoints = %report, "pipeline stopped");
         Ok(report)
     }

@@ -11,7 +11,7 @@
 //! holds, and lag is the difference.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
@@ -61,8 +61,12 @@ pub enum SinkState {
     Running,
     /// Its last call failed; the writer is retrying.
     Retrying,
-    /// An optional sink that gets nothing more this run.
+    /// An optional sink that failed for `sink_batch_deadline_secs` or
+    /// whose buffer overflowed: it no longer holds the others back, keeps
+    /// its checkpoint, and is probed until it answers again.
     Detached,
+    /// Reattached after a detachment, writing what its buffer kept.
+    CatchingUp,
     Closed,
     Failed,
 }
@@ -114,6 +118,18 @@ pub struct SinkStatus {
     last_error: Mutex<Option<ErrorNote>>,
     /// Why the sink was detached, and whether it must be resynced.
     detached: Mutex<Option<Detachment>>,
+    pub(crate) buffer: BufferFigures,
+}
+
+/// What a sink's buffer holds, as it last changed.
+#[derive(Default)]
+pub struct BufferFigures {
+    pub batches: AtomicU64,
+    pub memory_bytes: AtomicU64,
+    pub disk_bytes: AtomicU64,
+    /// The buffer dropped batches: the sink has a gap that a re-read of
+    /// the source fills.
+    pub overflowed: AtomicBool,
 }
 
 /// Why a sink was cut off.
@@ -149,6 +165,7 @@ impl SinkStatus {
             failing_since_us: AtomicI64::new(0),
             last_error: Mutex::new(None),
             detached: Mutex::new(None),
+            buffer: BufferFigures::default(),
         }
     }
 
@@ -171,7 +188,7 @@ impl SinkStatus {
 
     pub(crate) fn succeeded(&self) {
         self.failing_since_us.store(0, Ordering::Relaxed);
-        if self.state() == SinkState::Retrying || self.state() == SinkState::Starting {
+        if matches!(self.state(), SinkState::Retrying | SinkState::Starting) {
             self.set_state(SinkState::Running);
         }
     }
@@ -180,6 +197,12 @@ impl SinkStatus {
         detachment.reason = sluice_core::redact::credentials(&detachment.reason).into_owned();
         *lock(&self.detached) = Some(detachment);
         self.set_state(SinkState::Detached);
+    }
+
+    /// Back from a detachment: the writer writes again.
+    pub(crate) fn reattached(&self) {
+        *lock(&self.detached) = None;
+        self.set_state(SinkState::CatchingUp);
     }
 
     pub fn detachment(&self) -> Option<Detachment> {
@@ -335,6 +358,8 @@ pub struct PipelineStatus {
     /// Problems that keep the pipeline from being ready, from the SLO
     /// monitor; replaced at each check.
     problems: Mutex<Vec<String>>,
+    /// The sink whose full buffer makes the dispatcher wait, if any.
+    held_back_by: Mutex<Option<String>>,
 }
 
 /// A sink as the pipeline is told about it before it runs.
@@ -367,6 +392,7 @@ impl PipelineStatus {
             replay_from_events: AtomicU64::new(0),
             sinks: sinks.into_iter().map(|s| SinkStatus::new(s.id, s.guarantee, s.required)).collect(),
             problems: Mutex::new(Vec::new()),
+            held_back_by: Mutex::new(None),
         })
     }
 
@@ -396,6 +422,41 @@ impl PipelineStatus {
         *lock(&self.problems) = problems;
     }
 
+    /// Clears the figures counted along one run's stream, before a run (a
+    /// re-read runs the pipeline again with the same status). Totals and
+    /// a detachment that needs a resync stay.
+    pub(crate) fn begin_run(&self) {
+        for counter in [&self.events_cut, &self.bytes_cut, &self.replay_from_events] {
+            counter.store(0, Ordering::Relaxed);
+        }
+        self.set_held_back_by(None);
+        for sink in &self.sinks {
+            for counter in [&sink.durable_events, &sink.durable_bytes, &sink.checkpoint_events] {
+                counter.store(0, Ordering::Relaxed);
+            }
+            sink.waiting_since_us.store(0, Ordering::Relaxed);
+            for figure in [&sink.buffer.batches, &sink.buffer.memory_bytes, &sink.buffer.disk_bytes] {
+                figure.store(0, Ordering::Relaxed);
+            }
+            sink.buffer.overflowed.store(false, Ordering::Relaxed);
+            let mut detached = lock(&sink.detached);
+            if detached.as_ref().is_none_or(|d| !d.needs_resync) {
+                *detached = None;
+                drop(detached);
+                sink.set_state(SinkState::Starting);
+            }
+        }
+    }
+
+    pub(crate) fn set_held_back_by(&self, sink: Option<&str>) {
+        *lock(&self.held_back_by) = sink.map(str::to_string);
+    }
+
+    /// The sink whose full buffer holds the source back, if one does.
+    pub fn held_back_by(&self) -> Option<String> {
+        lock(&self.held_back_by).clone()
+    }
+
     /// Why the pipeline is not ready; empty when it is.
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
@@ -403,6 +464,9 @@ impl PipelineStatus {
             PipelineState::Running => {}
             PipelineState::Paused => problems.push("paused through the API".to_string()),
             state => problems.push(format!("pipeline is {}", serde_json::to_string(&state).unwrap_or_default())),
+        }
+        if let Some(sink) = self.held_back_by() {
+            problems.push(format!("held back by sink {sink}: its buffer is full and it is required"));
         }
         problems.extend(lock(&self.problems).iter().cloned());
         problems

@@ -9,12 +9,20 @@
 //! Batches a buffering sink accepted but has not made durable are kept
 //! (`retained`) until they are durable, because a failure makes the sink
 //! drop its buffer and they must be written again.
+//!
+//! An optional sink that keeps failing for `sink_batch_deadline_secs` of
+//! wall-clock time (the failing calls included) is detached: the writer
+//! stops taking batches, so its buffer fills while the other sinks go on,
+//! and probes the sink every `reattach_probe_secs` (or at once through the
+//! API) by writing what it holds again. When the sink answers it catches
+//! up from the buffer; if the buffer overflowed meanwhile, it asks for the
+//! source to be read again from its checkpoint ([`detached`]).
 
 use std::collections::{BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sluice_config::DeadLetterConfig;
 use sluice_core::{DeadLetterQueue, EventChunks, Position, Sink, SinkError, SliceChunks, collect_chunks, or_start};
@@ -23,13 +31,16 @@ use tracing::{error, info, warn};
 
 use crate::backoff::Backoff;
 use crate::batch::Batch;
-use crate::control::Control;
+use crate::buffer::{Rereads, SinkBuffer, Taken};
+use crate::control::{Control, ReattachError};
 use crate::deadline::{sleep_until, with_deadline};
 use crate::latency::{Latency, now_us};
 use crate::shutdown::Shutdown;
 use crate::status::{Detachment, PipelineStatus, SinkState, SinkStatus, lock};
 
 mod dead_letter;
+mod detached;
+mod open;
 
 /// Bytes of retained batches a writer keeps in memory; older ones move to
 /// spill files. A buffering sink (object storage) may hold minutes of
@@ -52,9 +63,11 @@ pub(crate) enum Report {
 
 /// How a writer ended early.
 enum Stop {
-    /// An optional sink failed; it gets nothing more this run, keeps its
-    /// checkpoint, and catches up from it on the next start.
+    /// An optional sink kept failing for the deadline, or failed in a way
+    /// retrying cannot fix: it is detached and probed (see [`detached`]).
     DetachedAfterFailure(SinkError),
+    /// A probe of a detached sink failed; it stays detached.
+    ProbeFailed(SinkError),
     /// An optional sink was cut off (by the SLO monitor) to stop it pinning
     /// the source's log; its checkpoint no longer holds the source back,
     /// so it misses events and needs a resync.
@@ -73,7 +86,11 @@ pub(crate) struct SinkWriter {
     pub may_detach: bool,
     pub deadline: Duration,
     pub stored: Option<Position>,
-    pub batches: mpsc::Receiver<Arc<Batch>>,
+    pub batches: Arc<SinkBuffer>,
+    /// How often a detached sink is probed.
+    pub probe_every: Duration,
+    /// Where a sink whose buffer overflowed asks for a re-read.
+    pub rereads: Arc<Rereads>,
     pub reports: mpsc::Sender<Report>,
     pub shutdown: Shutdown,
     pub source_id: String,
@@ -90,6 +107,14 @@ pub(crate) struct SinkWriter {
     /// The source's log generation: what a sink holds of an older one
     /// says nothing about the log read now.
     pub generation: u32,
+    /// Since when the writer has been trying to make progress: the start
+    /// of the current delivery or of the last call that succeeded. A
+    /// failure measures how long the sink has failed from here, so the
+    /// time the failing calls took counts too.
+    pub trying_since: Option<Instant>,
+    /// The sink was detached and is being probed: a failed call is a
+    /// failed probe, not retried.
+    pub detached: bool,
 }
 
 /// The sink's histograms, looked up once.
@@ -141,6 +166,9 @@ impl SinkWriter {
         };
         let outcome = self.deliver_until_stopped(&mut state).await;
         log_latency(&state.latency);
+        // Whatever the outcome, the dispatcher must never wait for this
+        // writer again.
+        self.batches.abandon();
         match outcome {
             Ok(()) => {
                 self.close().await;
@@ -158,24 +186,10 @@ impl SinkWriter {
                 self.sink_status().detach(Detachment { reason, needs_resync: true });
                 self.close().await;
                 self.control.close();
-                while self.batches.recv().await.is_some() {}
                 Ok(())
             }
-            Err(Stop::Abandoned) => {
+            Err(Stop::Abandoned | Stop::DetachedAfterFailure(_) | Stop::ProbeFailed(_)) => {
                 warn!(durable = %or_start(state.durable.as_ref()), "shutdown while the sink was failing; its checkpoint stays where it is");
-                Ok(())
-            }
-            Err(Stop::DetachedAfterFailure(err)) => {
-                error!(
-                    error = %err,
-                    durable = %or_start(state.durable.as_ref()),
-                    "optional sink detached after a failure; it keeps its checkpoint and catches up from it on the next start"
-                );
-                self.sink_status().detach(Detachment { reason: err.to_string(), needs_resync: false });
-                self.control.close();
-                self.close().await;
-                // Keep taking batches so the pipeline never waits on us.
-                while self.batches.recv().await.is_some() {}
                 Ok(())
             }
             Err(Stop::Fatal(err)) => {
@@ -215,18 +229,22 @@ impl SinkWriter {
                 self.report(Report::Released { sink: self.index }).await;
                 Err(Stop::DetachedForPinning(reason))
             }
+            Control::Reattach { reply } => {
+                let _ = reply.send(Err(ReattachError::NotDetached));
+                Ok(false)
+            }
         }
     }
 
     /// Opens the sink and writes every batch it is given, serving requests
-    /// between batches, until the dispatcher closes the queue.
+    /// between batches, until the dispatcher closes the buffer.
     async fn deliver_until_stopped(&mut self, state: &mut State) -> Result<(), Stop> {
         self.open(state).await?;
         self.sink_status().succeeded();
         self.report(Report::Opened { sink: self.index, start: state.position.clone() }).await;
         loop {
             let due = self.sink.flush_due().map(tokio::time::Instant::from_std);
-            let batch = tokio::select! {
+            let taken = tokio::select! {
                 Some(request) = self.control.recv() => {
                     // Like any failed call, a failed redelivery may leave
                     // the sink inconsistent (an aborted transaction).
@@ -235,14 +253,24 @@ impl SinkWriter {
                     }
                     continue;
                 }
-                batch = self.batches.recv() => batch,
+                taken = self.batches.take() => taken,
                 () = sleep_until(due) => {
-                    self.flush(state).await?;
+                    let flushed = self.flush(state).await;
+                    self.unless_detached(state, flushed).await?;
                     self.prune(state);
                     continue;
                 }
             };
-            let Some(batch) = batch else { break };
+            let batch = match taken {
+                Taken::Batch(batch) => batch,
+                Taken::Closed => break,
+                Taken::Gap { after } => {
+                    let flushed = self.flush(state).await;
+                    self.unless_detached(state, flushed).await?;
+                    self.ask_reread(state, after);
+                    break;
+                }
+            };
             let _ = self.sink_status().waiting_since_us.compare_exchange(
                 0,
                 batch.cut_at_us.max(1),
@@ -250,8 +278,13 @@ impl SinkWriter {
                 Ordering::Relaxed,
             );
             state.retained.push_back(batch);
-            self.deliver(state).await?;
+            let delivered = self.deliver(state).await;
+            self.unless_detached(state, delivered).await?;
             self.spill_retained(state)?;
+            if self.sink_status().state() == SinkState::CatchingUp && self.batches.is_empty() {
+                info!("sink caught up with its buffer after reattaching");
+                self.sink_status().set_state(SinkState::Running);
+            }
         }
         self.flush(state).await
     }
@@ -284,6 +317,7 @@ impl SinkWriter {
     /// until the sink takes them all.
     async fn deliver(&mut self, state: &mut State) -> Result<(), Stop> {
         let mut backoff = Backoff::default();
+        self.trying_since = Some(Instant::now());
         'attempt: loop {
             for index in 0..state.retained.len() {
                 let batch = state.retained[index].clone();
@@ -294,6 +328,13 @@ impl SinkWriter {
                     ))
                 })?;
                 let Some(mut chunks) = chunks else {
+                    if state.durable.as_ref().is_some_and(|d| d >= batch.last()) {
+                        // Held from before (a replay after a restart): the
+                        // sink is as far along the stream as this batch.
+                        let me = self.sink_status();
+                        me.durable_events.fetch_max(batch.through_events, Ordering::Relaxed);
+                        me.durable_bytes.fetch_max(batch.through_bytes, Ordering::Relaxed);
+                    }
                     if state.handed.as_ref().is_none_or(|h| h < batch.last()) {
                         self.sink_status().replay_skipped.fetch_add(batch.event_count() as u64, Ordering::Relaxed);
                         state.handed = Some(batch.last().clone());
@@ -316,6 +357,7 @@ impl SinkWriter {
                 };
                 match written {
                     Ok(durable) => {
+                        self.trying_since = Some(Instant::now());
                         let me = self.sink_status();
                         me.succeeded();
                         me.events.fetch_add(count, Ordering::Relaxed);
@@ -375,6 +417,7 @@ impl SinkWriter {
         let mut backoff = Backoff::default();
         loop {
             self.deliver(state).await?;
+            self.trying_since = Some(Instant::now());
             match with_deadline(self.deadline, "flush", self.sink.flush()).await {
                 Ok(durable) => {
                     self.note_durable(state, durable).await;
@@ -385,107 +428,19 @@ impl SinkWriter {
         }
     }
 
-    /// What the sink holds, unless it is of another log generation: the
-    /// log it came from was reset, and its coordinates (a binlog file
-    /// number, an LSN) compare with nothing in the log read now. A newer
-    /// generation than the store's means the store was replaced (a new
-    /// data dir); trusting it would hide every event, so it is ignored too.
-    fn current_generation(&self, holds: Option<Position>) -> Option<Position> {
-        match holds {
-            Some(held) if held.generation() < self.generation => {
-                warn!(
-                    %held, held_generation = held.generation(), generation = self.generation,
-                    "the sink holds a position of the source's log from before a checkpoint reset; \
-                     ignored: the sink gets every event of the new log"
-                );
-                None
-            }
-            Some(held) if held.generation() > self.generation => {
-                warn!(
-                    %held, held_generation = held.generation(), generation = self.generation,
-                    "the sink holds a position of a later log generation than the checkpoint store knows \
-                     (was the data dir replaced?); ignored: the sink gets the events again"
-                );
-                None
-            }
-            other => other,
-        }
-    }
-
-    /// Opens the sink, retrying transient failures.
-    async fn open(&mut self, state: &mut State) -> Result<(), Stop> {
-        let mut backoff = Backoff::default();
-        loop {
-            match self.open_unless_shutdown().await? {
-                Ok(holds) => {
-                    let holds = self.current_generation(holds);
-                    // The higher of the stored checkpoint and what the sink
-                    // holds: a sink that stores its position with its data
-                    // may be ahead of the store after a crash.
-                    if let (Some(held), Some(stored)) = (&holds, &state.durable)
-                        && held < stored
-                        && self.sink.guarantee().is_exactly_once()
-                    {
-                        warn!(
-                            %held, %stored,
-                            "sink holds less than its stored checkpoint (was its data truncated or replaced?); \
-                             events up to the checkpoint are not written again; to rewrite them, reset the checkpoint"
-                        );
-                    }
-                    let start = state.durable.clone().max(holds);
-                    state.position = start.clone();
-                    state.opened_at = start.clone();
-                    state.durable = start;
-                    return Ok(());
-                }
-                Err(err) => self.back_off(err, &mut backoff).await?,
-            }
-        }
-    }
-
-    /// One `open`, given up when shutdown starts: a sink that is not open
-    /// holds nothing to drain, and an open may block for its whole timeout
-    /// (a Kafka client waiting on brokers it cannot reach). Giving it up is
-    /// what a crash at that point would do, which every sink's open
-    /// recovers from.
-    async fn open_unless_shutdown(&mut self) -> Result<Result<Option<Position>, SinkError>, Stop> {
-        tokio::select! {
-            biased;
-            _ = self.shutdown.wait() => Err(Stop::Abandoned),
-            opened = with_deadline(self.deadline, "open", self.sink.open()) => Ok(opened),
-        }
-    }
-
-    /// After a failed call: wait, reopen the sink so it is consistent again,
-    /// and rewind to what is durable so retained batches are written again.
-    async fn recover(&mut self, state: &mut State, err: SinkError, backoff: &mut Backoff) -> Result<(), Stop> {
-        self.back_off(err, backoff).await?;
-        self.reopen(state, backoff).await
-    }
-
-    /// Reopens the sink and rewinds to what is durable.
-    async fn reopen(&mut self, state: &mut State, backoff: &mut Backoff) -> Result<(), Stop> {
-        loop {
-            match self.open_unless_shutdown().await? {
-                Ok(holds) => {
-                    state.position = state.durable.clone().max(self.current_generation(holds));
-                    return Ok(());
-                }
-                Err(err) => self.back_off(err, backoff).await?,
-            }
-        }
-    }
-
     /// Decides whether to retry `err`, and sleeps before the retry.
     async fn back_off(&mut self, err: SinkError, backoff: &mut Backoff) -> Result<(), Stop> {
         self.sink_status().failed_call(err.to_string());
+        if self.detached {
+            return Err(Stop::ProbeFailed(err));
+        }
         if !err.is_transient() {
             return Err(if self.may_detach { Stop::DetachedAfterFailure(err) } else { Stop::Fatal(err) });
         }
-        // An optional sink gets one deadline's worth of retries before it
-        // is detached, so a failing optional sink holds the pipeline back
-        // for at most that long.
-        if self.may_detach && backoff.attempt() > 0 && backoff.waited() >= self.deadline {
+        // An optional sink is detached once it has failed for one deadline
+        // of wall-clock time, the failing calls included.
+        let failing_for = self.trying_since.map_or(Duration::ZERO, |since| since.elapsed());
+        if self.may_detach && failing_for >= self.deadline {
             return Err(Stop::DetachedAfterFailure(err));
         }
         let delay = backoff.next_delay();
@@ -502,8 +457,8 @@ impl SinkWriter {
                     Control::Redeliver { reply, .. } => {
                         let _ = reply.send(Err("the sink is failing and retrying a batch; try again once it recovers".to_string()));
                     }
-                    detach @ Control::Detach { .. } => {
-                        self.serve(detach).await?;
+                    other => {
+                        self.serve(other).await?;
                     }
                 },
                 _ = &mut sleep => return Ok(()),

@@ -4,6 +4,7 @@
 //! build, so a config naming a sink this build lacks still validates and
 //! is refused only when built ([`NotBuilt`]).
 
+pub mod buffer;
 mod registry;
 pub mod target;
 #[cfg(any(feature = "kafka", feature = "redis", feature = "nats", feature = "http"))]
@@ -13,6 +14,7 @@ pub mod testing;
 
 use sluice_core::Sink;
 
+pub use buffer::{BufferConfig, BufferLimits};
 pub use registry::{DEFAULT_REQUIRED, SinkSettings, default_required};
 pub use target::Target;
 

@@ -2,8 +2,8 @@
 //! sink's folder.
 //!
 //! A sink's folder `<module>/` provides, always compiled:
-//! - its config struct (serde, `deny_unknown_fields`) with `id: String` and
-//!   `required: bool` fields, re-exported from the folder's root;
+//! - its config struct (serde, `deny_unknown_fields`) with `id: String`,
+//!   `required: bool` and `buffer: BufferConfig` fields, re-exported from the folder's root;
 //! - `impl SinkSettings` for that struct: the guarantee it declares (the
 //!   only place it is written; the built sink's `Sink::guarantee` returns
 //!   the same call), its checks, its target and its preflight;
@@ -85,6 +85,20 @@ macro_rules! sink_registry {
             pub fn required(&self) -> bool {
                 match self {
                     $( SinkConfig::$variant(c) => c.required, )*
+                }
+            }
+
+            /// The sink's buffer limits, defaults applied.
+            pub fn buffer_limits(&self) -> crate::BufferLimits {
+                match self {
+                    $( SinkConfig::$variant(c) => c.buffer.limits(c.required), )*
+                }
+            }
+
+            /// The sink's buffer settings as written.
+            pub fn buffer(&self) -> &crate::BufferConfig {
+                match self {
+                    $( SinkConfig::$variant(c) => &c.buffer, )*
                 }
             }
 

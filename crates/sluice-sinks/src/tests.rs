@@ -121,9 +121,14 @@ fn always_built_sinks_report_the_guarantee_their_config_declares() {
     let dir = tempfile::tempdir().unwrap();
     let context = SinkContext { pipeline: "p".into(), source_id: "src".into(), data_dir: dir.path().into() };
     let configs = [
-        SinkConfig::File(FileSinkConfig { id: "f".into(), path: dir.path().join("x.jsonl"), required: true }),
-        SinkConfig::Stdout(StdoutSinkConfig { id: "s".into(), required: true }),
-        SinkConfig::Null(NullSinkConfig { id: "n".into(), required: false }),
+        SinkConfig::File(FileSinkConfig {
+            id: "f".into(),
+            path: dir.path().join("x.jsonl"),
+            required: true,
+            buffer: Default::default(),
+        }),
+        SinkConfig::Stdout(StdoutSinkConfig { id: "s".into(), required: true, buffer: Default::default() }),
+        SinkConfig::Null(NullSinkConfig { id: "n".into(), required: false, buffer: Default::default() }),
     ];
     for config in configs {
         let sink = build(&config, &context).unwrap();
@@ -136,7 +141,11 @@ fn always_built_sinks_report_the_guarantee_their_config_declares() {
 async fn the_null_sink_reports_the_last_position_and_keeps_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let context = SinkContext { pipeline: "p".into(), source_id: "src".into(), data_dir: dir.path().into() };
-    let mut sink = build(&SinkConfig::Null(NullSinkConfig { id: "n".into(), required: true }), &context).unwrap();
+    let mut sink = build(
+        &SinkConfig::Null(NullSinkConfig { id: "n".into(), required: true, buffer: Default::default() }),
+        &context,
+    )
+    .unwrap();
     assert_eq!(sink.open().await.unwrap(), None);
     let events: Vec<Event> = (1..=3).map(|tx| event(tx, 0)).collect();
     assert_eq!(write(sink.as_mut(), &events).await.unwrap(), Some(Position::Generator { tx: 3, seq: 0 }));

@@ -117,7 +117,7 @@ fn run_pipeline_with(
     data_dir: &std::path::Path,
 ) {
     let store = Arc::new(EmbeddedStore::open(&data_dir.join("store")).unwrap());
-    let sinks = vec![SinkSpec { sink, required: true }];
+    let sinks = vec![SinkSpec { sink, required: true, buffer: sluice_config::BufferConfig::default().limits(true) }];
     let handle = sluice_runtime::handle_of("bench", source.as_ref(), "bench", &sinks);
     let pipeline = Pipeline {
         settings: PipelineSettings {
@@ -127,6 +127,7 @@ fn run_pipeline_with(
             batch: BatchConfig::default(),
             commit_policy: CommitPolicy::default(),
             sink_batch_deadline: Duration::from_secs(60),
+            reattach_probe: Duration::from_secs(30),
             spill_dir: data_dir.join("spill"),
             dead_letter: Default::default(),
         },

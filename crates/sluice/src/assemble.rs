@@ -77,7 +77,7 @@ pub fn pipeline(config: &PipelineConfig, store: Arc<EmbeddedStore>, data_dir: &P
     let mut sinks = Vec::new();
     for sink in &config.sinks {
         let built = sluice_sinks::build(sink, &context).map_err(Failure::bad_input)?;
-        sinks.push(SinkSpec { sink: built, required: sink.required() });
+        sinks.push(SinkSpec { sink: built, required: sink.required(), buffer: sink.buffer_limits() });
     }
     let kind = match &config.source {
         SourceConfig::Generator(_) => "generator",
@@ -93,6 +93,7 @@ pub fn pipeline(config: &PipelineConfig, store: Arc<EmbeddedStore>, data_dir: &P
             batch: config.batch.clone(),
             commit_policy: config.commit_policy.clone(),
             sink_batch_deadline: Duration::from_secs(config.sink_batch_deadline_secs),
+            reattach_probe: Duration::from_secs(config.reattach_probe_secs),
             spill_dir: data_dir.join("spill").join(&config.name),
             dead_letter: config.dead_letter.clone(),
         },

@@ -42,6 +42,31 @@ pub enum Command {
     Dlq(DlqArgs),
     /// Re-read one table while its pipeline streams (an incremental snapshot).
     Snapshot(SnapshotArgs),
+    /// Act on the sinks of a running `sluice run` through its API.
+    Sinks(SinksArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SinksArgs {
+    #[command(subcommand)]
+    pub action: SinksAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SinksAction {
+    /// Probe a detached optional sink now; once it answers it catches up
+    /// from its buffer, or by a re-read of the source.
+    Reattach {
+        /// The API address of the running `sluice run`.
+        #[arg(long, env = "SLUICE_API_ADDR", default_value = DEFAULT_API_ADDR)]
+        api_addr: String,
+        /// The pipeline's name.
+        #[arg(long)]
+        pipeline: String,
+        /// The sink's id.
+        #[arg(long)]
+        sink: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -66,6 +91,9 @@ pub struct StatusArgs {
     /// Only this pipeline.
     #[arg(long)]
     pub pipeline: Option<String>,
+    /// Print the API's JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -43,6 +43,7 @@ fn main() -> ExitCode {
         Command::Checkpoints(args) => checkpoints::checkpoints(args),
         Command::Dlq(args) => dlq::dlq(args),
         Command::Snapshot(args) => snapshot::snapshot(args),
+        Command::Sinks(args) => status_cli::sinks(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

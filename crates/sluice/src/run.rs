@@ -1,7 +1,12 @@
 //! `sluice run`: every pipeline of the config in one process.
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use anyhow::anyhow;
-use sluice_runtime::Shutdown;
+use sluice_config::PipelineConfig;
+use sluice_runtime::{Pipeline, RunReport, Shutdown};
+use sluice_store::EmbeddedStore;
 use tracing::{error, info, warn};
 
 use crate::cli::ServeArgs;
@@ -27,6 +32,8 @@ pub fn run(serve: ServeArgs) -> Result<(), Failure> {
         pipelines.push((pipeline.name.clone(), assemble::pipeline(pipeline, store.clone(), &args.data_dir)?));
     }
     let handles = pipelines.iter().map(|(_, p)| p.handle.clone()).collect();
+    let config_pipelines = config.pipelines.clone();
+    let store_again = store.clone();
     let result = runtime.block_on(async move {
         let server = match (metrics, listener) {
             (Some(metrics), Some(listener)) => {
@@ -39,8 +46,10 @@ pub fn run(serve: ServeArgs) -> Result<(), Failure> {
         let shutdown = Shutdown::new();
         let signals = tokio::spawn(watch_signals(shutdown.clone()));
         let mut runs = Vec::new();
-        for (name, pipeline) in pipelines {
-            let run = pipeline.run(shutdown.clone());
+        for ((name, pipeline), pipeline_config) in pipelines.into_iter().zip(&config_pipelines) {
+            let again =
+                Again { config: pipeline_config.clone(), store: store_again.clone(), data_dir: args.data_dir.clone() };
+            let run = run_with_rereads(pipeline, again, shutdown.clone());
             let shutdown = shutdown.clone();
             runs.push((
                 name,
@@ -84,6 +93,34 @@ pub fn run(serve: ServeArgs) -> Result<(), Failure> {
     // may still run; dropping the runtime would wait for it.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     result
+}
+
+/// What it takes to build a pipeline again.
+struct Again {
+    config: PipelineConfig,
+    store: Arc<EmbeddedStore>,
+    data_dir: PathBuf,
+}
+
+/// Runs a pipeline, and runs it again while a sink whose buffer overflowed
+/// asks for the source to be re-read from its checkpoint: the pipeline is
+/// built anew, as a restart would, but keeps its status and controls.
+async fn run_with_rereads(mut pipeline: Pipeline, again: Again, shutdown: Shutdown) -> anyhow::Result<RunReport> {
+    loop {
+        let handle = pipeline.handle.clone();
+        let report = pipeline.run(shutdown.clone()).await?;
+        if report.rereads.is_empty() || shutdown.is_triggered() {
+            return Ok(report);
+        }
+        info!(
+            pipeline = %again.config.name, sinks = ?report.rereads,
+            "running the pipeline again to re-read the source for sinks whose buffer overflowed"
+        );
+        pipeline = assemble::pipeline(&again.config, again.store.clone(), &again.data_dir)
+            .map_err(|failure| anyhow!("cannot build pipeline {} again: {:#}", again.config.name, failure.error))?;
+        pipeline.source.continues_in_process();
+        pipeline.handle = handle;
+    }
 }
 
 /// SIGINT or SIGTERM starts an orderly shutdown; a second one exits at once

@@ -3,7 +3,7 @@
 use anyhow::anyhow;
 use serde_json::Value;
 
-use crate::cli::StatusArgs;
+use crate::cli::{SinksAction, SinksArgs, StatusArgs};
 use crate::validate::table;
 use crate::{Failure, api};
 
@@ -13,11 +13,11 @@ pub fn status(args: StatusArgs) -> Result<(), Failure> {
         None => "/pipelines".to_string(),
     };
     let url = format!("http://{}{path}", args.api_addr);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::pipeline(anyhow!("cannot start the async runtime: {e}")))?;
-    let body = runtime.block_on(fetch(&url))?;
+    let body = block_on(call(reqwest::Method::GET, &url))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&body).unwrap_or_default());
+        return Ok(());
+    }
     let pipelines = match body.get("pipelines").and_then(Value::as_array) {
         Some(list) => list.clone(),
         None => vec![body],
@@ -28,12 +28,32 @@ pub fn status(args: StatusArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-async fn fetch(url: &str) -> Result<Value, Failure> {
+/// `sluice sinks reattach`: the API's reattach route, whose answer waits
+/// for the sink's probe.
+pub fn sinks(args: SinksArgs) -> Result<(), Failure> {
+    let SinksAction::Reattach { api_addr, pipeline, sink } = args.action;
+    let url = format!("http://{api_addr}/pipelines/{pipeline}/sinks/{sink}/reattach");
+    let body = block_on(call(reqwest::Method::POST, &url))?;
+    println!("{}: {}", sink, text(&body["message"]));
+    Ok(())
+}
+
+fn block_on(call: impl Future<Output = Result<Value, Failure>>) -> Result<Value, Failure> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::pipeline(anyhow!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(call)
+}
+
+async fn call(method: reqwest::Method, url: &str) -> Result<Value, Failure> {
+    // A reattach waits for the sink's probe, which one deadline bounds.
+    let timeout = if method == reqwest::Method::GET { 10 } else { 310 };
     let client = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(10))
+        .timeout(std::time::Duration::from_secs(timeout))
         .build()
         .map_err(|e| Failure::pipeline(anyhow!("cannot build an HTTP client: {e}")))?;
-    let mut request = client.get(url);
+    let mut request = client.request(method, url);
     if let Ok(token) = std::env::var(api::TOKEN_ENV)
         && !token.is_empty()
     {
@@ -80,14 +100,28 @@ fn render(p: &Value) -> String {
         text(&source["behind_bytes"]),
         text(&source["lag_seconds"]),
     );
+    if let Some(sink) = p["held_back_by"].as_str() {
+        out.push_str(&format!("  held back by sink {sink}: its buffer is full\n"));
+    }
     if let Some(problems) = p["problems"].as_array().filter(|list| !list.is_empty()) {
         for problem in problems {
             out.push_str(&format!("  not ready: {}\n", text(problem)));
         }
     }
     let mut rows = vec![
-        ["SINK", "GUARANTEE", "STATE", "CHECKPOINT", "DURABLE", "LAG EVENTS", "LAG S", "ERRORS", "LAST ERROR"]
-            .map(String::from),
+        [
+            "SINK",
+            "GUARANTEE",
+            "STATE",
+            "CHECKPOINT",
+            "DURABLE",
+            "LAG EVENTS",
+            "LAG S",
+            "BUFFER",
+            "ERRORS",
+            "LAST ERROR",
+        ]
+        .map(String::from),
     ];
     for sink in p["sinks"].as_array().into_iter().flatten() {
         let mut last_error = text(&sink["last_error"]["message"]);
@@ -102,10 +136,18 @@ fn render(p: &Value) -> String {
             text(&sink["durable"]),
             text(&sink["lag_events"]),
             text(&sink["lag_seconds"]),
+            buffer(&sink["buffer"]),
             text(&sink["errors"]),
             last_error.chars().take(80).collect(),
         ]);
     }
     out.push_str(&table(&rows));
     out
+}
+
+/// A sink's buffer: batches, and the bytes in memory and on disk.
+fn buffer(b: &Value) -> String {
+    let mib = |v: &Value| v.as_u64().unwrap_or(0) as f64 / (1024.0 * 1024.0);
+    let overflowed = if b["overflowed"].as_bool() == Some(true) { " overflowed" } else { "" };
+    format!("{} ({:.1}+{:.1} MiB){overflowed}", text(&b["batches"]), mib(&b["memory_bytes"]), mib(&b["disk_bytes"]))
 }

@@ -153,6 +153,7 @@ async fn kafka_sinks_conform() {
         let config = SinkConfig::Kafka(KafkaSinkConfig {
             id: "k".into(),
             required: true,
+            buffer: Default::default(),
             brokers: env("SLUICE_TEST_KAFKA_BROKERS"),
             topic: topic.clone(),
             key: None,
@@ -174,6 +175,7 @@ async fn redis_sink_conforms() {
     let config = SinkConfig::Redis(RedisSinkConfig {
         id: "r".into(),
         required: true,
+        buffer: Default::default(),
         url: env("SLUICE_TEST_REDIS_URL"),
         password: Default::default(),
         stream: stream.clone(),
@@ -190,6 +192,7 @@ async fn nats_sink_conforms() {
     let config = SinkConfig::Nats(NatsSinkConfig {
         id: "n".into(),
         required: true,
+        buffer: Default::default(),
         url: env("SLUICE_TEST_NATS_URL"),
         subject: format!("{stream}.${{table}}"),
         stream: stream.clone(),

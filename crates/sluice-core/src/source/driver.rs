@@ -175,6 +175,10 @@ macro_rules! driven_source {
                 Some(self.$($log).+.clone())
             }
 
+            fn continues_in_process(&mut self) {
+                self.stream.started_once = true;
+            }
+
             async fn poll(&mut self, out: &mut Vec<$crate::Event>) -> Result<$crate::SourceStatus, $crate::SourceError> {
                 self.driver.poll(&mut self.stream, out).await
             }

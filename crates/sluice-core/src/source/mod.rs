@@ -53,6 +53,12 @@ pub trait Source: Send {
     fn log_stats(&self) -> Option<Arc<LogStats>> {
         None
     }
+
+    /// This source replaces one that already ran in this process (a
+    /// pipeline run again to re-read its log for a sink): it starts as a
+    /// restart in the same process would, so `snapshot.mode: always`
+    /// takes no new snapshot.
+    fn continues_in_process(&mut self) {}
 }
 
 /// The server's log as a source last saw it. Updated by the source's

@@ -30,6 +30,7 @@ impl PipelineStatus {
                 last_error: lock(&self.source.last_error).clone(),
             },
             head_events,
+            held_back_by: self.held_back_by(),
             replay_from: text(&self.replay_from),
             replay_from_events: self.replay_from_events.load(Ordering::Relaxed),
             sinks: self
@@ -68,6 +69,12 @@ impl SinkStatus {
             failing_for_seconds: self.failing_for_secs(),
             last_error: lock(&self.last_error).clone(),
             detached: self.detachment(),
+            buffer: BufferView {
+                batches: self.buffer.batches.load(Ordering::Relaxed),
+                memory_bytes: self.buffer.memory_bytes.load(Ordering::Relaxed),
+                disk_bytes: self.buffer.disk_bytes.load(Ordering::Relaxed),
+                overflowed: self.buffer.overflowed.load(Ordering::Relaxed),
+            },
         }
     }
 }
@@ -82,6 +89,8 @@ pub struct PipelineView {
     pub source: SourceView,
     /// Events cut by this run: the head of the stream as the sinks see it.
     pub head_events: u64,
+    /// The required sink whose full buffer holds the source back, if any.
+    pub held_back_by: Option<String>,
     /// Where the source would start again after a crash (MIN of the checkpoints).
     pub replay_from: Option<String>,
     pub replay_from_events: u64,
@@ -132,4 +141,15 @@ pub struct SinkView {
     pub failing_for_seconds: f64,
     pub last_error: Option<ErrorNote>,
     pub detached: Option<Detachment>,
+    pub buffer: BufferView,
+}
+
+/// What a sink's buffer holds.
+#[derive(Debug, Clone, Serialize)]
+pub struct BufferView {
+    pub batches: u64,
+    pub memory_bytes: u64,
+    pub disk_bytes: u64,
+    /// Batches were dropped: the sink catches up by a re-read of the source.
+    pub overflowed: bool,
 }

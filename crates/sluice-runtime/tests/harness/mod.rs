@@ -117,7 +117,11 @@ impl World {
                 let plan = if faults_enabled { self.plans[index].clone() } else { FaultPlan::default() };
                 let faulty = FaultySink::new(memory, plan, crash.clone());
                 let recording = Recording { inner: faulty, calls: self.calls[index].clone() };
-                SinkSpec { sink: Box::new(recording), required: spec.required }
+                SinkSpec {
+                    sink: Box::new(recording),
+                    required: spec.required,
+                    buffer: sluice_config::BufferConfig::default().limits(spec.required),
+                }
             })
             .collect();
         let source =
@@ -131,6 +135,7 @@ impl World {
                 batch: self.scenario.batch.clone(),
                 commit_policy: self.scenario.policy.clone(),
                 sink_batch_deadline: Duration::from_secs(1),
+                reattach_probe: Duration::from_secs(1),
                 spill_dir: self.spill_dir.path().join("spill"),
                 dead_letter: sluice_config::DeadLetterConfig::default(),
             },

@@ -17,6 +17,9 @@ pub struct FileSinkConfig {
     pub path: PathBuf,
     #[serde(default = "default_required")]
     pub required: bool,
+    /// This sink's buffer limits (`buffer.max_memory_bytes`, `buffer.max_disk_bytes`).
+    #[serde(default)]
+    pub buffer: crate::BufferConfig,
 }
 
 impl FileSinkConfig {

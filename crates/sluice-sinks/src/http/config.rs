@@ -32,6 +32,9 @@ pub struct HttpSinkConfig {
     pub id: String,
     #[serde(default = "crate::registry::default_required")]
     pub required: bool,
+    /// This sink's buffer limits (`buffer.max_memory_bytes`, `buffer.max_disk_bytes`).
+    #[serde(default)]
+    pub buffer: crate::BufferConfig,
     /// `http(s)://...`; placeholders `${db}`, `${table}`, `${op}`,
     /// `${key.<column>}` are percent-encoded.
     pub url: String,

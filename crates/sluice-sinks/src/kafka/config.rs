@@ -52,6 +52,9 @@ pub struct KafkaSinkConfig {
     pub id: String,
     #[serde(default = "crate::registry::default_required")]
     pub required: bool,
+    /// This sink's buffer limits (`buffer.max_memory_bytes`, `buffer.max_disk_bytes`).
+    #[serde(default)]
+    pub buffer: crate::BufferConfig,
     /// `host:port[,host:port...]`.
     pub brokers: String,
     /// Placeholders: `${db}`, `${table}`, `${op}`, `${key.<column>}`.

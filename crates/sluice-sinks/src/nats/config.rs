@@ -24,6 +24,9 @@ pub struct NatsSinkConfig {
     pub id: String,
     #[serde(default = "crate::registry::default_required")]
     pub required: bool,
+    /// This sink's buffer limits (`buffer.max_memory_bytes`, `buffer.max_disk_bytes`).
+    #[serde(default)]
+    pub buffer: crate::BufferConfig,
     /// `nats://host:port`, or several separated by commas.
     pub url: String,
     /// Placeholders: `${db}`, `${table}`, `${op}`, `${key.<column>}`.

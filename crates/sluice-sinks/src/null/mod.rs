@@ -19,6 +19,9 @@ pub struct NullSinkConfig {
     pub id: String,
     #[serde(default = "default_required")]
     pub required: bool,
+    /// This sink's buffer limits (`buffer.max_memory_bytes`, `buffer.max_disk_bytes`).
+    #[serde(default)]
+    pub buffer: crate::BufferConfig,
 }
 
 impl NullSinkConfig {

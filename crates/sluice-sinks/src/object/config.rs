@@ -39,6 +39,9 @@ pub struct S3SinkConfig {
     pub id: String,
     #[serde(default = "crate::registry::default_required")]
     pub required: bool,
+    /// This sink's buffer limits (`buffer.max_memory_bytes`, `buffer.max_disk_bytes`).
+    #[serde(default)]
+    pub buffer: crate::BufferConfig,
     /// Write to this local folder instead of S3.
     pub local: Option<PathBuf>,
     pub bucket: Option<String>,

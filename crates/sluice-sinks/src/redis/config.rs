@@ -22,6 +22,9 @@ pub struct RedisSinkConfig {
     pub id: String,
     #[serde(default = "crate::registry::default_required")]
     pub required: bool,
+    /// This sink's buffer limits (`buffer.max_memory_bytes`, `buffer.max_disk_bytes`).
+    #[serde(default)]
+    pub buffer: crate::BufferConfig,
     /// `redis://[user@]host:port[/db]` (a standalone server; not Redis Cluster).
     pub url: String,
     #[serde(default)]

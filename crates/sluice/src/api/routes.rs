@@ -15,8 +15,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sluice_config::SourceConfig;
 use sluice_core::{CheckpointKey, CheckpointStore, DeadLetter, DeadLetterQueue};
-use sluice_runtime::RedeliverError;
 use sluice_runtime::status::PipelineState;
+use sluice_runtime::{ReattachError, RedeliverError};
 
 use super::Api;
 
@@ -37,6 +37,7 @@ pub fn router() -> Router<Arc<Api>> {
         .route("/pipelines/{name}", get(pipeline))
         .route("/pipelines/{name}/pause", post(pause))
         .route("/pipelines/{name}/resume", post(resume))
+        .route("/pipelines/{name}/sinks/{sink}/reattach", post(reattach))
         .route("/pipelines/{name}/checkpoints", get(checkpoints))
         .route("/pipelines/{name}/snapshot", get(snapshot_progress).post(snapshot_start))
         .route("/dlq", get(dlq_list))
@@ -100,6 +101,35 @@ async fn resume(State(api): Shared, Path(name): Path<String>) -> Response {
     let Some(p) = api.pipeline(&name) else { return no_pipeline(&api, &name).into_response() };
     let changed = p.control.resume();
     Json(json!({ "name": name, "paused": false, "changed": changed })).into_response()
+}
+
+/// Probes a detached sink now; the answer says whether it reattached.
+async fn reattach(State(api): Shared, Path((name, sink)): Path<(String, String)>) -> Response {
+    let Some(p) = api.pipeline(&name) else { return no_pipeline(&api, &name).into_response() };
+    let answer = tokio::time::timeout(Duration::from_secs(300), p.control.reattach(&sink)).await;
+    match answer {
+        Ok(Ok(message)) => Json(json!({ "pipeline": name, "sink": sink, "message": message })).into_response(),
+        Ok(Err(ReattachError::NoSuchSink)) => {
+            let sinks: Vec<&str> = p.status.sinks.iter().map(|s| s.id.as_str()).collect();
+            error(StatusCode::NOT_FOUND, format!("pipeline {name:?} has no sink {sink:?}; its sinks are {sinks:?}"))
+                .into_response()
+        }
+        Ok(Err(ReattachError::NotRunning)) => error(
+            StatusCode::CONFLICT,
+            format!(
+                "sink {sink:?} is not running: the pipeline stopped, or the sink was detached for pinning the \
+                 source's log and needs a resync (`sluice checkpoints reset --sink`)"
+            ),
+        )
+        .into_response(),
+        Ok(Err(ReattachError::NotDetached)) => {
+            error(StatusCode::CONFLICT, format!("sink {sink:?} is not detached; it is writing already")).into_response()
+        }
+        Ok(Err(ReattachError::ProbeFailed(why))) => {
+            error(StatusCode::UNPROCESSABLE_ENTITY, format!("still detached: {why}")).into_response()
+        }
+        Err(_) => error(StatusCode::GATEWAY_TIMEOUT, "the probe did not finish in 300 s".to_string()).into_response(),
+    }
 }
 
 /// The stored checkpoints, next to what each sink holds durably.
