@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::api::{api_addr, get};
 use common::receiver::{Receiver, Reply};
 use common::*;
 
