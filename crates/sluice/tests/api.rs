@@ -317,11 +317,18 @@ fn ready_fails_while_a_required_sink_keeps_failing_and_recovers_with_it() {
     wait_until(Duration::from_secs(30), "ready", || get(&addr, "/ready", Some(TOKEN)).status == 200);
 
     down.store(true, Ordering::SeqCst);
-    wait_until(Duration::from_secs(60), "/ready to fail", || get(&addr, "/ready", Some(TOKEN)).status == 503);
+    wait_until(Duration::from_secs(60), "/ready to fail for the failing sink", || {
+        let answer = get(&addr, "/ready", Some(TOKEN));
+        answer.status == 503 && answer.json()["pipelines"][0]["problems"].to_string().contains("kept failing")
+    });
     let answer = get(&addr, "/ready", Some(TOKEN)).json();
     let problems = answer["pipelines"][0]["problems"].to_string();
     assert!(problems.contains("required sink hook has kept failing"), "{problems}");
-    let sink = &get(&addr, "/pipelines/ready", Some(TOKEN)).json()["sinks"][0];
+    // Its buffer filled meanwhile, so it is also what holds the source back.
+    assert!(problems.contains("held back by sink hook"), "{problems}");
+    let view = get(&addr, "/pipelines/ready", Some(TOKEN)).json();
+    assert_eq!(view["held_back_by"], "hook");
+    let sink = &view["sinks"][0];
     assert_eq!(sink["state"], "retrying");
     assert!(sink["last_error"]["message"].as_str().unwrap().contains("503"), "{sink}");
     assert!(sink["retries"].as_u64().unwrap() > 0);
