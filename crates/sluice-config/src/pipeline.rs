@@ -65,6 +65,12 @@ pub struct PipelineConfig {
 /// pipeline is reported not ready (s): long enough to ride out a broker
 /// restart, short enough that an orchestrator hears about a real outage.
 pub const DEFAULT_MAX_FAILING_SECS: u64 = 60;
+/// Consecutive seconds a limit must be passed before it counts as breached:
+/// one slow batch is not an incident.
+pub const DEFAULT_BREACH_AFTER_SECS: u64 = 5;
+/// Consecutive seconds a breached limit must be met before the breach
+/// ends: longer than the breach delay, so an alert does not flap.
+pub const DEFAULT_CLEAR_AFTER_SECS: u64 = 10;
 
 /// Data service levels: limits that, once passed, make `/ready` fail, log
 /// a warning and set `sluice_slo_breached`.
@@ -82,6 +88,12 @@ pub struct SloConfig {
     /// How long a source or required sink may keep failing (s).
     #[serde(default = "default_max_failing")]
     pub max_failing_secs: u64,
+    /// Seconds in a row a limit must be passed to count as breached.
+    #[serde(default = "default_breach_after")]
+    pub breach_after_secs: u64,
+    /// Seconds in a row a breached limit must be met to end the breach.
+    #[serde(default = "default_clear_after")]
+    pub clear_after_secs: u64,
 }
 
 impl Default for SloConfig {
@@ -91,12 +103,22 @@ impl Default for SloConfig {
             max_retained_wal_bytes: None,
             detach_optional_sinks: false,
             max_failing_secs: DEFAULT_MAX_FAILING_SECS,
+            breach_after_secs: DEFAULT_BREACH_AFTER_SECS,
+            clear_after_secs: DEFAULT_CLEAR_AFTER_SECS,
         }
     }
 }
 
 fn default_max_failing() -> u64 {
     DEFAULT_MAX_FAILING_SECS
+}
+
+fn default_breach_after() -> u64 {
+    DEFAULT_BREACH_AFTER_SECS
+}
+
+fn default_clear_after() -> u64 {
+    DEFAULT_CLEAR_AFTER_SECS
 }
 
 /// Where events a sink can never take go.

@@ -82,6 +82,8 @@ fn validate_pipeline(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid>
 fn validate_slo(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid> {
     let slo = &pipeline.slo;
     check_seconds(at, "max_failing_secs", slo.max_failing_secs, 86_400)?;
+    check_seconds(at, "breach_after_secs", slo.breach_after_secs, 3_600)?;
+    check_seconds(at, "clear_after_secs", slo.clear_after_secs, 3_600)?;
     if let Some(lag) = slo.max_lag_seconds {
         check_seconds(at, "max_lag_seconds", lag, 7 * 86_400)?;
     }

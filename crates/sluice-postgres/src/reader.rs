@@ -36,6 +36,10 @@ use crate::wire::{Backend, Connection};
 
 /// Decoded events gathered before the reader waits for the coordinator.
 const READY_LIMIT: usize = 1024;
+/// How often the reader measures how far behind the server's head it is:
+/// often enough that a stall shows within the runtime's stall window (5 s),
+/// apart from the standby status interval, which may be minutes.
+const LOG_MEASURE_INTERVAL: Duration = Duration::from_secs(2);
 /// Chunks queued between the reader task and `poll`.
 const CHUNK_QUEUE: usize = 8;
 /// With nothing from the server for this long while reading, the
@@ -145,6 +149,8 @@ impl Reader {
         let mut heartbeat = tokio::time::interval(self.heartbeat.unwrap_or(Duration::from_secs(86_400)));
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         heartbeat.tick().await;
+        let mut measure = tokio::time::interval(LOG_MEASURE_INTERVAL);
+        measure.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut ready: Vec<Event> = Vec::new();
         let events = self.events.clone();
         loop {
@@ -161,8 +167,8 @@ impl Reader {
                         )));
                     }
                     self.send_status(ready.is_empty()).await?;
-                    self.measure_log().await;
                 }
+                _ = measure.tick() => self.measure_log().await,
                 _ = heartbeat.tick(), if self.heartbeat.is_some() => {
                     let sql = format!("SELECT pg_logical_emit_message(false, {}, '')", quote_literal(HEARTBEAT_PREFIX));
                     self.sql.simple_query(&sql).await.map_err(|e| source_error("heartbeat", e))?;
@@ -245,8 +251,8 @@ impl Reader {
     /// never stop replication.
     async fn measure_log(&mut self) {
         let sql = format!(
-            "SELECT h::text, pg_wal_lsn_diff(h, s.restart_lsn)::bigint, r.sent_lsn::text \
-             FROM pg_replication_slots s LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid, \
+            "SELECT h::text, pg_wal_lsn_diff(h, s.restart_lsn)::bigint \
+             FROM pg_replication_slots s, \
              (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS h) AS head \
              WHERE s.slot_name = {}",
             quote_literal(&self.slot)
@@ -261,12 +267,13 @@ impl Reader {
         let Some(row) = rows.rows.first() else { return };
         let head = row.first().cloned().flatten().and_then(|h| h.parse::<Lsn>().ok());
         let retained = row.get(1).cloned().flatten().and_then(|r| r.parse::<i64>().ok());
-        // WAL the server sent but filtered out (other databases) never
-        // reaches the reader; what the server sent counts as read.
-        let sent = row.get(2).cloned().flatten().and_then(|s| s.parse::<Lsn>().ok()).map_or(0, |s| s.0);
+        // What the reader has taken off the connection, not what the server
+        // sent: sent bytes may sit in socket buffers while the pipeline is
+        // held back. WAL the server filters out (other databases) still
+        // counts as read once a keepalive past it arrives (`read_through`).
         if let Some(head) = head {
             let head = head.0.max(self.server_wal_end);
-            self.log.set_head(Lsn(head).to_string(), head.saturating_sub(self.read_through.max(sent)));
+            self.log.set_head(Lsn(head).to_string(), head.saturating_sub(self.read_through));
         }
         if let Some(retained) = retained {
             self.log.set_retained_bytes(retained.max(0) as u64);

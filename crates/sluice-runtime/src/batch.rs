@@ -104,6 +104,17 @@ impl Batch {
         &self.last
     }
 
+    /// Since when the batch's oldest event has waited to be durable: its
+    /// commit time where commit times are real and the batch has one (not
+    /// a batch of snapshot reads), otherwise when the batch was cut.
+    pub fn waiting_since_us(&self, commit_times_are_real: bool) -> i64 {
+        let committed = self.commit_runs.first().map(|(at, _)| *at).filter(|at| *at > 0);
+        match committed {
+            Some(at) if commit_times_are_real => at,
+            _ => self.cut_at_us.max(1),
+        }
+    }
+
     /// Records in `latency` each event's time from commit to `now_us`.
     pub fn record_latency(&self, latency: &Latency, now_us: i64) {
         for (commit_us, count) in &self.commit_runs {

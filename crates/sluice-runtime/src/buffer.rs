@@ -300,7 +300,11 @@ impl SinkBuffer {
     }
 
     fn publish(&self, inner: &Inner) {
-        let figures = &self.status.sinks[self.index].buffer;
+        let sink = &self.status.sinks[self.index];
+        let real = self.status.source.commit_times_are_real();
+        let since = inner.queue.front().map_or(0, |b| b.waiting_since_us(real));
+        sink.buffered_since_us.store(since, Ordering::Relaxed);
+        let figures = &sink.buffer;
         figures.batches.store(inner.queue.len() as u64, Ordering::Relaxed);
         figures.memory_bytes.store(inner.memory_bytes, Ordering::Relaxed);
         figures.disk_bytes.store(inner.disk_bytes, Ordering::Relaxed);

@@ -23,10 +23,13 @@ use crate::latency::now_us;
 
 mod view;
 
-/// A source this close to its server's head counts as caught up: the log
-/// also holds what the source never reads (other databases' WAL), and the
-/// head is measured every few seconds, so an idle source is rarely at 0.
-pub const CAUGHT_UP_BYTES: u64 = 1024 * 1024;
+/// A source that has read nothing for this long while every measurement
+/// since found the server's log ahead of it is stalled (s).
+pub const STALL_SECS: f64 = 5.0;
+/// How long measurements must keep finding the log ahead of a source that
+/// reads before it counts as behind (s): longer than one measurement
+/// interval (2 s), so a write the next keepalive covers is not lag.
+pub const BACKLOG_SECS: f64 = 3.0;
 
 pub(crate) use sluice_core::sync::lock;
 
@@ -99,9 +102,12 @@ pub struct SinkStatus {
     pub(crate) durable_events: AtomicU64,
     pub(crate) durable_bytes: AtomicU64,
     pub(crate) checkpoint_events: AtomicU64,
-    /// When the oldest batch the sink was given and does not hold durably
-    /// yet was cut; 0 when it holds everything it was given.
+    /// Since when the oldest batch the writer took and the sink does not
+    /// hold durably yet has waited ([`crate::batch::Batch::waiting_since_us`]);
+    /// 0 when the writer holds nothing.
     pub(crate) waiting_since_us: AtomicI64,
+    /// The same for the oldest batch still in the sink's buffer.
+    pub(crate) buffered_since_us: AtomicI64,
     pub events: AtomicU64,
     pub batches: AtomicU64,
     pub bytes: AtomicU64,
@@ -154,6 +160,7 @@ impl SinkStatus {
             durable_bytes: AtomicU64::new(0),
             checkpoint_events: AtomicU64::new(0),
             waiting_since_us: AtomicI64::new(0),
+            buffered_since_us: AtomicI64::new(0),
             events: AtomicU64::new(0),
             batches: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
@@ -214,10 +221,17 @@ impl SinkStatus {
         seconds_since(&self.failing_since_us)
     }
 
-    /// Seconds the oldest event the sink does not hold yet has waited in
-    /// Sluice; the source's own lag comes on top.
+    /// Seconds since the oldest event Sluice read that the sink does not
+    /// hold yet committed (or, without real commit times, was cut); 0 when
+    /// the sink holds all Sluice read. What Sluice has not read yet is the
+    /// source's lag.
     pub fn lag_seconds(&self) -> f64 {
-        seconds_since(&self.waiting_since_us)
+        let oldest = [&self.waiting_since_us, &self.buffered_since_us]
+            .iter()
+            .map(|at| at.load(Ordering::Relaxed))
+            .filter(|at| *at > 0)
+            .min();
+        oldest.map_or(0.0, |at| (now_us() - at).max(0) as f64 / 1e6)
     }
 }
 
@@ -310,17 +324,42 @@ impl SourceFigures {
         lock(&self.log).is_some()
     }
 
-    /// Seconds between the latest commit read and now, while the source is
-    /// behind its server; 0 when it has read all there is, and for a
-    /// source without a server (the generator stamps synthetic times).
+    /// How far the source is behind its server, in seconds; 0 when it has
+    /// read all there is, and for a source without a server (the
+    /// generator stamps synthetic times).
+    ///
+    /// While it reads, that is the age of the latest commit read, once the
+    /// log has been ahead for [`BACKLOG_SECS`]. Once it
+    /// has read nothing for [`STALL_SECS`] though the server has more, the
+    /// changes it has not read are at least as old as the backlog: the
+    /// time since measurements first found it behind, or since its last
+    /// read if that is later.
     pub fn lag_seconds(&self) -> f64 {
         let Some(log) = self.log() else { return 0.0 };
-        let caught_up = log.behind_bytes().is_some_and(|b| b < CAUGHT_UP_BYTES);
-        match self.last_commit_us.load(Ordering::Relaxed) {
-            0 => 0.0,
-            _ if caught_up => 0.0,
-            at => (now_us() - at).max(0) as f64 / 1e6,
+        if log.behind_bytes().is_none_or(|behind| behind == 0) {
+            return 0.0;
         }
+        let Some(since) = log.behind_since_us() else { return 0.0 };
+        let now = now_us();
+        let secs = |at: i64| (now - at).max(0) as f64 / 1e6;
+        let last_read = self.last_read_us.load(Ordering::Relaxed);
+        let last_commit = self.last_commit_us.load(Ordering::Relaxed);
+        if last_read > 0 && secs(last_read) < STALL_SECS {
+            // A log found ahead by one measurement only is the usual gap
+            // between a write and the next keepalive, not a backlog.
+            return if secs(since) >= BACKLOG_SECS && last_commit > 0 { secs(last_commit) } else { 0.0 };
+        }
+        secs(since.max(last_read))
+    }
+
+    /// Nothing read for [`STALL_SECS`] while every measurement in that
+    /// time found the server's log ahead of the source.
+    pub fn is_stalled(&self) -> bool {
+        let Some(since) = self.log().and_then(|log| log.behind_since_us()) else { return false };
+        let now = now_us();
+        let last_read = self.last_read_us.load(Ordering::Relaxed);
+        let quiet_since = since.max(last_read);
+        (now - quiet_since) as f64 / 1e6 >= STALL_SECS
     }
 }
 
@@ -435,6 +474,7 @@ impl PipelineStatus {
                 counter.store(0, Ordering::Relaxed);
             }
             sink.waiting_since_us.store(0, Ordering::Relaxed);
+            sink.buffered_since_us.store(0, Ordering::Relaxed);
             for figure in [&sink.buffer.batches, &sink.buffer.memory_bytes, &sink.buffer.disk_bytes] {
                 figure.store(0, Ordering::Relaxed);
             }

@@ -271,12 +271,9 @@ impl SinkWriter {
                     break;
                 }
             };
-            let _ = self.sink_status().waiting_since_us.compare_exchange(
-                0,
-                batch.cut_at_us.max(1),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
+            let since = batch.waiting_since_us(self.status.source.commit_times_are_real());
+            let _ =
+                self.sink_status().waiting_since_us.compare_exchange(0, since, Ordering::Relaxed, Ordering::Relaxed);
             state.retained.push_back(batch);
             let delivered = self.deliver(state).await;
             self.unless_detached(state, delivered).await?;
@@ -409,7 +406,7 @@ impl SinkWriter {
             }
             state.retained.pop_front();
         }
-        let waiting = state.retained.front().map_or(0, |b| b.cut_at_us.max(1));
+        let waiting = state.retained.front().map_or(0, |b| b.waiting_since_us(measures));
         self.sink_status().waiting_since_us.store(waiting, Ordering::Relaxed);
     }
 

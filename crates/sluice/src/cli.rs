@@ -94,6 +94,9 @@ pub struct StatusArgs {
     /// Print the API's JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Redraw every this many seconds until interrupted.
+    #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2")]
+    pub watch: Option<u64>,
 }
 
 #[derive(Debug, Args)]

@@ -13,19 +13,28 @@ pub fn status(args: StatusArgs) -> Result<(), Failure> {
         None => "/pipelines".to_string(),
     };
     let url = format!("http://{}{path}", args.api_addr);
-    let body = block_on(call(reqwest::Method::GET, &url))?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&body).unwrap_or_default());
+    let Some(every) = args.watch else {
+        print!("{}", shown(&block_on(call(reqwest::Method::GET, &url))?, args.json));
         return Ok(());
-    }
-    let pipelines = match body.get("pipelines").and_then(Value::as_array) {
-        Some(list) => list.clone(),
-        None => vec![body],
     };
-    for pipeline in &pipelines {
-        print!("{}", render(pipeline));
+    let every = std::time::Duration::from_secs(every.max(1));
+    loop {
+        let text = shown(&block_on(call(reqwest::Method::GET, &url))?, args.json);
+        // Clear the screen and draw from its top, as `watch` does.
+        print!("\x1b[2J\x1b[H{text}");
+        std::thread::sleep(every);
     }
-    Ok(())
+}
+
+/// The answer as JSON, or as a table per pipeline.
+fn shown(body: &Value, json: bool) -> String {
+    if json {
+        return format!("{}\n", serde_json::to_string_pretty(body).unwrap_or_default());
+    }
+    match body.get("pipelines").and_then(Value::as_array) {
+        Some(list) => list.iter().map(render).collect(),
+        None => render(body),
+    }
 }
 
 /// `sluice sinks reattach`: the API's reattach route, whose answer waits
@@ -89,8 +98,9 @@ fn text(value: &Value) -> String {
 /// One pipeline: a header line, its problems, then a row per sink.
 fn render(p: &Value) -> String {
     let source = &p["source"];
+    let stalled = if source["stalled"] == true { " STALLED" } else { "" };
     let mut out = format!(
-        "pipeline {} ({}): source {} {} read {} head {} behind {} bytes, {}s\n",
+        "pipeline {} ({}): source {} {} read {} head {} behind {} bytes, {}s{stalled}\n",
         text(&p["name"]),
         text(&p["state"]),
         text(&source["kind"]),

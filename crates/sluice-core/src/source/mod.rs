@@ -68,11 +68,19 @@ pub struct LogStats {
     head: Mutex<Option<String>>,
     behind_bytes: AtomicI64,
     retained_bytes: AtomicI64,
+    /// When a measurement first found the source behind, in the run of
+    /// measurements that all did (µs); 0 when the last one found it caught up.
+    behind_since_us: AtomicI64,
 }
 
 impl Default for LogStats {
     fn default() -> Self {
-        Self { head: Mutex::new(None), behind_bytes: AtomicI64::new(-1), retained_bytes: AtomicI64::new(-1) }
+        Self {
+            head: Mutex::new(None),
+            behind_bytes: AtomicI64::new(-1),
+            retained_bytes: AtomicI64::new(-1),
+            behind_since_us: AtomicI64::new(0),
+        }
     }
 }
 
@@ -82,6 +90,18 @@ impl LogStats {
     pub fn set_head(&self, head: String, behind_bytes: u64) {
         *lock(&self.head) = Some(head);
         self.behind_bytes.store(i64::try_from(behind_bytes).unwrap_or(i64::MAX), Ordering::Relaxed);
+        if behind_bytes == 0 {
+            self.behind_since_us.store(0, Ordering::Relaxed);
+        } else {
+            let now = crate::time::now_us();
+            let _ = self.behind_since_us.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// Since when every measurement found the source behind the head;
+    /// `None` when the last one found it caught up.
+    pub fn behind_since_us(&self) -> Option<i64> {
+        Some(self.behind_since_us.load(Ordering::Relaxed)).filter(|at| *at > 0)
     }
 
     /// Log the server keeps for this source alone (a PostgreSQL slot's WAL).

@@ -24,6 +24,7 @@ impl PipelineStatus {
                 behind_bytes: log.as_ref().and_then(|l| l.behind_bytes()),
                 retained_wal_bytes: log.as_ref().and_then(|l| l.retained_bytes()),
                 lag_seconds: self.source.lag_seconds(),
+                stalled: self.source.is_stalled() && !self.is_paused(),
                 events: self.source.events.load(Ordering::Relaxed),
                 bytes: self.source.bytes.load(Ordering::Relaxed),
                 restarts: self.source.restarts.load(Ordering::Relaxed),
@@ -57,7 +58,9 @@ impl SinkStatus {
             durable_events,
             lag_events: head_events.saturating_sub(durable_events),
             lag_bytes: head_bytes.saturating_sub(self.durable_bytes.load(Ordering::Relaxed)),
-            lag_seconds: self.lag_seconds() + source_lag,
+            // The oldest change the sink lacks is either one Sluice read
+            // (its own lag) or one Sluice has not read yet (the source's).
+            lag_seconds: self.lag_seconds().max(source_lag),
             events: self.events.load(Ordering::Relaxed),
             batches: self.batches.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
@@ -110,6 +113,8 @@ pub struct SourceView {
     /// WAL the server keeps for this source's replication slot.
     pub retained_wal_bytes: Option<u64>,
     pub lag_seconds: f64,
+    /// Nothing read for a few seconds while the server has more.
+    pub stalled: bool,
     pub events: u64,
     pub bytes: u64,
     pub restarts: u64,
