@@ -26,6 +26,14 @@ VERSITYGW="${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/versitygw-$VERSITYGW_VERSION
 S3_ACCESS_KEY=sluice-test
 S3_SECRET_KEY=sluice-test-secret
 S3_BUCKET=sluice-test
+# Credentials of the servers that want TLS and authentication.
+KAFKA_SASL_USER=sluice
+KAFKA_SASL_PASSWORD=sluice-kafka-secret
+KAFKA_KEYSTORE_PASSWORD=sluice-keystore
+REDIS_ACL_USER=sluice-acl
+REDIS_ACL_PASSWORD=sluice-redis-secret
+NATS_USER=sluice
+NATS_PASSWORD=sluice-nats-secret
 
 log() { echo "services: $*" >&2; }
 
@@ -65,6 +73,35 @@ kill_recorded() {
   local pid
   pid=$(cat "$1/pid")
   if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
+}
+
+# One private CA for the TLS listeners of Kafka, Redis and NATS: a server
+# certificate for localhost and 127.0.0.1, a client certificate, and the
+# server's key and certificate as a PKCS#12 keystore for Kafka.
+make_tls() {
+  local tls="$DIR/tls"
+  mkdir -p "$tls"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=sluice-test-tls-ca" \
+    -keyout "$tls/ca.key" -out "$tls/ca.crt" 2>/dev/null
+  local name
+  for name in server client; do
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=sluice-$name" \
+      -keyout "$tls/$name.key" -out "$tls/$name.csr" 2>/dev/null
+  done
+  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$tls/server.ext"
+  printf 'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n' > "$tls/client.ext"
+  for name in server client; do
+    openssl x509 -req -in "$tls/$name.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" -CAcreateserial \
+      -days 30 -extfile "$tls/$name.ext" -out "$tls/$name.crt" 2>/dev/null
+  done
+  openssl pkcs12 -export -in "$tls/server.crt" -inkey "$tls/server.key" -name kafka \
+    -out "$tls/server.p12" -passout "pass:$KAFKA_KEYSTORE_PASSWORD"
+  chmod 644 "$tls"/*
+  cat >> "$DIR/env" <<ENV
+export SLUICE_TEST_TLS_CA=$tls/ca.crt
+export SLUICE_TEST_TLS_CLIENT_CERT=$tls/client.crt
+export SLUICE_TEST_TLS_CLIENT_KEY=$tls/client.key
+ENV
 }
 
 start_postgres() {
@@ -215,19 +252,30 @@ start_kafka() {
     mvn -q -f "$(dirname "$0")/kafka/pom.xml" dependency:copy-dependencies \
       -DoutputDirectory="$KAFKA_LIBS" -DincludeScope=runtime >&2
   fi
-  local port controller_port
+  local port controller_port sasl_port
   port=$(free_port 29092)
   controller_port=$(free_port $((port + 1)))
+  sasl_port=$(free_port $((controller_port + 1)))
   mkdir -p "$kafka/data"
+  # A plaintext listener for most tests, and a SASL_SSL one with SCRAM
+  # users for the tests of what managed Kafka services ask for.
+  local scram="org.apache.kafka.common.security.scram.ScramLoginModule required;"
   cat > "$kafka/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$controller_port
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port,SASL_SSL://127.0.0.1:$sasl_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sasl_port
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL
 inter.broker.listener.name=PLAINTEXT
+sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=$scram
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=$scram
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$DIR/tls/server.p12
+ssl.keystore.password=$KAFKA_KEYSTORE_PASSWORD
+ssl.key.password=$KAFKA_KEYSTORE_PASSWORD
 log.dirs=$kafka/data
 num.partitions=3
 offsets.topic.replication.factor=1
@@ -249,7 +297,9 @@ LOG
   local java=(java -Xms256m -Xmx512m -Dlog4j2.configurationFile="$kafka/log4j2.properties" -cp "$KAFKA_LIBS/*")
   local cluster_id
   cluster_id=$("${java[@]}" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)
-  "${java[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$kafka/server.properties" >/dev/null 2>&1
+  "${java[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$kafka/server.properties" \
+    --add-scram "SCRAM-SHA-256=[name=$KAFKA_SASL_USER,password=$KAFKA_SASL_PASSWORD]" \
+    --add-scram "SCRAM-SHA-512=[name=$KAFKA_SASL_USER,password=$KAFKA_SASL_PASSWORD]" >/dev/null 2>&1
   nohup "${java[@]}" kafka.Kafka "$kafka/server.properties" > "$kafka/stdout.log" 2>&1 &
   echo $! > "$kafka/pid"
   local tries=0
@@ -263,17 +313,24 @@ LOG
   done
   cat >> "$DIR/env" <<ENV
 export SLUICE_TEST_KAFKA_BROKERS=127.0.0.1:$port
+export SLUICE_TEST_KAFKA_SASL_SSL_BROKERS=127.0.0.1:$sasl_port
+export SLUICE_TEST_KAFKA_SASL_USER=$KAFKA_SASL_USER
+export SLUICE_TEST_KAFKA_SASL_PASSWORD=$KAFKA_SASL_PASSWORD
 export SLUICE_TEST_KAFKA_PID_FILE=$kafka/pid
 ENV
-  log "kafka $KAFKA_VERSION (KRaft) on 127.0.0.1:$port (pid $(cat "$kafka/pid"))"
+  log "kafka $KAFKA_VERSION (KRaft) on 127.0.0.1:$port, SASL_SSL on $sasl_port (pid $(cat "$kafka/pid"))"
 }
 
 start_redis() {
   local redis="$DIR/redis"
-  local port
+  local port tls_port
   port=$(free_port 26379)
+  tls_port=$(free_port $((port + 1)))
   mkdir -p "$redis"
+  # The plain port for most tests; a TLS port for rediss:// with an ACL user.
   redis-server --port "$port" --bind 127.0.0.1 --dir "$redis" --save "" --appendonly no \
+    --tls-port "$tls_port" --tls-cert-file "$DIR/tls/server.crt" --tls-key-file "$DIR/tls/server.key" \
+    --tls-ca-cert-file "$DIR/tls/ca.crt" --tls-auth-clients optional \
     --daemonize yes --pidfile "$redis/redis.pid" --logfile "$redis/redis.log" >/dev/null
   local tries=0
   until redis-cli -p "$port" ping >/dev/null 2>&1; do
@@ -282,7 +339,10 @@ start_redis() {
     sleep 0.1
   done
   cp "$redis/redis.pid" "$redis/pid"
+  redis-cli -p "$port" ACL SETUSER "$REDIS_ACL_USER" on ">$REDIS_ACL_PASSWORD" '~*' '&*' +@all >/dev/null
   echo "export SLUICE_TEST_REDIS_URL=redis://127.0.0.1:$port/0" >> "$DIR/env"
+  echo "export SLUICE_TEST_REDIS_TLS_URL=rediss://$REDIS_ACL_USER@127.0.0.1:$tls_port/0" >> "$DIR/env"
+  echo "export SLUICE_TEST_REDIS_ACL_PASSWORD=$REDIS_ACL_PASSWORD" >> "$DIR/env"
   echo "export SLUICE_TEST_REDIS_PID_FILE=$redis/pid" >> "$DIR/env"
   log "redis $(redis-server --version | awk '{print $3}' | cut -d= -f2) on 127.0.0.1:$port (pid $(cat "$redis/pid"))"
 }
@@ -305,9 +365,38 @@ start_nats() {
   echo "export SLUICE_TEST_NATS_URL=nats://127.0.0.1:$port" >> "$DIR/env"
   echo "export SLUICE_TEST_NATS_PID_FILE=$nats/pid" >> "$DIR/env"
   log "nats-server (JetStream) on 127.0.0.1:$port (pid $(cat "$nats/pid"))"
+  start_nats_tls
 }
 
-stop_nats() { kill_recorded "$DIR/nats"; }
+# A second nats-server that wants TLS and a user and password.
+start_nats_tls() {
+  local nats="$DIR/nats-tls"
+  local port
+  port=$(free_port 24322)
+  mkdir -p "$nats/store"
+  cat > "$nats/nats.conf" <<CONF
+listen: 127.0.0.1:$port
+jetstream { store_dir: "$nats/store" }
+tls { cert_file: "$DIR/tls/server.crt", key_file: "$DIR/tls/server.key", ca_file: "$DIR/tls/ca.crt" }
+authorization { users = [ { user: "$NATS_USER", password: "$NATS_PASSWORD" } ] }
+CONF
+  nohup nats-server -c "$nats/nats.conf" -l "$nats/nats.log" >/dev/null 2>&1 &
+  echo $! > "$nats/pid"
+  local tries=0
+  until grep -q "Server is ready" "$nats/nats.log" 2>/dev/null; do
+    tries=$((tries + 1))
+    if [ "$tries" -gt 100 ]; then cat "$nats/nats.log" >&2; log "nats (TLS) did not start"; exit 1; fi
+    sleep 0.1
+  done
+  cat >> "$DIR/env" <<ENV
+export SLUICE_TEST_NATS_TLS_URL=nats://127.0.0.1:$port
+export SLUICE_TEST_NATS_USER=$NATS_USER
+export SLUICE_TEST_NATS_PASSWORD=$NATS_PASSWORD
+ENV
+  log "nats-server (JetStream, TLS, user and password) on 127.0.0.1:$port (pid $(cat "$nats/pid"))"
+}
+
+stop_nats() { kill_recorded "$DIR/nats"; kill_recorded "$DIR/nats-tls"; }
 
 start_s3() {
   local s3="$DIR/s3"
@@ -401,6 +490,7 @@ case "${1:-}" in
     mkdir -p "$DIR"
     chmod 755 "$DIR"
     : > "$DIR/env"
+    make_tls
     start_postgres
     start_postgres_replica_level
     start_mariadb

@@ -5,6 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The Kafka sink's librdkafka links Debian's OpenSSL for TLS and SASL.
+if ! pkg-config --exists openssl 2>/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libssl-dev pkg-config
+fi
+
 cargo fmt --all -- --check
 # The size limits of docs/architecture.md: files of 600 lines, functions of 100.
 python3 scripts/check-size.py

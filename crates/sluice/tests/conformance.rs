@@ -162,6 +162,8 @@ async fn kafka_sinks_conform() {
             transactional_id: None,
             compression: sluice_config::KafkaCompression::Lz4,
             timeout_secs: 10,
+            tls: None,
+            sasl: None,
             client_conf: Default::default(),
         });
         let read_topic = topic.clone();
@@ -182,6 +184,9 @@ async fn redis_sink_conforms() {
         maxlen: None,
         checkpoint_key: Some(format!("{stream}:checkpoint")),
         timeout_secs: 10,
+        ca_file: None,
+        cert_file: None,
+        key_file: None,
     });
     conform(config, move || redis_positions(&stream)).await;
 }

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use sluice_core::Guarantee;
 use sluice_core::settings::{Invalid, check_seconds, check_template, valid_topic};
 
+pub use super::security::{KafkaSasl, KafkaSaslMechanism, KafkaTls};
 use crate::registry::SinkSettings;
 use crate::target::{Target, servers};
 
@@ -72,6 +73,10 @@ pub struct KafkaSinkConfig {
     pub compression: KafkaCompression,
     #[serde(default = "default_timeout")]
     pub timeout_secs: u64,
+    /// TLS to the brokers; absent: plaintext.
+    pub tls: Option<KafkaTls>,
+    /// SASL authentication (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512).
+    pub sasl: Option<KafkaSasl>,
     /// Passed to librdkafka as is (except the settings Sluice manages).
     #[serde(default)]
     pub client_conf: BTreeMap<String, String>,
@@ -123,7 +128,13 @@ impl SinkSettings for KafkaSinkConfig {
                 "use brokers, exactly_once, transactional_id or compression instead",
             ));
         }
+        let keys: Vec<&str> = c.client_conf.keys().map(String::as_str).collect();
+        super::security::validate(at, c.tls.as_ref(), c.sasl.as_ref(), &keys)?;
         check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
+    }
+
+    fn preflight(&self) -> Result<(), (&'static str, String)> {
+        super::security::preflight(self.tls.as_ref())
     }
 
     fn target(&self, _resolve: &dyn Fn(&Path) -> PathBuf) -> Option<Target> {

@@ -18,6 +18,9 @@
 #[cfg(feature = "kafka")]
 mod checkpoint;
 pub mod config;
+pub mod security;
+#[cfg(feature = "kafka")]
+mod context;
 #[cfg(feature = "kafka")]
 mod error;
 #[cfg(feature = "kafka")]

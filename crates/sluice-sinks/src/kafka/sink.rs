@@ -12,6 +12,7 @@ use sluice_core::{Envelope, Event, EventChunks, Guarantee, Position, Sink, SinkE
 
 use super::KafkaSinkConfig;
 use super::checkpoint::{ensure_topic, read_position};
+use super::context::{Refusal, Watched};
 use super::error::{Class, class_of, per_event};
 use crate::registry::SinkSettings;
 use crate::template::{Template, default_key};
@@ -24,7 +25,9 @@ pub struct KafkaSink {
     topic: Template,
     key: Option<Template>,
     timeout: Duration,
-    producer: Option<FutureProducer>,
+    producer: Option<FutureProducer<Watched>>,
+    /// Refusals librdkafka reports on its own, kept by the producer's context.
+    watched: Watched,
     held: Option<Position>,
 }
 
@@ -40,6 +43,7 @@ impl KafkaSink {
             pipeline: pipeline.to_string(),
             transactional_id,
             producer: None,
+            watched: Watched::default(),
             held: None,
             config,
         }
@@ -51,6 +55,9 @@ impl KafkaSink {
             config.set(key, value);
         }
         config.set("bootstrap.servers", &self.config.brokers);
+        for (key, value) in super::security::librdkafka_settings(self.config.tls.as_ref(), self.config.sasl.as_ref()) {
+            config.set(key, value);
+        }
         config
     }
 
@@ -119,14 +126,14 @@ impl KafkaSink {
         }
     }
 
-    fn producer(&self) -> Result<FutureProducer, SinkError> {
+    fn producer(&self) -> Result<FutureProducer<Watched>, SinkError> {
         self.producer.clone().ok_or_else(|| SinkError::transient("kafka: the producer is not open"))
     }
 
     async fn blocking<T: Send + 'static>(
         &self,
         context: &str,
-        call: impl FnOnce(FutureProducer) -> Result<T, KafkaError> + Send + 'static,
+        call: impl FnOnce(FutureProducer<Watched>) -> Result<T, KafkaError> + Send + 'static,
     ) -> Result<T, SinkError> {
         let producer = self.producer()?;
         match tokio::task::spawn_blocking(move || call(producer)).await {
@@ -293,7 +300,9 @@ impl Sink for KafkaSink {
         // A new producer each time: after a failure the old one may be in
         // an error state, and init_transactions aborts what it left open.
         self.producer = None;
-        let producer: FutureProducer = self.producer_config().create().map_err(|e| {
+        self.watched = Watched::default();
+        let producer: FutureProducer<Watched> =
+            self.producer_config().create_with_context(self.watched.clone()).map_err(|e| {
             SinkError::permanent_from(
                 format!("kafka sink {:?}: bad producer settings: {e}", self.config.id),
                 "check client_conf",
@@ -303,15 +312,22 @@ impl Sink for KafkaSink {
         self.producer = Some(producer);
         let timeout = self.timeout;
         let brokers = self.config.brokers.clone();
-        self.blocking("connecting", move |p| p.client().fetch_metadata(None, timeout).map(|_| ())).await.map_err(
-            |e| match e {
-                SinkError::Transient { .. } => SinkError::transient(format!(
-                    "kafka: cannot reach brokers {brokers} within {}s; retrying (check brokers and the network)",
-                    timeout.as_secs()
-                )),
-                permanent => permanent,
-            },
-        )?;
+        let connected = self.blocking("connecting", move |p| p.client().fetch_metadata(None, timeout).map(|_| ())).await;
+        connected.map_err(|e| match (e, self.watched.refusal()) {
+            (_, Some(Refusal::Login(reason))) => SinkError::permanent(
+                format!("kafka sink {:?}: brokers {brokers} refused the login: {reason}", self.config.id),
+                "check sasl.mechanism, sasl.username and sasl.password",
+            ),
+            (_, Some(Refusal::Tls(reason))) => SinkError::permanent(
+                format!("kafka sink {:?}: the TLS handshake with brokers {brokers} failed: {reason}", self.config.id),
+                "check tls.ca_file (the CA that signed the brokers' certificates) and that brokers names the hosts in them",
+            ),
+            (SinkError::Transient { .. }, None) => SinkError::transient(format!(
+                "kafka: cannot reach brokers {brokers} within {}s; retrying (check brokers and the network)",
+                timeout.as_secs()
+            )),
+            (permanent, None) => permanent,
+        })?;
         if !self.config.exactly_once {
             return Ok(None);
         }

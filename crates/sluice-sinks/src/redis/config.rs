@@ -38,6 +38,13 @@ pub struct RedisSinkConfig {
     pub checkpoint_key: Option<String>,
     #[serde(default = "default_timeout")]
     pub timeout_secs: u64,
+    /// With `rediss://`: PEM CA the server's certificate must chain to;
+    /// absent: the system's roots.
+    pub ca_file: Option<PathBuf>,
+    /// With `rediss://`: PEM client certificate and its key, for servers
+    /// that authenticate clients by certificate (`tls-auth-clients yes`).
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
 }
 
 fn default_stream() -> String {
@@ -67,7 +74,37 @@ impl SinkSettings for RedisSinkConfig {
             // Redis reads MAXLEN as a signed 64-bit count.
             check_range(at, "maxlen", maxlen, 1, i64::MAX as u64, "entries (leave it out to keep every entry)")?;
         }
+        let tls_files = [("ca_file", &c.ca_file), ("cert_file", &c.cert_file), ("key_file", &c.key_file)];
+        if let Some((field, _)) = tls_files.iter().find(|(_, f)| f.is_some())
+            && !c.url.starts_with("rediss://")
+        {
+            return Err(Invalid::new(
+                format!("{at}.{field}"),
+                "is a TLS setting, but the url is not rediss://",
+                "write the url as rediss://host:port[/db], or remove the TLS files",
+            ));
+        }
+        if c.cert_file.is_some() != c.key_file.is_some() {
+            let missing = if c.cert_file.is_none() { "cert_file" } else { "key_file" };
+            return Err(Invalid::new(
+                format!("{at}.{missing}"),
+                "a client certificate needs both cert_file and key_file",
+                "set both, or neither",
+            ));
+        }
         check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
+    }
+
+    fn preflight(&self) -> Result<(), (&'static str, String)> {
+        let files = [("ca_file", &self.ca_file), ("cert_file", &self.cert_file), ("key_file", &self.key_file)];
+        for (field, path) in files {
+            if let Some(path) = path
+                && let Err(e) = std::fs::File::open(path)
+            {
+                return Err((field, format!("cannot read {}: {e}", path.display())));
+            }
+        }
+        Ok(())
     }
 
     fn target(&self, _resolve: &dyn Fn(&Path) -> PathBuf) -> Option<Target> {

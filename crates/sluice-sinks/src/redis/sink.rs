@@ -48,6 +48,28 @@ pub struct RedisSink {
 }
 
 impl RedisSink {
+    /// The CA and client certificate of a `rediss://` url, read at each
+    /// open so a renewed certificate is picked up on the next reconnect.
+    fn tls_certificates(&self) -> Result<redis::TlsCertificates, SinkError> {
+        let read = |field: &str, path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| {
+                SinkError::permanent(
+                    format!("redis sink {:?}: cannot read {field} {}: {e}", self.config.id, path.display()),
+                    format!("check `{field}`"),
+                )
+            })
+        };
+        let root_cert = self.config.ca_file.as_deref().map(|p| read("ca_file", p)).transpose()?;
+        let client_tls = match (&self.config.cert_file, &self.config.key_file) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: read("cert_file", cert)?,
+                client_key: read("key_file", key)?,
+            }),
+            _ => None,
+        };
+        Ok(redis::TlsCertificates { client_tls, root_cert })
+    }
+
     pub fn new(config: RedisSinkConfig, source_id: &str) -> Self {
         Self {
             checkpoint_key: config
@@ -121,7 +143,11 @@ impl Sink for RedisSink {
         if !self.config.password.expose().is_empty() {
             info.redis.password = Some(self.config.password.expose().to_string());
         }
-        let client = redis::Client::open(info).map_err(|e| self.error("client", e))?;
+        let client = if self.config.url.starts_with("rediss://") {
+            redis::Client::build_with_tls(info, self.tls_certificates()?).map_err(|e| self.error("TLS client", e))?
+        } else {
+            redis::Client::open(info).map_err(|e| self.error("client", e))?
+        };
         let mut conn = self.call("connecting", client.get_multiplexed_async_connection()).await?;
         let stored: Option<String> = self
             .call("reading the checkpoint", redis::cmd("GET").arg(&self.checkpoint_key).query_async(&mut conn))

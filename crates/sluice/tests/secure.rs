@@ -1,0 +1,212 @@
+//! Servers that want TLS and authentication, as managed services do: Kafka
+//! on a SASL_SSL listener with a SCRAM user, Redis over TLS with an ACL
+//! user and a client certificate, NATS over TLS with a user and password.
+//! Each run is checked event by event against what the generator wrote.
+//! `sluice validate` refuses the settings this build cannot honour.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+
+const TX_COUNT: u64 = 200;
+
+fn generator_with(id: &str, sink: &str) -> String {
+    format!(
+        "pipelines:\n  - name: {id}\n    source: {{ type: generator, config: {{ id: {id}, tx_count: {TX_COUNT}, rows_per_tx: 10 }} }}\n    sinks:\n{sink}"
+    )
+}
+
+fn expected() -> BTreeSet<String> {
+    (1..=TX_COUNT).flat_map(|tx| (0..10).map(move |seq| format!("gen:{tx}:{seq}"))).collect()
+}
+
+fn assert_exactly_every_event(positions: Vec<String>) {
+    let unique: BTreeSet<String> = positions.iter().cloned().collect();
+    assert_eq!(positions.len(), unique.len(), "duplicates");
+    assert_eq!(unique, expected());
+}
+
+fn run_to_the_end(dir: &std::path::Path, config: &str) {
+    let config = write_config(dir, config);
+    let output = run(&["run", "-c", config.to_str().unwrap()], dir);
+    assert!(output.status.success(), "{}", stderr(&output));
+}
+
+/// Every `sluice.position` header of a topic, read with `read_committed`.
+fn kafka_positions(topic: &str) -> Vec<String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", env("SLUICE_TEST_KAFKA_BROKERS"))
+        .set("group.id", "sluice-secure-test")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
+    let mut assignment = TopicPartitionList::new();
+    for p in metadata.topics().iter().flat_map(|t| t.partitions()) {
+        assignment.add_partition_offset(topic, p.id(), Offset::Beginning).unwrap();
+    }
+    consumer.assign(&assignment).unwrap();
+    let (mut positions, mut idle) = (Vec::new(), 0);
+    while idle < 20 {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                idle = 0;
+                let headers = m.headers().unwrap();
+                let header = headers.iter().find(|h| h.key == "sluice.position").and_then(|h| h.value).unwrap();
+                positions.push(String::from_utf8_lossy(header).into_owned());
+            }
+            Some(Err(e)) => panic!("{e}"),
+            None => idle += 1,
+        }
+    }
+    positions
+}
+
+fn kafka_sink(topic: &str, password: &str) -> String {
+    format!(
+        "      - type: kafka\n        config:\n          id: k\n          brokers: {}\n          topic: {topic}\n          exactly_once: true\n          timeout_secs: 15\n          tls: {{ ca_file: {} }}\n          sasl: {{ mechanism: SCRAM-SHA-512, username: {}, password: \"{password}\" }}\n",
+        env("SLUICE_TEST_KAFKA_SASL_SSL_BROKERS"),
+        env("SLUICE_TEST_TLS_CA"),
+        env("SLUICE_TEST_KAFKA_SASL_USER"),
+    )
+}
+
+#[test]
+fn kafka_on_a_sasl_ssl_listener_with_a_scram_user_gets_every_event_once() {
+    let id = unique("seckafka");
+    let dir = tempfile::tempdir().unwrap();
+    let sink = kafka_sink(&id, "${SLUICE_TEST_KAFKA_SASL_PASSWORD}");
+    run_to_the_end(dir.path(), &generator_with(&id, &sink));
+    assert_exactly_every_event(kafka_positions(&id));
+}
+
+#[test]
+fn a_wrong_kafka_password_stops_the_run_with_the_reason_and_no_secret() {
+    let id = unique("seckafkabad");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &generator_with(&id, &kafka_sink(&id, "not-the-password")));
+    let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
+    let log =
+        format!("{}{}", stderr(&output), std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default());
+    assert!(!output.status.success(), "a refused login is not delivered:\n{log}");
+    assert!(log.to_lowercase().contains("authentication"), "the reason is named:\n{log}");
+    assert!(!log.contains("not-the-password"), "the password stays out of the log");
+}
+
+#[test]
+fn redis_over_tls_with_an_acl_user_and_a_client_certificate_gets_every_event_once() {
+    let id = unique("secredis");
+    let dir = tempfile::tempdir().unwrap();
+    let sink = format!(
+        "      - type: redis\n        config: {{ id: r, url: \"{}\", password: \"${{SLUICE_TEST_REDIS_ACL_PASSWORD}}\", stream: \"{id}.${{table}}\", ca_file: {}, cert_file: {}, key_file: {} }}\n",
+        env("SLUICE_TEST_REDIS_TLS_URL"),
+        env("SLUICE_TEST_TLS_CA"),
+        env("SLUICE_TEST_TLS_CLIENT_CERT"),
+        env("SLUICE_TEST_TLS_CLIENT_KEY"),
+    );
+    run_to_the_end(dir.path(), &generator_with(&id, &sink));
+    assert_exactly_every_event(redis_positions(&format!("{id}.orders")));
+}
+
+#[test]
+fn a_redis_tls_server_refuses_a_wrong_ca_and_the_run_says_why() {
+    let id = unique("secredisca");
+    let dir = tempfile::tempdir().unwrap();
+    // Any CA but the one that signed the server's certificate.
+    let sink = format!(
+        "      - type: redis\n        config: {{ id: r, url: \"{}\", password: \"${{SLUICE_TEST_REDIS_ACL_PASSWORD}}\", stream: \"{id}.${{table}}\", ca_file: {}, timeout_secs: 2 }}\n    sink_batch_deadline_secs: 5\n    slo: {{ max_failing_secs: 1 }}\n",
+        env("SLUICE_TEST_REDIS_TLS_URL"),
+        env("SLUICE_TEST_PG_CA"),
+    );
+    let config = write_config(dir.path(), &generator_with(&id, &sink));
+    let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    wait_until(Duration::from_secs(60), "the certificate refusal in the log", || {
+        std::fs::read_to_string(dir.path().join("sluice.log"))
+            .unwrap_or_default()
+            .to_lowercase()
+            .contains("certificate")
+    });
+    drop(child);
+    assert!(redis_positions(&format!("{id}.orders")).is_empty(), "nothing reached an unverified server");
+}
+
+/// Every `Sluice-Position` of a stream on the NATS server that wants TLS
+/// and a login.
+fn secure_nats_positions(stream: &str) -> Vec<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let ca = std::path::PathBuf::from(env("SLUICE_TEST_TLS_CA"));
+        let client = async_nats::ConnectOptions::with_user_and_password(
+            env("SLUICE_TEST_NATS_USER"),
+            env("SLUICE_TEST_NATS_PASSWORD"),
+        )
+        .add_root_certificates(ca)
+        .require_tls(true)
+        .connect(env("SLUICE_TEST_NATS_TLS_URL"))
+        .await
+        .unwrap();
+        let context = async_nats::jetstream::new(client);
+        let mut handle = context.get_stream(stream).await.unwrap();
+        let last = handle.info().await.unwrap().state.last_sequence;
+        let mut positions = Vec::new();
+        for sequence in 1..=last {
+            let message = handle.get_raw_message(sequence).await.unwrap();
+            positions.push(message.headers.get("Sluice-Position").unwrap().as_str().to_string());
+        }
+        positions
+    })
+}
+
+#[test]
+fn nats_over_tls_with_a_user_and_password_gets_every_event_once() {
+    let id = unique("secnats");
+    let dir = tempfile::tempdir().unwrap();
+    let sink = format!(
+        "      - type: nats\n        config: {{ id: n, url: \"{}\", subject: \"{id}.${{table}}\", stream: {id}, user: {}, password: \"${{SLUICE_TEST_NATS_PASSWORD}}\", ca_file: {} }}\n",
+        env("SLUICE_TEST_NATS_TLS_URL"),
+        env("SLUICE_TEST_NATS_USER"),
+        env("SLUICE_TEST_TLS_CA"),
+    );
+    run_to_the_end(dir.path(), &generator_with(&id, &sink));
+    assert_exactly_every_event(secure_nats_positions(&id));
+}
+
+#[test]
+fn validate_refuses_security_settings_this_build_cannot_honour() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "      - { type: kafka, config: { id: k, brokers: \"127.0.0.1:1\", client_conf: { sasl.mechanism: GSSAPI } } }\n",
+            "pipelines[0].sinks[0].config.client_conf.sasl.mechanism",
+        ),
+        (
+            "      - { type: kafka, config: { id: k, brokers: \"127.0.0.1:1\", client_conf: { sasl.kerberos.service.name: kafka } } }\n",
+            "no Kerberos",
+        ),
+        (
+            "      - { type: kafka, config: { id: k, brokers: \"127.0.0.1:1\", sasl: { mechanism: GSSAPI, username: u, password: p } } }\n",
+            "GSSAPI",
+        ),
+        (
+            "      - { type: redis, config: { id: r, url: \"redis://127.0.0.1:1\", ca_file: /etc/hostname } }\n",
+            "not rediss://",
+        ),
+        (
+            "      - { type: kafka, config: { id: k, brokers: \"127.0.0.1:1\", tls: { ca_file: /nonexistent/ca.pem } } }\n",
+            "tls.ca_file",
+        ),
+    ];
+    for (sink, named) in cases {
+        let config = write_config(dir.path(), &generator_with("v", sink));
+        let output = run(&["validate", "-c", config.to_str().unwrap()], dir.path());
+        assert_eq!(output.status.code(), Some(2), "{sink}: {}", stderr(&output));
+        assert!(stderr(&output).contains(named), "{sink}: the error names {named}:\n{}", stderr(&output));
+    }
+}
