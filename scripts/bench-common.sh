@@ -25,8 +25,10 @@ now() { date +%s.%N; }
 calc() { awk "BEGIN { print $1 }"; }
 
 # Runs sluice until `done_check` succeeds (or it exits); prints "seconds peak_kib".
+# The seconds end when the check succeeds: the drain after SIGTERM (a slow
+# optional sink may take up to shutdown_grace_secs) is not part of the rate.
 measure() {
-  local config=$1 done_check=$2 start pid peak=0 sample
+  local config=$1 done_check=$2 start end="" pid peak=0 sample
   start=$(now)
   RUST_LOG=info,sluice_runtime::checkpointer=debug "$SLUICE" run -c "$config" --data-dir "$work/data-$RANDOM" \
     2> "$work/sluice.log" &
@@ -36,11 +38,11 @@ measure() {
     # the last figure read rather than lose it.
     sample=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
     if [ -n "$sample" ] && [ "$sample" -gt "$peak" ]; then peak=$sample; fi
-    if $done_check; then kill -TERM "$pid"; break; fi
+    if $done_check; then end=$(now); kill -TERM "$pid"; break; fi
     sleep 0.05
   done
   wait "$pid" || { cat "$work/sluice.log" >&2; exit 1; }
-  echo "$(calc "$(now) - $start") $peak"
+  echo "$(calc "${end:-$(now)} - $start") $peak"
 }
 never() { false; }
 

@@ -19,6 +19,11 @@ pub const DEFAULT_RESPECT_SOURCE_TX: bool = true;
 /// Upper bound on any one sink call (s), so a hung sink cannot stall the
 /// pipeline forever; a call past it is a transient failure and is retried.
 pub const DEFAULT_SINK_BATCH_DEADLINE_SECS: u64 = 60;
+/// How long a stop an operator asked for (SIGTERM) waits for the sinks to
+/// write and flush what they hold (s): long enough for a healthy sink's
+/// last batches, short enough for an orchestrator's kill timeout; the rest
+/// is read again on the next start.
+pub const DEFAULT_SHUTDOWN_GRACE_SECS: u64 = 25;
 /// How often a detached optional sink is probed (s): often enough that a
 /// sink back from an outage catches up within a minute, rarely enough
 /// that probing a dead server costs nothing.
@@ -55,6 +60,8 @@ pub struct PipelineConfig {
     pub sink_batch_deadline_secs: u64,
     #[serde(default = "default_reattach_probe")]
     pub reattach_probe_secs: u64,
+    #[serde(default = "default_shutdown_grace")]
+    pub shutdown_grace_secs: u64,
     #[serde(default)]
     pub dead_letter: DeadLetterConfig,
     #[serde(default)]
@@ -149,6 +156,10 @@ pub enum OnFull {
     #[default]
     Stop,
     DropOldest,
+}
+
+fn default_shutdown_grace() -> u64 {
+    DEFAULT_SHUTDOWN_GRACE_SECS
 }
 
 fn default_reattach_probe() -> u64 {

@@ -76,6 +76,7 @@ fn validate_pipeline(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid>
     check_range(&dead_letter_at, "max_entries", pipeline.dead_letter.max_entries as u64, 1, 100_000_000, "letters")?;
     validate_slo(&format!("{at}.slo"), pipeline)?;
     check_seconds(at, "reattach_probe_secs", pipeline.reattach_probe_secs, 86_400)?;
+    check_seconds(at, "shutdown_grace_secs", pipeline.shutdown_grace_secs, 86_400)?;
     check_seconds(at, "sink_batch_deadline_secs", pipeline.sink_batch_deadline_secs, 86_400)
 }
 

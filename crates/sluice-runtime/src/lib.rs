@@ -17,6 +17,7 @@ mod checkpointer;
 pub mod control;
 mod deadline;
 mod dispatch;
+mod drain;
 mod error;
 mod intake;
 pub mod latency;

@@ -13,7 +13,7 @@
 //! same shutdown, so the others still end cleanly.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sluice_config::{BatchConfig, BufferLimits, CommitPolicy, DeadLetterConfig, PolicyMode, SloConfig};
@@ -58,6 +58,8 @@ pub struct PipelineSettings {
     pub sink_batch_deadline: Duration,
     /// How often a detached optional sink is probed.
     pub reattach_probe: Duration,
+    /// How long a stop an operator asked for waits for the sinks to drain.
+    pub shutdown_grace: Duration,
     /// Where batches of transactions larger than `batch.max_bytes` go;
     /// cleared when the pipeline starts.
     pub spill_dir: PathBuf,
@@ -142,6 +144,9 @@ struct Running {
     writers: Vec<(String, JoinHandle<Result<(), SinkError>>)>,
     checkpointer: JoinHandle<Result<Vec<Option<Position>>, StoreError>>,
     rereads: Arc<Rereads>,
+    /// When an operator asked the pipeline to stop, if one did.
+    stop_asked: Arc<OnceLock<tokio::time::Instant>>,
+    grace: Duration,
 }
 
 impl Pipeline {
@@ -179,10 +184,12 @@ impl Pipeline {
         let Prepared { keys, stored, generation, released, from, ack } = prepared;
         let source_id = source.id().to_string();
         let shutdown = Shutdown::new();
+        let stop_asked = Arc::new(OnceLock::new());
         let relay = {
-            let (external, shutdown) = (external.clone(), shutdown.clone());
+            let (external, shutdown, asked) = (external.clone(), shutdown.clone(), stop_asked.clone());
             tokio::spawn(async move {
                 external.wait().await;
+                let _ = asked.set(tokio::time::Instant::now());
                 shutdown.trigger();
             })
         };
@@ -248,6 +255,8 @@ impl Pipeline {
             writers,
             checkpointer,
             rereads,
+            stop_asked,
+            grace: settings.shutdown_grace,
         }
     }
 }
@@ -404,8 +413,20 @@ impl WriterParts<'_> {
 impl Running {
     /// Waits for every task in shutdown order and keeps the first error.
     async fn join(self) -> Result<RunReport, PipelineError> {
-        let Running { pipeline, source_id, keys, relay, monitor, intake, dispatcher, writers, checkpointer, rereads } =
-            self;
+        let Running {
+            pipeline,
+            source_id,
+            keys,
+            relay,
+            monitor,
+            intake,
+            dispatcher,
+            writers,
+            checkpointer,
+            rereads,
+            stop_asked,
+            grace,
+        } = self;
         let mut first_error = None;
         match intake.await {
             Ok(Ok(())) => {}
@@ -423,8 +444,8 @@ impl Running {
                 first_error.get_or_insert(task_error(&pipeline, "dispatcher", e));
             }
         }
-        for (sink, writer) in writers {
-            match writer.await {
+        for (sink, ended) in crate::drain::join_writers(writers, &stop_asked, grace).await {
+            match ended {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => {
                     first_error.get_or_insert(PipelineError::Sink { pipeline: pipeline.clone(), sink, error });

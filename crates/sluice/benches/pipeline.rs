@@ -128,6 +128,7 @@ fn run_pipeline_with(
             commit_policy: CommitPolicy::default(),
             sink_batch_deadline: Duration::from_secs(60),
             reattach_probe: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(30),
             spill_dir: data_dir.join("spill"),
             dead_letter: Default::default(),
         },

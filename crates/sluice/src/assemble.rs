@@ -94,6 +94,7 @@ pub fn pipeline(config: &PipelineConfig, store: Arc<EmbeddedStore>, data_dir: &P
             commit_policy: config.commit_policy.clone(),
             sink_batch_deadline: Duration::from_secs(config.sink_batch_deadline_secs),
             reattach_probe: Duration::from_secs(config.reattach_probe_secs),
+            shutdown_grace: Duration::from_secs(config.shutdown_grace_secs),
             spill_dir: data_dir.join("spill").join(&config.name),
             dead_letter: config.dead_letter.clone(),
         },

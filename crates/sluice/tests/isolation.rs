@@ -121,3 +121,37 @@ fn an_optional_sink_whose_buffer_overflows_catches_up_by_a_reread() {
     assert_eq!(unique.len(), 25_000, "the file sink holds an event twice after the re-read");
     assert_holds_every_event(&receiver, 25_000);
 }
+
+#[test]
+fn a_sigterm_drain_says_what_it_waits_for_and_ends_at_the_grace() {
+    let (receiver, _hang) = hung_receiver();
+    let id = unique("grace");
+    let dir = tempfile::tempdir().unwrap();
+    // An endless source, and a webhook that hangs far longer than the grace.
+    let text = config(&id, 2500, &receiver.url("/hook"), "")
+        .replace("tx_count: 2500, ", "")
+        .replace("timeout_secs: 1, max_attempts: 1", "timeout_secs: 300, max_attempts: 1")
+        .replace(
+            &format!("sink_batch_deadline_secs: {DEADLINE_SECS}"),
+            "sink_batch_deadline_secs: 600\n    shutdown_grace_secs: 6",
+        );
+    let config = write_config(dir.path(), &text);
+    let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    wait_until(Duration::from_secs(30), "the file sink to get events", || {
+        line_count(&dir.path().join("out.jsonl")) >= 2000
+    });
+    wait_until(Duration::from_secs(30), "the webhook to be sent a batch", || !receiver.requests().is_empty());
+    let asked = Instant::now();
+    let status = child.terminate();
+    let took = asked.elapsed();
+    let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("draining: waiting for these sinks"), "the drain says what it waits for:\n{log}");
+    assert!(log.contains("shutdown_grace_secs passed"), "the grace ends the wait:\n{log}");
+    // The grace is 6 s and the drain notes come every 5 s.
+    assert!(took < Duration::from_secs(20), "the hung webhook held the stop for {took:?}");
+    // The file sink drained in full before the grace ended the wait.
+    let lines = std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap();
+    let unique: BTreeSet<&str> = lines.lines().collect();
+    assert_eq!(unique.len(), lines.lines().count(), "no event twice in the file");
+}

@@ -210,3 +210,42 @@ fn validate_refuses_security_settings_this_build_cannot_honour() {
         assert!(stderr(&output).contains(named), "{sink}: the error names {named}:\n{}", stderr(&output));
     }
 }
+
+#[test]
+fn s3_keys_come_from_the_named_profile_of_the_shared_credentials_file() {
+    let id = unique("secs3");
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = dir.path().join("credentials");
+    std::fs::write(
+        &credentials,
+        format!(
+            "[default]\naws_access_key_id = wrong\naws_secret_access_key = wrong\n\n[sluice]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+            env("SLUICE_TEST_S3_ACCESS_KEY"),
+            env("SLUICE_TEST_S3_SECRET_KEY")
+        ),
+    )
+    .unwrap();
+    // No keys in the config: they come from the profile AWS_PROFILE names.
+    let sink = format!(
+        "      - type: s3\n        config: {{ id: lake, bucket: {}, endpoint: \"{}\", path_style: true, prefix: {id}, format: jsonl, timeout_secs: 10 }}\n",
+        env("SLUICE_TEST_S3_BUCKET"),
+        env("SLUICE_TEST_S3_ENDPOINT"),
+    );
+    let config = write_config(dir.path(), &generator_with(&id, &sink));
+    let credentials = credentials.to_str().unwrap();
+    let profile_env = [("AWS_SHARED_CREDENTIALS_FILE", credentials), ("AWS_PROFILE", "sluice")];
+    let mut child = spawn_with_env(&["run", "-c", config.to_str().unwrap()], dir.path(), &profile_env);
+    let status = child.wait_exit(Duration::from_secs(120));
+    let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+    assert!(status.success(), "{log}");
+    let expected: Vec<String> = expected().into_iter().collect();
+    common::lake::assert_exactly_once(&common::lake::s3_files(&id), "lake", &expected);
+
+    // A profile that is not in the file is a clear error, not a guess.
+    let missing = [("AWS_SHARED_CREDENTIALS_FILE", credentials), ("AWS_PROFILE", "nope")];
+    let mut child = spawn_with_env(&["run", "-c", config.to_str().unwrap()], dir.path(), &missing);
+    let status = child.wait_exit(Duration::from_secs(60));
+    let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+    assert!(!status.success());
+    assert!(log.contains("AWS_PROFILE names profile \"nope\""), "{log}");
+}

@@ -136,6 +136,7 @@ impl World {
                 commit_policy: self.scenario.policy.clone(),
                 sink_batch_deadline: Duration::from_secs(1),
                 reattach_probe: Duration::from_secs(1),
+                shutdown_grace: Duration::from_secs(30),
                 spill_dir: self.spill_dir.path().join("spill"),
                 dead_letter: sluice_config::DeadLetterConfig::default(),
             },

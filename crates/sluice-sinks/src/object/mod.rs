@@ -26,6 +26,8 @@ mod names;
 #[cfg(feature = "s3")]
 mod parquet;
 #[cfg(feature = "s3")]
+mod profile;
+#[cfg(feature = "s3")]
 mod sink;
 #[cfg(feature = "s3")]
 mod target;

@@ -37,10 +37,15 @@ impl Target {
             .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
             .unwrap_or_else(|| DEFAULT_S3_REGION.to_string());
         builder = builder.with_region(region);
+        let profile = Self::profile_keys(config)?;
+        let keys = match &profile {
+            Some(p) => [&p.access_key_id, &p.secret_access_key, &p.session_token],
+            None => [&config.access_key_id, &config.secret_access_key, &config.session_token],
+        };
         for (value, set) in [
-            (config.access_key_id.expose(), AmazonS3Builder::with_access_key_id as fn(_, _) -> _),
-            (config.secret_access_key.expose(), AmazonS3Builder::with_secret_access_key),
-            (config.session_token.expose(), AmazonS3Builder::with_token),
+            (keys[0].expose(), AmazonS3Builder::with_access_key_id as fn(_, _) -> _),
+            (keys[1].expose(), AmazonS3Builder::with_secret_access_key),
+            (keys[2].expose(), AmazonS3Builder::with_token),
         ] {
             if !value.is_empty() {
                 builder = set(builder, value);
@@ -66,6 +71,25 @@ impl Target {
             )
         })?;
         Ok(Target::S3 { store: Arc::new(store), bucket, endpoint, part_bytes: config.part_size_bytes })
+    }
+
+    /// Keys from the shared credentials file, used only where nothing
+    /// earlier in the chain gives any: the config's keys, then the
+    /// `AWS_ACCESS_KEY_ID` variables, come first; web identity, container
+    /// credentials and instance metadata (which the client finds itself)
+    /// come after.
+    fn profile_keys(config: &S3SinkConfig) -> Result<Option<super::profile::ProfileKeys>, SinkError> {
+        let configured = !config.access_key_id.expose().is_empty();
+        let in_env = std::env::var("AWS_ACCESS_KEY_ID").is_ok_and(|v| !v.is_empty());
+        let Some(source) = super::profile::ProfileSource::from_env().filter(|_| !configured && !in_env) else {
+            return Ok(None);
+        };
+        source.keys().map_err(|problem| {
+            SinkError::permanent(
+                format!("s3 sink {:?}: {problem}", config.id),
+                "fix AWS_PROFILE or AWS_SHARED_CREDENTIALS_FILE, or set access_key_id and secret_access_key",
+            )
+        })
     }
 
     /// The highest last sort key among the files of sink `sink` in folder
