@@ -49,6 +49,17 @@ pub(crate) enum Pushed {
     Closed,
 }
 
+/// Where [`SinkBuffer::reserve`] put a batch.
+enum Placement {
+    Done(Pushed),
+    /// Full, and the buffer may not overflow: the push waits.
+    Wait,
+    /// Room on disk is reserved; the file is still to be written.
+    Spill {
+        size: u64,
+    },
+}
+
 /// What the writer takes next.
 #[derive(Debug)]
 pub(crate) enum Taken {
@@ -164,51 +175,71 @@ impl SinkBuffer {
     /// One attempt to place `batch`; `None` when the buffer is full and
     /// the push must wait.
     fn place(&self, batch: &Arc<Batch>) -> Result<Option<Pushed>, SpillError> {
+        match self.reserve(batch) {
+            Placement::Done(pushed) => Ok(Some(pushed)),
+            Placement::Wait => Ok(None),
+            Placement::Spill { size } => self.finish_spill(batch, size).map(Some),
+        }
+    }
+
+    /// Decides under the lock where `batch` goes; a batch bound for disk
+    /// has its room reserved, and its file is written outside the lock.
+    fn reserve(&self, batch: &Arc<Batch>) -> Placement {
         let size = batch.byte_size as u64;
-        let on_disk_already = {
-            let mut inner = lock(&self.inner);
-            if inner.abandoned {
-                return Ok(Some(Pushed::Closed));
-            }
-            if inner.gap.is_some() {
-                return Ok(Some(Pushed::Dropped));
-            }
-            let fits_memory = !batch.is_spilled()
-                && inner.memory_batches < self.max_memory_batches
-                && inner.memory_bytes + size <= self.limits.max_memory_bytes;
-            // An empty buffer always takes the batch, so one batch larger
-            // than every limit still moves.
-            if inner.queue.is_empty() || fits_memory {
-                self.keep(&mut inner, batch.clone(), !batch.is_spilled());
-                return Ok(Some(if batch.is_spilled() { Pushed::Disk } else { Pushed::Memory }));
-            }
-            if inner.disk_bytes + size > self.limits.max_disk_bytes {
-                if !self.may_overflow {
-                    return Ok(None);
-                }
-                inner.gap = Some(inner.last_kept.clone());
-                drop(inner);
-                let sink = &self.status.sinks[self.index];
-                sink.buffer.overflowed.store(true, Ordering::Relaxed);
-                warn!(sink = %sink.id, max_disk_bytes = self.limits.max_disk_bytes,
-                    "optional sink's buffer is full: the sink is detached; it writes what was kept, \
-                     then the source is read again from its checkpoint");
-                sink.detach(Detachment {
-                    reason: "its buffer is full; it catches up by a re-read of the source".to_string(),
-                    needs_resync: false,
-                });
-                self.ready.notify_one();
-                return Ok(Some(Pushed::Dropped));
-            }
-            // Reserve the room before the file is written, outside the lock.
-            inner.disk_bytes += size;
-            batch.is_spilled()
-        };
-        let kept = if on_disk_already { batch.clone() } else { Arc::new(self.spill(batch)?) };
         let mut inner = lock(&self.inner);
+        if inner.abandoned {
+            return Placement::Done(Pushed::Closed);
+        }
+        if inner.gap.is_some() {
+            return Placement::Done(Pushed::Dropped);
+        }
+        let fits_memory = !batch.is_spilled()
+            && inner.memory_batches < self.max_memory_batches
+            && inner.memory_bytes + size <= self.limits.max_memory_bytes;
+        // An empty buffer always takes the batch, so one batch larger
+        // than every limit still moves.
+        if inner.queue.is_empty() || fits_memory {
+            self.keep(&mut inner, batch.clone(), !batch.is_spilled());
+            return Placement::Done(if batch.is_spilled() { Pushed::Disk } else { Pushed::Memory });
+        }
+        if inner.disk_bytes + size > self.limits.max_disk_bytes {
+            if !self.may_overflow {
+                return Placement::Wait;
+            }
+            inner.gap = Some(inner.last_kept.clone());
+            drop(inner);
+            self.overflowed();
+            return Placement::Done(Pushed::Dropped);
+        }
+        inner.disk_bytes += size;
+        Placement::Spill { size }
+    }
+
+    /// Writes the spill file of a batch whose room [`Self::reserve`] took,
+    /// and keeps it, unless the writer abandoned the buffer meanwhile
+    /// (which dropped the reservation with everything else).
+    fn finish_spill(&self, batch: &Arc<Batch>, size: u64) -> Result<Pushed, SpillError> {
+        let kept = if batch.is_spilled() { Ok(batch.clone()) } else { self.spill(batch).map(Arc::new) };
+        let mut inner = lock(&self.inner);
+        if inner.abandoned {
+            return Ok(Pushed::Closed);
+        }
         inner.disk_bytes -= size;
-        self.keep(&mut inner, kept, false);
-        Ok(Some(Pushed::Disk))
+        self.keep(&mut inner, kept?, false);
+        Ok(Pushed::Disk)
+    }
+
+    fn overflowed(&self) {
+        let sink = &self.status.sinks[self.index];
+        sink.buffer.overflowed.store(true, Ordering::Relaxed);
+        warn!(sink = %sink.id, max_disk_bytes = self.limits.max_disk_bytes,
+            "optional sink's buffer is full: the sink is detached; it writes what was kept, \
+             then the source is read again from its checkpoint");
+        sink.detach(Detachment {
+            reason: "its buffer is full; it catches up by a re-read of the source".to_string(),
+            needs_resync: false,
+        });
+        self.ready.notify_one();
     }
 
     fn spill(&self, batch: &Batch) -> Result<Batch, SpillError> {
@@ -458,6 +489,20 @@ mod tests {
         let (buffer, _) = buffer(0, false, dir.path());
         futures_pushes(&buffer, &all[..2]).await;
         buffer.abandon();
+        assert_eq!(buffer.push(&all[2]).await.unwrap(), Pushed::Closed);
+    }
+
+    #[tokio::test]
+    async fn a_buffer_abandoned_while_a_batch_is_spilled_drops_it_without_miscounting() {
+        let dir = tempfile::tempdir().unwrap();
+        let all = batches(3);
+        let (buffer, status) = buffer(1 << 30, true, dir.path());
+        futures_pushes(&buffer, &all[..2]).await;
+        let Placement::Spill { size } = buffer.reserve(&all[2]) else { panic!("the third batch goes to disk") };
+        // The writer stops between the reservation and the file.
+        buffer.abandon();
+        assert_eq!(buffer.finish_spill(&all[2], size).unwrap(), Pushed::Closed);
+        assert_eq!(status.sinks[0].buffer.disk_bytes.load(Ordering::Relaxed), 0);
         assert_eq!(buffer.push(&all[2]).await.unwrap(), Pushed::Closed);
     }
 
