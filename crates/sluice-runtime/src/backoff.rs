@@ -28,12 +28,6 @@ impl Backoff {
     pub fn reset(&mut self) {
         self.attempt = 0;
     }
-
-    /// Roughly how long the retries so far have waited, the delays summed.
-    pub fn waited(&self) -> Duration {
-        let mut probe = Backoff::default();
-        (0..self.attempt).map(|_| probe.next_delay()).sum()
-    }
 }
 
 #[cfg(test)]

@@ -43,6 +43,19 @@ pub trait SinkSettings {
     }
 }
 
+/// The preflight of files a sink reads (CA bundles, certificates, keys):
+/// each one set must be readable. Returns the first field that is not.
+pub(crate) fn readable_files(files: &[(&'static str, Option<&Path>)]) -> Result<(), (&'static str, String)> {
+    for (field, path) in files {
+        if let Some(path) = path
+            && let Err(e) = std::fs::File::open(path)
+        {
+            return Err((field, format!("cannot read {}: {e}", path.display())));
+        }
+    }
+    Ok(())
+}
+
 /// A sink's default for `required`: a sink someone configured is assumed
 /// to matter until they say it does not.
 pub const DEFAULT_REQUIRED: bool = true;

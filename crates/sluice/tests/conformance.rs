@@ -8,14 +8,8 @@
 
 mod common;
 
-use common::{env, nats_positions, redis_positions, unique};
+use common::{env, kafka_partition_positions, nats_positions, redis_positions, unique};
 
-use std::time::Duration;
-
-use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use sluice_config::{GeneratorConfig, KafkaSinkConfig, NatsSinkConfig, RedisSinkConfig, SinkConfig};
 use sluice_core::{Event, Position, SliceChunks};
 use sluice_generator::GeneratorSource;
@@ -43,36 +37,7 @@ fn batches() -> Vec<Vec<Event>> {
 }
 
 fn kafka_positions(topic: &str) -> Vec<String> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", env("SLUICE_TEST_KAFKA_BROKERS"))
-        .set("group.id", "sluice-conformance")
-        .set("isolation.level", "read_committed")
-        .create()
-        .unwrap();
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
-    let mut assignment = TopicPartitionList::new();
-    for t in metadata.topics() {
-        for p in t.partitions() {
-            assignment.add_partition_offset(topic, p.id(), Offset::Beginning).unwrap();
-        }
-    }
-    consumer.assign(&assignment).unwrap();
-    let mut positions: Vec<(i32, String)> = Vec::new();
-    let mut idle = 0;
-    while idle < 15 {
-        match consumer.poll(Duration::from_millis(100)) {
-            Some(Ok(m)) => {
-                idle = 0;
-                let header = m
-                    .headers()
-                    .and_then(|h| h.iter().find(|h| h.key == "sluice.position").and_then(|h| h.value))
-                    .unwrap();
-                positions.push((m.partition(), String::from_utf8_lossy(header).into_owned()));
-            }
-            Some(Err(e)) => panic!("{e}"),
-            None => idle += 1,
-        }
-    }
+    let positions = kafka_partition_positions(topic, "sluice-conformance");
     // Kafka orders within a partition only: check that, then merge.
     let order = |p: &str| -> (u64, u64) {
         let mut parts = p.split(':').skip(1).map(|n| n.parse::<u64>().unwrap());

@@ -10,10 +10,6 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::*;
-use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
-use rdkafka::{Offset, TopicPartitionList};
 
 const TX_COUNT: u64 = 200;
 
@@ -39,34 +35,8 @@ fn run_to_the_end(dir: &std::path::Path, config: &str) {
     assert!(output.status.success(), "{}", stderr(&output));
 }
 
-/// Every `sluice.position` header of a topic, read with `read_committed`.
 fn kafka_positions(topic: &str) -> Vec<String> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", env("SLUICE_TEST_KAFKA_BROKERS"))
-        .set("group.id", "sluice-secure-test")
-        .set("isolation.level", "read_committed")
-        .create()
-        .unwrap();
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
-    let mut assignment = TopicPartitionList::new();
-    for p in metadata.topics().iter().flat_map(|t| t.partitions()) {
-        assignment.add_partition_offset(topic, p.id(), Offset::Beginning).unwrap();
-    }
-    consumer.assign(&assignment).unwrap();
-    let (mut positions, mut idle) = (Vec::new(), 0);
-    while idle < 20 {
-        match consumer.poll(Duration::from_millis(100)) {
-            Some(Ok(m)) => {
-                idle = 0;
-                let headers = m.headers().unwrap();
-                let header = headers.iter().find(|h| h.key == "sluice.position").and_then(|h| h.value).unwrap();
-                positions.push(String::from_utf8_lossy(header).into_owned());
-            }
-            Some(Err(e)) => panic!("{e}"),
-            None => idle += 1,
-        }
-    }
-    positions
+    kafka_partition_positions(topic, "sluice-secure-test").into_iter().map(|(_, position)| position).collect()
 }
 
 fn kafka_sink(topic: &str, password: &str) -> String {

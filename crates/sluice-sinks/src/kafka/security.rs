@@ -149,15 +149,11 @@ pub fn validate(at: &str, tls: Option<&KafkaTls>, sasl: Option<&KafkaSasl>, clie
 /// Checks that look at the disk: every file named is readable.
 pub fn preflight(tls: Option<&KafkaTls>) -> Result<(), (&'static str, String)> {
     let Some(tls) = tls else { return Ok(()) };
-    let files = [("tls.ca_file", &tls.ca_file), ("tls.cert_file", &tls.cert_file), ("tls.key_file", &tls.key_file)];
-    for (field, path) in files {
-        if let Some(path) = path
-            && let Err(e) = std::fs::File::open(path)
-        {
-            return Err((field, format!("cannot read {}: {e}", path.display())));
-        }
-    }
-    Ok(())
+    crate::registry::readable_files(&[
+        ("tls.ca_file", tls.ca_file.as_deref()),
+        ("tls.cert_file", tls.cert_file.as_deref()),
+        ("tls.key_file", tls.key_file.as_deref()),
+    ])
 }
 
 #[cfg(test)]

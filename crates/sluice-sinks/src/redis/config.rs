@@ -96,15 +96,11 @@ impl SinkSettings for RedisSinkConfig {
     }
 
     fn preflight(&self) -> Result<(), (&'static str, String)> {
-        let files = [("ca_file", &self.ca_file), ("cert_file", &self.cert_file), ("key_file", &self.key_file)];
-        for (field, path) in files {
-            if let Some(path) = path
-                && let Err(e) = std::fs::File::open(path)
-            {
-                return Err((field, format!("cannot read {}: {e}", path.display())));
-            }
-        }
-        Ok(())
+        crate::registry::readable_files(&[
+            ("ca_file", self.ca_file.as_deref()),
+            ("cert_file", self.cert_file.as_deref()),
+            ("key_file", self.key_file.as_deref()),
+        ])
     }
 
     fn target(&self, _resolve: &dyn Fn(&Path) -> PathBuf) -> Option<Target> {

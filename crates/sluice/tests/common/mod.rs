@@ -156,6 +156,42 @@ pub fn env(name: &str) -> String {
         .unwrap_or_else(|_| panic!("{name} is not set: run `scripts/services.sh start` and source its env file"))
 }
 
+/// Every `sluice.position` header of a topic, read from the plaintext
+/// listener with `read_committed`, with its partition, in partition order.
+pub fn kafka_partition_positions(topic: &str, group: &str) -> Vec<(i32, String)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers, Message};
+    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", env("SLUICE_TEST_KAFKA_BROKERS"))
+        .set("group.id", group)
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
+    let mut assignment = TopicPartitionList::new();
+    for p in metadata.topics().iter().flat_map(|t| t.partitions()) {
+        assignment.add_partition_offset(topic, p.id(), Offset::Beginning).unwrap();
+    }
+    consumer.assign(&assignment).unwrap();
+    let (mut positions, mut idle) = (Vec::new(), 0);
+    while idle < 15 {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                idle = 0;
+                let header = m
+                    .headers()
+                    .and_then(|h| h.iter().find(|h| h.key == "sluice.position").and_then(|h| h.value))
+                    .unwrap();
+                positions.push((m.partition(), String::from_utf8_lossy(header).into_owned()));
+            }
+            Some(Err(e)) => panic!("{e}"),
+            None => idle += 1,
+        }
+    }
+    positions
+}
+
 /// The `position` of every entry of a Redis stream, in stream order.
 pub fn redis_positions(stream: &str) -> Vec<String> {
     let mut conn = redis::Client::open(env("SLUICE_TEST_REDIS_URL")).unwrap().get_connection().unwrap();
