@@ -146,7 +146,7 @@ impl Reader {
 
 #[async_trait]
 impl ChunkReader for Reader {
-    async fn open(&mut self, table: &str, after: Option<&[u8]>) -> Result<Result<(), String>, SourceError> {
+    async fn open(&mut self, table: &str, after: Option<&[u8]>) -> Result<Result<u64, String>, SourceError> {
         if let Some(open) = self.open.take() {
             let _ = open.conn.disconnect().await;
         }
@@ -173,8 +173,9 @@ impl ChunkReader for Reader {
             },
             None => None,
         };
+        let estimated_rows = plan.estimated_rows;
         self.open = Some(Open { plan, conn, after });
-        Ok(Ok(()))
+        Ok(Ok(estimated_rows))
     }
 
     async fn read_chunk(&mut self, low: &str, high: &str) -> Result<ChunkRows, SourceError> {

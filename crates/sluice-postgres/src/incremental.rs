@@ -106,7 +106,7 @@ impl ReadView {
 
 #[async_trait]
 impl ChunkReader for Reader {
-    async fn open(&mut self, table: &str, after: Option<&[u8]>) -> Result<Result<(), String>, SourceError> {
+    async fn open(&mut self, table: &str, after: Option<&[u8]>) -> Result<Result<u64, String>, SourceError> {
         if let Some((_, conn, _)) = self.open.take() {
             conn.close().await;
         }
@@ -126,8 +126,9 @@ impl ChunkReader for Reader {
             },
             None => None,
         };
+        let estimated_rows = plan.estimated_rows;
         self.open = Some((plan, conn, after));
-        Ok(Ok(()))
+        Ok(Ok(estimated_rows))
     }
 
     async fn read_chunk(&mut self, low: &str, high: &str) -> Result<ChunkRows, SourceError> {

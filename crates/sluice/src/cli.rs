@@ -109,6 +109,14 @@ pub struct SnapshotArgs {
     /// Only this pipeline; by default every pipeline whose source reads the table.
     #[arg(long)]
     pub pipeline: Option<String>,
+    /// Follow the snapshot through the running instance's API until it
+    /// ends, with a progress line; exits 0 once every table is read, 2 when
+    /// one is refused.
+    #[arg(long)]
+    pub wait: bool,
+    /// The API address of the running `sluice run`, for --wait.
+    #[arg(long, env = "SLUICE_API_ADDR", default_value = DEFAULT_API_ADDR)]
+    pub api_addr: String,
 }
 
 #[derive(Debug, Args)]

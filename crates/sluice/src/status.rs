@@ -84,7 +84,8 @@ fn status_line(running: &[TableProgress], width: usize) -> String {
     let parts: Vec<String> = running
         .iter()
         .map(|p| {
-            let mut part = format!("snapshot {} ({}/{}) {}", p.table, p.tables_done + 1, p.tables, p.rows);
+            let kind = if p.incremental { "incremental snapshot" } else { "snapshot" };
+            let mut part = format!("{kind} {} ({}/{}) {}", p.table, p.tables_done + 1, p.tables, p.rows);
             if p.estimated_rows > 0 {
                 let percent = (p.rows as f64 * 100.0 / p.estimated_rows as f64).min(100.0);
                 part.push_str(&format!("/{} rows {percent:.0}%", p.estimated_rows));
@@ -116,6 +117,7 @@ mod tests {
     fn at(table: &str, rows: u64, estimated_rows: u64, eta_secs: Option<u64>) -> TableProgress {
         TableProgress {
             source: "s".into(),
+            incremental: false,
             table: table.into(),
             tables_done: 0,
             tables: 3,

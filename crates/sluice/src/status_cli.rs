@@ -55,7 +55,7 @@ fn block_on(call: impl Future<Output = Result<Value, Failure>>) -> Result<Value,
     runtime.block_on(call)
 }
 
-async fn call(method: reqwest::Method, url: &str) -> Result<Value, Failure> {
+pub async fn call(method: reqwest::Method, url: &str) -> Result<Value, Failure> {
     // A reattach waits for the sink's probe, which one deadline bounds.
     let timeout = if method == reqwest::Method::GET { 10 } else { 310 };
     let client = reqwest::Client::builder()
@@ -113,6 +113,9 @@ fn render(p: &Value) -> String {
     if let Some(sink) = p["held_back_by"].as_str() {
         out.push_str(&format!("  held back by sink {sink}: its buffer is full\n"));
     }
+    for snapshot in p["snapshots"].as_array().into_iter().flatten() {
+        out.push_str(&format!("  {}\n", snapshot_line(snapshot)));
+    }
     if let Some(problems) = p["problems"].as_array().filter(|list| !list.is_empty()) {
         for problem in problems {
             out.push_str(&format!("  not ready: {}\n", text(problem)));
@@ -160,4 +163,23 @@ fn buffer(b: &Value) -> String {
     let mib = |v: &Value| v.as_u64().unwrap_or(0) as f64 / (1024.0 * 1024.0);
     let overflowed = if b["overflowed"].as_bool() == Some(true) { " overflowed" } else { "" };
     format!("{} ({:.1}+{:.1} MiB){overflowed}", text(&b["batches"]), mib(&b["memory_bytes"]), mib(&b["disk_bytes"]))
+}
+
+/// `incremental snapshot public.orders (1/1) 12000/50000 rows 24% 4000/s ETA 10s`
+pub fn snapshot_line(s: &Value) -> String {
+    let kind = if s["incremental"] == true { "incremental snapshot" } else { "snapshot" };
+    let done = s["tables_done"].as_u64().unwrap_or(0) + 1;
+    let mut line = format!("{kind} {} ({done}/{}) {}", text(&s["table"]), text(&s["tables"]), text(&s["rows"]));
+    match s["estimated_rows"].as_u64().filter(|e| *e > 0) {
+        Some(estimate) => {
+            let percent = (s["rows"].as_u64().unwrap_or(0) as f64 * 100.0 / estimate as f64).min(100.0);
+            line.push_str(&format!("/{estimate} rows {percent:.0}%"));
+        }
+        None => line.push_str(" rows"),
+    }
+    line.push_str(&format!(" {}/s", text(&s["rows_per_sec"])));
+    if let Some(eta) = s["eta_secs"].as_u64() {
+        line.push_str(&format!(" ETA {eta}s"));
+    }
+    line
 }

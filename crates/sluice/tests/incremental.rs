@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use common::api::{api_addr, call};
 use common::pg::*;
 use common::replay::*;
 use common::*;
@@ -88,11 +89,36 @@ fn an_incremental_snapshot_under_writes_never_emits_a_row_older_than_a_change_be
             round
         })
     };
-    let asked = ask(&config, dir.path(), "public.items");
-    assert!(asked.status.success(), "{}", stderr(&asked));
-    wait_until(Duration::from_secs(300), "the incremental snapshot", || {
-        log_has(dir.path(), "incremental snapshot done")
+    // `--wait` follows the snapshot through the API until it ends; the
+    // API shows its progress meanwhile, with the estimate ANALYZE gives.
+    sql(db, "ANALYZE items");
+    let addr = api_addr(dir.path());
+    let waiting = sluice()
+        .args(["snapshot", "-c", config.to_str().unwrap(), "--table", "public.items", "--wait", "--api-addr", &addr])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut progress = serde_json::Value::Null;
+    wait_until(Duration::from_secs(120), "the snapshot's progress in the API", || {
+        progress = call(&addr, "GET", "/pipelines/inc/snapshot", None, None).json();
+        progress["running"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| s["incremental"] == true && s["table"] == "public.items" && s["rows"].as_u64() > Some(0))
     });
+    let running = &progress["running"][0];
+    assert!(running["estimated_rows"].as_u64() > Some(25_000), "the server's estimate: {progress}");
+    let waited = waiting.wait_with_output().unwrap();
+    assert!(waited.status.success(), "--wait: {}", stderr(&waited));
+    let said = String::from_utf8_lossy(&waited.stdout);
+    assert!(said.contains("public.items read, "), "--wait says the table was read: {said}");
+    assert!(log_has(dir.path(), "incremental snapshot done"));
+    let ended = call(&addr, "GET", "/pipelines/inc/snapshot", None, None).json();
+    assert_eq!(ended["running"], serde_json::json!([]), "the snapshot is over: {ended}");
+    assert_eq!(ended["ended"][0]["table"], "public.items", "{ended}");
     stop_writing.store(true, Ordering::Relaxed);
     let rounds = writer.join().unwrap();
     assert!(rounds > 10, "the writer ran only {rounds} rounds");

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tracing::info;
 
 use super::SnapshotPos;
-use super::progress::{self, TableProgress};
+use super::progress;
 use crate::error::SourceError;
 use crate::event::Event;
 
@@ -131,7 +131,7 @@ async fn emit(
     out: mpsc::Sender<Chunk>,
     guard: Arc<dyn LogGuard>,
 ) {
-    let _shown = progress::Shown(source.clone());
+    let _shown = progress::Shown { source: source.clone(), incremental: false };
     let total = queues.len();
     let mut rows_left: u64 = queues.iter().map(|(t, _)| t.estimated_rows()).sum();
     let started = Instant::now();
@@ -148,7 +148,16 @@ async fn emit(
                 let count = chunk.as_ref().map_or(0, |events| events.len() as u64);
                 rows += count;
                 all_rows += count;
-                progress::set(table_progress(&source, table.as_ref(), (done, total), rows, table_started));
+                progress::Reading {
+                    source: &source,
+                    incremental: false,
+                    table: table.name(),
+                    tables: (done, total),
+                    rows,
+                    estimated_rows: table.estimated_rows(),
+                    started: table_started.into_std(),
+                }
+                .show();
                 if out.send(chunk).await.is_err() || failed {
                     return;
                 }
@@ -174,28 +183,6 @@ async fn emit(
         }
         rows_left = rows_left.saturating_sub(table.estimated_rows().max(rows));
         info!(tables_done = done + 1, tables = total, rows = all_rows, "snapshot progress over all tables");
-    }
-}
-
-fn table_progress(
-    source: &Arc<str>,
-    table: &dyn SnapshotTable,
-    (tables_done, tables): (usize, usize),
-    rows: u64,
-    started: Instant,
-) -> TableProgress {
-    let secs = started.elapsed().as_secs_f64();
-    let rate = if secs > 0.0 { rows as f64 / secs } else { 0.0 };
-    let left = table.estimated_rows().saturating_sub(rows);
-    TableProgress {
-        source: source.clone(),
-        table: table.name().clone(),
-        tables_done,
-        tables,
-        rows,
-        estimated_rows: table.estimated_rows(),
-        rows_per_sec: rate.round() as u64,
-        eta_secs: (rate > 0.0 && left > 0).then(|| (left as f64 / rate).round() as u64),
     }
 }
 

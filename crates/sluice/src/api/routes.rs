@@ -163,17 +163,17 @@ async fn checkpoints(State(api): Shared, Path(name): Path<String>) -> Response {
 
 async fn snapshot_progress(State(api): Shared, Path(name): Path<String>) -> Response {
     let Some(p) = api.status(&name) else { return no_pipeline(&api, &name).into_response() };
-    let running: Vec<Value> = sluice_core::snapshot::progress::running()
+    let ended: Vec<Value> = sluice_core::snapshot::progress::ended()
         .into_iter()
-        .filter(|t| *t.source == *p.source_id)
-        .map(|t| {
+        .filter(|e| *e.source == *p.source_id)
+        .map(|e| {
             json!({
-                "table": &*t.table, "tables_done": t.tables_done, "tables": t.tables, "rows": t.rows,
-                "estimated_rows": t.estimated_rows, "rows_per_sec": t.rows_per_sec, "eta_secs": t.eta_secs,
+                "seq": e.seq, "table": &*e.table, "rows": e.rows, "refused": e.refused,
+                "at": sluice_core::time::format_utc_micros(e.at_us),
             })
         })
         .collect();
-    Json(json!({ "pipeline": name, "running": running })).into_response()
+    Json(json!({ "pipeline": name, "running": p.view().snapshots, "ended": ended })).into_response()
 }
 
 #[derive(Deserialize)]
