@@ -33,4 +33,4 @@ pub use control::{PipelineControl, PipelineHandle, ReattachError, RedeliverError
 pub use error::PipelineError;
 pub use pipeline::{Pipeline, PipelineSettings, RunReport, SinkSpec, detach_mark, handle_of};
 pub use shutdown::Shutdown;
-pub use status::PipelineStatus;
+pub use status::{PipelineStatus, PipelineView};

@@ -38,7 +38,7 @@ pub fn run(serve: ServeArgs) -> Result<(), Failure> {
         let server = match (metrics, listener) {
             (Some(metrics), Some(listener)) => {
                 let token = std::env::var(api::TOKEN_ENV).ok().filter(|t| !t.is_empty());
-                let state = api::Api { config, pipelines: handles, store, metrics, token };
+                let state = api::Api { config, pipelines: handles, store, metrics, token, history: Default::default() };
                 Some(api::serve(listener, hosts, std::sync::Arc::new(state)).map_err(Failure::bad_input)?)
             }
             _ => None,

@@ -94,6 +94,14 @@ fn every_route_answers_as_its_openapi_document_says_and_needs_the_token() {
     assert_documented(&doc, "/pipelines/{name}/checkpoints", "GET", &checkpoints);
     assert_eq!(checkpoints.json()["checkpoints"][0]["key"], "gen1::sink::local");
     assert_documented(&doc, "/pipelines/{name}/snapshot", "GET", &get(&addr, "/pipelines/api/snapshot", Some(TOKEN)));
+    let mut history = get(&addr, "/pipelines/api/history", Some(TOKEN));
+    wait_until(Duration::from_secs(30), "a sample in the history", || {
+        history = get(&addr, "/pipelines/api/history", Some(TOKEN));
+        history.json()["points"].as_array().is_some_and(|p| !p.is_empty())
+    });
+    assert_documented(&doc, "/pipelines/{name}/history", "GET", &history);
+    assert_eq!(history.json()["points"][0]["sinks"][0]["id"], "local");
+    assert_documented(&doc, "/pipelines/{name}/history", "GET", &get(&addr, "/pipelines/nope/history", Some(TOKEN)));
     let no_body = call(&addr, "POST", "/pipelines/api/snapshot", Some(TOKEN), Some("{}"));
     assert_eq!(no_body.status, 400);
     assert_documented(&doc, "/pipelines/{name}/snapshot", "POST", &no_body);

@@ -3,7 +3,10 @@
 //! scripts/services.sh): the page loads during a run and follows it live;
 //! checkpoints advance; a stalled sink's lag grows while the MIN line (the
 //! replay point) stays at its checkpoint behind the healthy sink; and the
-//! line moves on once the sink recovers.
+//! line moves on once the sink recovers. A second run walks through the
+//! states an operator acts on (held back, dead letters, paused, degraded)
+//! and presses the page's buttons; each state leaves a screenshot under
+//! target/tmp/dashboard for a person, while the checks read elements.
 
 mod common;
 
@@ -12,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::api::{api_addr, call};
-use common::receiver::Receiver;
+use common::receiver::{Receiver, Reply};
 use common::*;
 use serde_json::{Value, json};
 
@@ -53,7 +56,7 @@ impl Driver {
             "browserName": "chrome",
             "goog:chromeOptions": {
                 "binary": "/usr/bin/chromium",
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1600,1200"]
             }
         }}});
         let answer = call(&addr, "POST", "/session", None, Some(&capabilities.to_string()));
@@ -63,8 +66,8 @@ impl Driver {
     }
 
     fn command(&self, method: &str, path: &str, body: Value) -> Value {
-        let answer =
-            call(&self.addr, method, &format!("/session/{}{path}", self.session), None, Some(&body.to_string()));
+        let body = (!body.is_null()).then(|| body.to_string());
+        let answer = call(&self.addr, method, &format!("/session/{}{path}", self.session), None, body.as_deref());
         assert_eq!(answer.status, 200, "{method} {path}: {}", answer.body);
         answer.json()["value"].clone()
     }
@@ -76,6 +79,23 @@ impl Driver {
     /// Runs `script` in the page and returns its result.
     fn run(&self, script: &str) -> Value {
         self.command("POST", "/execute/sync", json!({ "script": script, "args": [] }))
+    }
+
+    /// Clicks the first element `selector` finds, as a user would.
+    fn click(&self, selector: &str) {
+        let found = self.command("POST", "/element", json!({ "using": "css selector", "value": selector }));
+        let id = found.as_object().and_then(|o| o.values().next()).and_then(Value::as_str).unwrap().to_string();
+        self.command("POST", &format!("/element/{id}/click"), json!({}));
+    }
+
+    /// Keeps a picture of the page for a person to look at; the tests
+    /// judge the page by its elements and their text, never by pixels.
+    fn screenshot(&self, name: &str) {
+        let png = self.command("GET", "/screenshot", Value::Null);
+        let png = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, png.as_str().unwrap()).unwrap();
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
     }
 }
 
@@ -179,4 +199,187 @@ fn the_dashboard_follows_a_run_and_keeps_the_min_line_behind_a_stalled_sink() {
 
     stalled.store(false, Ordering::SeqCst);
     read("the MIN line to move on once the sink recovers", &|p| p["min"].as_u64() > held.as_u64());
+}
+
+/// What the page shows of every pipeline: the badge, the held-back line,
+/// the log's head, each sink's row, mark and charts, the snapshots, the
+/// retained WAL, the dead letters and the buttons.
+const READ_STATES: &str = r#"
+const text = (root, sel) => { const e = root.querySelector(sel); return e ? e.textContent : null; };
+const pipelines = {};
+for (const p of document.querySelectorAll('section.pipeline')) {
+  const svg = p.querySelector('svg.log');
+  const sinks = {};
+  for (const r of p.querySelectorAll('tr.sink-row')) {
+    const id = r.dataset.sink, mark = p.querySelector(`g.sink-mark[data-sink="${id}"]`);
+    sinks[id] = {
+      state: r.dataset.state, state_text: text(r, '.sink-state'), state_class: r.querySelector('.sink-state').className,
+      x: Number(mark.querySelector('circle').getAttribute('cx')), durable: Number(mark.dataset.durableEvents),
+      lag_seconds: text(r, '.lag-seconds'), lag_bytes: text(r, '.lag-bytes'),
+      charts: Object.fromEntries([...r.querySelectorAll('svg.chart')].map(c => [c.dataset.series, Number(c.dataset.points)])),
+      reattach: !!r.querySelector('button.reattach'),
+    };
+  }
+  pipelines[p.dataset.pipeline] = {
+    health: text(p, '.badge'), badge_class: p.querySelector('.badge').className,
+    held_back: text(p, '.held-back'), head: Number(svg.dataset.headEvents), head_x: Number(svg.dataset.headX),
+    retained_wal: text(p, '.retained-wal'),
+    snapshots: [...p.querySelectorAll('.snapshot')].map(s => ({
+      table: s.dataset.table, rows: Number(s.dataset.rows), text: s.textContent,
+      max: Number(s.querySelector('progress').getAttribute('max')),
+    })),
+    dlq_count: text(p, '.dlq-count'), letters: [...p.querySelectorAll('li.letter')].map(l => l.dataset.key),
+    pause: !!p.querySelector('button.pause'), resume: !!p.querySelector('button.resume'), sinks,
+  };
+}
+return { pipelines, notice: document.getElementById('notice').textContent,
+         live: document.getElementById('conn').textContent.startsWith('live') };
+"#;
+
+#[test]
+fn the_dashboard_shows_each_state_an_operator_acts_on_and_its_buttons_act() {
+    use common::pg::{fresh_database, pg_env, sql};
+    let db = "dash_snap";
+    fresh_database(db);
+    sql(
+        db,
+        "CREATE TABLE items (id bigint PRIMARY KEY, note text); INSERT INTO items SELECT g, 'n' || g FROM generate_series(1, 100000) g; ANALYZE items",
+    );
+    // The hook refuses two events (dead letters) and can be taken down;
+    // the gate, required, is down from the start, so the snapshot behind it stops.
+    let hook = Receiver::start();
+    let (gate, gate_down) = Receiver::switchable(true);
+    let hook_down = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let refuse = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (down, refusing) = (hook_down.clone(), refuse.clone());
+    let poison = ["gen:5:3", "gen:6:3"].map(|p| format!("\"position\":\"{p}\""));
+    hook.set_rule(move |request| {
+        let body = String::from_utf8_lossy(&request.body);
+        if down.load(Ordering::SeqCst) {
+            Reply::Status(503)
+        } else if refusing.load(Ordering::SeqCst) && poison.iter().any(|p| body.contains(p)) {
+            Reply::Status(422)
+        } else {
+            Reply::Status(200)
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "pipelines:\n  - name: ops\n    source: {{ type: generator, config: {{ id: gen1, rows_per_tx: 10, events_per_sec: 300 }} }}\n    sinks:\n      - {{ type: file, config: {{ id: local, path: out.jsonl }} }}\n      - {{ type: http, config: {{ id: hook, url: \"{hook}\", required: false, mode: single, max_attempts: 1 }} }}\n    batch: {{ max_events: 100, max_ms: 20 }}\n    sink_batch_deadline_secs: 3\n    reattach_probe_secs: 3600\n  - name: snap\n    source: {{ type: postgres, config: {{ id: {db}, host: 127.0.0.1, port: {port}, database: {db}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", ssl_mode: disable, status_interval_secs: 1, tables: [public.items], snapshot: {{ mode: initial, chunk_size: 1000 }} }} }}\n    sinks:\n      - {{ type: http, config: {{ id: gate, url: \"{gate}\", max_attempts: 1 }} }}\n    batch: {{ max_events: 100, max_inflight: 4 }}\n",
+        hook = hook.url("/hook"),
+        gate = gate.url("/gate"),
+        port = pg_env("SLUICE_TEST_PG_PORT"),
+        user = pg_env("SLUICE_TEST_PG_USER"),
+    );
+    let config = write_config(dir.path(), &config);
+    let _sluice = spawn_with_env(&["run", "-c", config.to_str().unwrap()], dir.path(), &[("SLUICE_API_TOKEN", TOKEN)]);
+    let addr = api_addr(dir.path());
+    let driver = Driver::start();
+    let url = format!("http://{addr}/?access_token={TOKEN}");
+    driver.open(&url);
+    let read = |what: &str, check: &dyn Fn(&Value) -> bool| {
+        let mut page = Value::Null;
+        wait_until(Duration::from_secs(90), what, || {
+            page = driver.run(READ_STATES);
+            page["live"] == true && check(&page)
+        });
+        page
+    };
+
+    // Held back: the snapshot stops behind the required gate; the badge
+    // says stalled and names the sink; the bar shows how far it got.
+    let held = read("the snap pipeline held back by its gate", &|p| {
+        let snap = &p["pipelines"]["snap"];
+        snap["health"] == "stalled" && snap["snapshots"].as_array().is_some_and(|s| !s.is_empty())
+    });
+    let snap = &held["pipelines"]["snap"];
+    assert!(snap["badge_class"].as_str().unwrap().contains("stalled"), "{snap}");
+    assert!(snap["held_back"].as_str().unwrap().contains("held back by sink gate"), "{snap}");
+    let bar = &snap["snapshots"][0];
+    assert_eq!(bar["table"], "public.items", "{snap}");
+    assert!(bar["max"].as_f64() >= Some(90_000.0), "the bar spans the server's estimate: {bar}");
+    assert!(bar["rows"].as_f64() < bar["max"].as_f64(), "a held-back snapshot is not done: {bar}");
+    assert!(bar["text"].as_str().unwrap().contains("snapshot public.items (1/1)"), "{bar}");
+    driver.screenshot("held-back");
+    gate_down.store(false, Ordering::SeqCst);
+
+    // Dead letters: listed with a retry button; retried once the hook
+    // takes them, they leave the list.
+    let lettered = read("the dead letters listed", &|p| p["pipelines"]["ops"]["dlq_count"] == "2");
+    assert_eq!(
+        lettered["pipelines"]["ops"]["letters"],
+        json!(["gen1::sink::hook::gen:5:3", "gen1::sink::hook::gen:6:3"])
+    );
+    assert_eq!(lettered["pipelines"]["ops"]["health"], "running", "dead letters alone do not degrade: {lettered}");
+    driver.screenshot("dead-letters");
+    refuse.store(false, Ordering::SeqCst);
+    driver.click(r#"li.letter[data-key="gen1::sink::hook::gen:5:3"] button.retry"#);
+    read("the retried letter to leave the list", &|p| p["pipelines"]["ops"]["dlq_count"] == "1");
+    assert_eq!(hook.delivered_positions().iter().filter(|p| *p == "gen:5:3").count(), 1, "delivered once");
+
+    // The snapshot ends once the gate is up; the pipeline runs again.
+    // The slot's retained WAL shows once the source streams.
+    read("the snap pipeline running with its snapshot done", &|p| {
+        let snap = &p["pipelines"]["snap"];
+        snap["health"] == "running"
+            && snap["snapshots"] == json!([])
+            && snap["held_back"].is_null()
+            && snap["retained_wal"].as_str().is_some_and(|t| t.starts_with("retained WAL "))
+    });
+
+    // Server-side history: a page opened now draws the time before it.
+    wait_until(Duration::from_secs(60), "three samples in the server", || {
+        call(&addr, "GET", "/pipelines/ops/history", Some(TOKEN), None).json()["points"].as_array().map_or(0, Vec::len)
+            >= 3
+    });
+    driver.open(&url);
+    let charted = read("the charts drawn from the server's samples", &|p| {
+        p["pipelines"]["ops"]["sinks"]["local"]["charts"]["events_per_sec"].as_u64() >= Some(3)
+    });
+    for series in ["lag_seconds", "lag_bytes"] {
+        assert!(
+            charted["pipelines"]["ops"]["sinks"]["hook"]["charts"][series].as_u64() >= Some(3),
+            "{series}: {charted}"
+        );
+    }
+
+    // Paused: the badge says so, every sink catches up and is drawn at the head.
+    driver.click(r#"section[data-pipeline="ops"] button.pause"#);
+    let paused = read("paused, with every sink at the head", &|p| {
+        let ops = &p["pipelines"]["ops"];
+        ops["health"] == "paused"
+            && ops["resume"] == true
+            && ["local", "hook"].iter().all(|s| ops["sinks"][s]["durable"] == ops["head"])
+    });
+    let ops = &paused["pipelines"]["ops"];
+    for sink in ["local", "hook"] {
+        assert_eq!(ops["sinks"][sink]["x"], ops["head_x"], "{sink}, caught up, is drawn at the head: {ops}");
+    }
+    assert!(ops["badge_class"].as_str().unwrap().contains("paused"));
+    driver.screenshot("paused");
+    driver.click(r#"section[data-pipeline="ops"] button.resume"#);
+    read("running again", &|p| p["pipelines"]["ops"]["health"] == "running" && p["pipelines"]["ops"]["pause"] == true);
+
+    // Degraded: the optional hook fails, then is detached, with a button
+    // to reattach it; the badge says degraded while the file goes on.
+    hook_down.store(true, Ordering::SeqCst);
+    let detached = read("the hook detached", &|p| {
+        let ops = &p["pipelines"]["ops"];
+        ops["health"] == "degraded"
+            && ops["sinks"]["hook"]["state"] == "detached"
+            && ops["sinks"]["hook"]["reattach"] == true
+    });
+    let hook_row = &detached["pipelines"]["ops"]["sinks"]["hook"];
+    assert_eq!(hook_row["state_text"], "detached");
+    assert!(hook_row["state_class"].as_str().unwrap().contains("detached"), "{hook_row}");
+    assert_eq!(detached["pipelines"]["ops"]["sinks"]["local"]["state"], "running");
+    driver.screenshot("degraded");
+    hook_down.store(false, Ordering::SeqCst);
+    driver.click(r#"section[data-pipeline="ops"] button.reattach[data-sink="hook"]"#);
+    let back = read("the hook live again after the button", &|p| {
+        let ops = &p["pipelines"]["ops"];
+        ops["health"] == "running" && ops["sinks"]["hook"]["state"] == "running"
+    });
+    assert!(back["notice"].as_str().unwrap().starts_with("reattach hook: "), "{back}");
+    driver.screenshot("running");
 }

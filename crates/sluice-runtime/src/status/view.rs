@@ -11,9 +11,17 @@ impl PipelineStatus {
     pub fn view(&self) -> PipelineView {
         let head_events = self.events_cut.load(Ordering::Relaxed);
         let log = self.source.log();
+        let sinks: Vec<SinkView> = self
+            .sinks
+            .iter()
+            .map(|s| s.view(head_events, self.bytes_cut.load(Ordering::Relaxed), self.source.lag_seconds()))
+            .collect();
+        let stalled = self.source.is_stalled() && !self.is_paused();
+        let held_back_by = self.held_back_by();
         PipelineView {
             name: self.name.clone(),
             state: self.state(),
+            health: health(self.state(), stalled || held_back_by.is_some(), &sinks),
             failure: lock(&self.failure).clone(),
             problems: self.problems(),
             source: SourceView {
@@ -24,14 +32,14 @@ impl PipelineStatus {
                 behind_bytes: log.as_ref().and_then(|l| l.behind_bytes()),
                 retained_wal_bytes: log.as_ref().and_then(|l| l.retained_bytes()),
                 lag_seconds: self.source.lag_seconds(),
-                stalled: self.source.is_stalled() && !self.is_paused(),
+                stalled,
                 events: self.source.events.load(Ordering::Relaxed),
                 bytes: self.source.bytes.load(Ordering::Relaxed),
                 restarts: self.source.restarts.load(Ordering::Relaxed),
                 last_error: lock(&self.source.last_error).clone(),
             },
             head_events,
-            held_back_by: self.held_back_by(),
+            held_back_by,
             snapshots: sluice_core::snapshot::progress::running()
                 .into_iter()
                 .filter(|t| *t.source == *self.source_id)
@@ -39,13 +47,43 @@ impl PipelineStatus {
                 .collect(),
             replay_from: text(&self.replay_from),
             replay_from_events: self.replay_from_events.load(Ordering::Relaxed),
-            sinks: self
-                .sinks
-                .iter()
-                .map(|s| s.view(head_events, self.bytes_cut.load(Ordering::Relaxed), self.source.lag_seconds()))
-                .collect(),
+            sinks,
         }
     }
+}
+
+/// One word for the pipeline as a whole, for a badge: its state, unless
+/// it runs while stopped in effect (`stalled`) or with a sink not live.
+fn health(state: PipelineState, stalled: bool, sinks: &[SinkView]) -> Health {
+    match state {
+        PipelineState::Starting => Health::Starting,
+        PipelineState::Paused => Health::Paused,
+        PipelineState::Stopped => Health::Stopped,
+        PipelineState::Failed => Health::Failed,
+        PipelineState::Running if stalled => Health::Stalled,
+        PipelineState::Running
+            if sinks.iter().any(|s| !matches!(s.state, SinkState::Running | SinkState::Starting)) =>
+        {
+            Health::Degraded
+        }
+        PipelineState::Running => Health::Running,
+    }
+}
+
+/// What the dashboard's badge says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Health {
+    Starting,
+    Running,
+    /// A sink is retrying, detached, catching up or failed; the others go on.
+    Degraded,
+    /// The source reads nothing though the server has more, or a required
+    /// sink's full buffer holds everything back.
+    Stalled,
+    Paused,
+    Stopped,
+    Failed,
 }
 
 impl SinkStatus {
@@ -91,6 +129,7 @@ impl SinkStatus {
 pub struct PipelineView {
     pub name: String,
     pub state: PipelineState,
+    pub health: Health,
     pub failure: Option<ErrorNote>,
     /// Why the pipeline is not ready; empty when it is.
     pub problems: Vec<String>,

@@ -8,6 +8,7 @@
 //! [`guard`] refuses requests that other web pages could make.
 
 mod guard;
+mod history;
 mod metrics;
 mod routes;
 
@@ -40,6 +41,8 @@ pub struct Api {
     pub store: Arc<EmbeddedStore>,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
     pub token: Option<String>,
+    /// The last hour of figures, for the dashboard's charts.
+    pub history: history::History,
 }
 
 impl Api {
@@ -90,6 +93,15 @@ pub fn serve(
         .layer(axum::middleware::from_fn_with_state(api.clone(), authorize))
         .layer(axum::middleware::from_fn_with_state(guard, guard::check))
         .with_state(api.clone());
+    let sampled = api.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(history::EVERY);
+        loop {
+            tick.tick().await;
+            let views: Vec<_> = sampled.statuses().map(|p| p.view()).collect();
+            sampled.history.record(&views, sluice_core::time::now_us());
+        }
+    });
     let upkeep = api.metrics.clone();
     tokio::spawn(async move {
         // The exporter drains histogram samples only on upkeep; without

@@ -39,6 +39,7 @@ pub fn router() -> Router<Arc<Api>> {
         .route("/pipelines/{name}/resume", post(resume))
         .route("/pipelines/{name}/sinks/{sink}/reattach", post(reattach))
         .route("/pipelines/{name}/checkpoints", get(checkpoints))
+        .route("/pipelines/{name}/history", get(history))
         .route("/pipelines/{name}/snapshot", get(snapshot_progress).post(snapshot_start))
         .route("/dlq", get(dlq_list))
         .route("/dlq/{key}", get(dlq_show).delete(dlq_purge))
@@ -130,6 +131,14 @@ async fn reattach(State(api): Shared, Path((name, sink)): Path<(String, String)>
         }
         Err(_) => error(StatusCode::GATEWAY_TIMEOUT, "the probe did not finish in 300 s".to_string()).into_response(),
     }
+}
+
+/// The last hour of each sink's throughput and lag, and the retained WAL.
+async fn history(State(api): Shared, Path(name): Path<String>) -> Response {
+    if api.status(&name).is_none() {
+        return no_pipeline(&api, &name).into_response();
+    }
+    Json(api.history.of(&name)).into_response()
 }
 
 /// The stored checkpoints, next to what each sink holds durably.
