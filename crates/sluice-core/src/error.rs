@@ -95,4 +95,9 @@ pub enum StoreError {
         "the dead letter queue is full ({max} entries); hint: look at them with `sluice dlq list`, then purge them, or set dead_letter.on_full: drop_oldest"
     )]
     DeadLetterQueueFull { max: usize },
+    /// Another process (a running `sluice run`) holds the store open.
+    #[error(
+        "checkpoint store at {path}: the store is open in another process; hint: stop the other sluice process using this --data-dir, or give this one its own"
+    )]
+    InUse { path: String },
 }

@@ -28,14 +28,13 @@ impl EmbeddedStore {
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
         let path = data_dir.join(STORE_FILE_NAME);
         std::fs::create_dir_all(data_dir).map_err(|e| io_error(&path, "cannot create the data dir", e))?;
-        let db = Database::create(&path).map_err(|e| {
-            let detail = match e {
-                redb::DatabaseError::DatabaseAlreadyOpen => {
-                    "the store is open in another process; hint: stop the other sluice process using this --data-dir, or give this one its own".to_string()
-                }
-                other => format!("cannot open: {other}"),
-            };
-            StoreError::Io { path: path.display().to_string(), detail, cause: None }
+        let db = Database::create(&path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::InUse { path: path.display().to_string() },
+            other => StoreError::Io {
+                path: path.display().to_string(),
+                detail: format!("cannot open: {other}"),
+                cause: None,
+            },
         })?;
         let store = Self { db, path };
         // Create the table up front so reads on a fresh store find it.

@@ -41,6 +41,16 @@ pub fn open_store(data_dir: &Path) -> Result<Arc<EmbeddedStore>, Failure> {
     Ok(Arc::new(store))
 }
 
+/// The store, or `None` when a running `sluice run` holds it open (the
+/// caller then asks that process's API).
+pub fn open_store_unless_running(data_dir: &Path) -> Result<Option<Arc<EmbeddedStore>>, Failure> {
+    match EmbeddedStore::open(data_dir) {
+        Ok(store) => Ok(Some(Arc::new(store))),
+        Err(sluice_core::StoreError::InUse { .. }) => Ok(None),
+        Err(e) => Err(Failure::bad_input(anyhow!("--data-dir {}: {e}", data_dir.display()))),
+    }
+}
+
 /// `path` made absolute against the working dir (relative paths are read
 /// from it), with its deepest existing folder resolved through symlinks.
 fn on_disk(path: &Path) -> std::path::PathBuf {

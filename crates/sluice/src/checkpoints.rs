@@ -13,14 +13,17 @@ use crate::{Failure, assemble};
 
 pub fn checkpoints(args: CheckpointsArgs) -> Result<(), Failure> {
     match args.action {
-        CheckpointsAction::List(args) => list(args),
+        CheckpointsAction::List { run, api } => list(run, &api.api_addr),
         CheckpointsAction::Reset(args) => reset(args),
     }
 }
 
-fn list(args: RunArgs) -> Result<(), Failure> {
+fn list(args: RunArgs, api_addr: &str) -> Result<(), Failure> {
     let config = assemble::load(&args.config.config)?;
-    let store = assemble::open_store(&args.data_dir)?;
+    let Some(store) = assemble::open_store_unless_running(&args.data_dir)? else {
+        crate::remote::announce(api_addr);
+        return crate::remote::checkpoints_list(api_addr, &config);
+    };
     let stored = store.list().map_err(Failure::pipeline)?;
     let mut rows = vec![["PIPELINE".to_string(), "KEY".to_string(), "CHECKPOINT".to_string()]];
     let mut known = BTreeSet::new();

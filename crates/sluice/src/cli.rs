@@ -128,19 +128,29 @@ pub struct DlqArgs {
 #[derive(Debug, Subcommand)]
 pub enum DlqAction {
     /// One line per dead letter: key, sink, why.
-    List(RunArgs),
+    List {
+        #[command(flatten)]
+        run: RunArgs,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// One dead letter in full, with its event.
     Show {
         #[command(flatten)]
         run: RunArgs,
+        #[command(flatten)]
+        api: ApiArgs,
         /// The key `sluice dlq list` prints.
         key: String,
     },
     /// Send dead letters to their sink again; delivered ones leave the
-    /// queue. The pipeline must be stopped (it holds the data dir).
+    /// queue. While `sluice run` holds the data dir, its running sinks
+    /// redeliver them, asked through its API.
     Retry {
         #[command(flatten)]
         run: RunArgs,
+        #[command(flatten)]
+        api: ApiArgs,
         /// Keys to retry; or --all.
         key: Vec<String>,
         #[arg(long)]
@@ -150,6 +160,8 @@ pub enum DlqAction {
     Purge {
         #[command(flatten)]
         run: RunArgs,
+        #[command(flatten)]
+        api: ApiArgs,
         /// Keys to delete; or --all.
         key: Vec<String>,
         #[arg(long)]
@@ -158,6 +170,16 @@ pub enum DlqAction {
         #[arg(long)]
         yes: bool,
     },
+}
+
+/// Where `sluice dlq` and `sluice checkpoints list` turn when a running
+/// `sluice run` holds the data dir.
+#[derive(Debug, Args)]
+pub struct ApiArgs {
+    /// The API of the `sluice run` that holds --data-dir, asked when the
+    /// store is locked by it.
+    #[arg(long, env = "SLUICE_API_ADDR", default_value = DEFAULT_API_ADDR)]
+    pub api_addr: String,
 }
 
 #[derive(Debug, Args)]
@@ -184,8 +206,14 @@ pub struct CheckpointsArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum CheckpointsAction {
-    /// Show each sink's stored checkpoint.
-    List(RunArgs),
+    /// Show each sink's stored checkpoint; through the running instance's
+    /// API when `sluice run` holds the data dir.
+    List {
+        #[command(flatten)]
+        run: RunArgs,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// Delete stored checkpoints so the sinks start again from the source's beginning.
     Reset(ResetArgs),
 }

@@ -9,15 +9,18 @@ use sluice_config::Config;
 use sluice_core::{DeadLetter, DeadLetterQueue, Sink, SinkError};
 use sluice_sinks::SinkContext;
 
-use crate::cli::{DlqAction, DlqArgs};
+use crate::cli::{ApiArgs, DlqAction, DlqArgs, RunArgs};
 use crate::validate::table;
-use crate::{Failure, assemble};
+use crate::{Failure, assemble, remote};
 
 pub fn dlq(args: DlqArgs) -> Result<(), Failure> {
     match args.action {
-        DlqAction::List(run) => {
+        DlqAction::List { run, api } => {
             assemble::load(&run.config.config)?;
-            let store = assemble::open_store(&run.data_dir)?;
+            let Some(store) = assemble::open_store_unless_running(&run.data_dir)? else {
+                remote::announce(&api.api_addr);
+                return remote::dlq_list(&api.api_addr);
+            };
             let letters = store.letters().map_err(Failure::pipeline)?;
             let mut rows = vec![["KEY".to_string(), "SINK".to_string(), "ERROR".to_string()]];
             for letter in &letters {
@@ -28,9 +31,12 @@ pub fn dlq(args: DlqArgs) -> Result<(), Failure> {
             println!("{} dead letter(s)", letters.len());
             Ok(())
         }
-        DlqAction::Show { run, key } => {
+        DlqAction::Show { run, api, key } => {
             assemble::load(&run.config.config)?;
-            let store = assemble::open_store(&run.data_dir)?;
+            let Some(store) = assemble::open_store_unless_running(&run.data_dir)? else {
+                remote::announce(&api.api_addr);
+                return remote::dlq_show(&api.api_addr, &key);
+            };
             let letter =
                 store.letters().map_err(Failure::pipeline)?.into_iter().find(|l| l.key == key).ok_or_else(|| {
                     Failure::bad_input(anyhow!(
@@ -46,44 +52,8 @@ pub fn dlq(args: DlqArgs) -> Result<(), Failure> {
             println!("{}", serde_json::to_string_pretty(&shown).unwrap_or_default());
             Ok(())
         }
-        DlqAction::Retry { run, key, all } => {
-            let config = assemble::load(&run.config.config)?;
-            if key.is_empty() != all {
-                return Err(Failure::bad_input(anyhow!("name the keys to retry, or pass --all (not both)")));
-            }
-            let store = assemble::open_store(&run.data_dir)?;
-            let stored = store.letters().map_err(Failure::pipeline)?;
-            let letters: Vec<DeadLetter> = if all {
-                stored
-            } else {
-                let mut chosen = Vec::new();
-                for wanted in &key {
-                    let letter = stored.iter().find(|l| &l.key == wanted).ok_or_else(|| {
-                        Failure::bad_input(anyhow!(
-                            "no dead letter has key {wanted:?}; hint: `sluice dlq list` prints the keys"
-                        ))
-                    })?;
-                    chosen.push(letter.clone());
-                }
-                chosen
-            };
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| Failure::pipeline(anyhow!("cannot start the async runtime: {e}")))?;
-            let delivered = runtime.block_on(retry(&config, &run.data_dir, &letters));
-            let keys: Vec<String> = delivered.iter().map(|l| l.key.clone()).collect();
-            store.purge(&keys).map_err(Failure::pipeline)?;
-            let kept = letters.len() - keys.len();
-            println!("{} delivered and removed, {kept} kept", keys.len());
-            if kept > 0 {
-                return Err(Failure::pipeline(anyhow!(
-                    "{kept} dead letter(s) could not be delivered; they stay in the queue"
-                )));
-            }
-            Ok(())
-        }
-        DlqAction::Purge { run, key, all, yes } => {
+        DlqAction::Retry { run, api, key, all } => retry_letters(run, api, key, all),
+        DlqAction::Purge { run, api, key, all, yes } => {
             assemble::load(&run.config.config)?;
             if key.is_empty() != all {
                 return Err(Failure::bad_input(anyhow!("name the keys to purge, or pass --all (not both)")));
@@ -91,7 +61,10 @@ pub fn dlq(args: DlqArgs) -> Result<(), Failure> {
             if !yes {
                 return Err(Failure::bad_input(anyhow!("purged events are gone for good; hint: add --yes to confirm")));
             }
-            let store = assemble::open_store(&run.data_dir)?;
+            let Some(store) = assemble::open_store_unless_running(&run.data_dir)? else {
+                remote::announce(&api.api_addr);
+                return remote::dlq_purge(&api.api_addr, key, all);
+            };
             let keys = if all {
                 store.letters().map_err(Failure::pipeline)?.into_iter().map(|l| l.key).collect()
             } else {
@@ -102,6 +75,46 @@ pub fn dlq(args: DlqArgs) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+/// `sluice dlq retry`: through the store, or the running instance's API.
+fn retry_letters(run: RunArgs, api: ApiArgs, key: Vec<String>, all: bool) -> Result<(), Failure> {
+    let config = assemble::load(&run.config.config)?;
+    if key.is_empty() != all {
+        return Err(Failure::bad_input(anyhow!("name the keys to retry, or pass --all (not both)")));
+    }
+    let Some(store) = assemble::open_store_unless_running(&run.data_dir)? else {
+        remote::announce(&api.api_addr);
+        return remote::dlq_retry(&api.api_addr, key, all);
+    };
+    let stored = store.letters().map_err(Failure::pipeline)?;
+    let letters: Vec<DeadLetter> = if all {
+        stored
+    } else {
+        let mut chosen = Vec::new();
+        for wanted in &key {
+            let letter = stored.iter().find(|l| &l.key == wanted).ok_or_else(|| {
+                Failure::bad_input(anyhow!(
+                    "no dead letter has key {wanted:?}; hint: `sluice dlq list` prints the keys"
+                ))
+            })?;
+            chosen.push(letter.clone());
+        }
+        chosen
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::pipeline(anyhow!("cannot start the async runtime: {e}")))?;
+    let delivered = runtime.block_on(retry(&config, &run.data_dir, &letters));
+    let keys: Vec<String> = delivered.iter().map(|l| l.key.clone()).collect();
+    store.purge(&keys).map_err(Failure::pipeline)?;
+    let kept = letters.len() - keys.len();
+    println!("{} delivered and removed, {kept} kept", keys.len());
+    if kept > 0 {
+        return Err(Failure::pipeline(anyhow!("{kept} dead letter(s) could not be delivered; they stay in the queue")));
+    }
+    Ok(())
 }
 
 /// Sinks built for retries, by (source id, sink id), with their deadline.

@@ -8,6 +8,7 @@ mod checkpoints;
 mod cli;
 mod dlq;
 mod logging;
+mod remote;
 mod run;
 mod snapshot;
 mod status;

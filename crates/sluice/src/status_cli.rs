@@ -47,7 +47,7 @@ pub fn sinks(args: SinksArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-fn block_on(call: impl Future<Output = Result<Value, Failure>>) -> Result<Value, Failure> {
+pub fn block_on(call: impl Future<Output = Result<Value, Failure>>) -> Result<Value, Failure> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -62,7 +62,12 @@ pub async fn call(method: reqwest::Method, url: &str) -> Result<Value, Failure> 
         .timeout(std::time::Duration::from_secs(timeout))
         .build()
         .map_err(|e| Failure::pipeline(anyhow!("cannot build an HTTP client: {e}")))?;
+    let changes = method != reqwest::Method::GET;
     let mut request = client.request(method, url);
+    if changes {
+        // The API takes state changes only as JSON, which web pages cannot send.
+        request = request.header(reqwest::header::CONTENT_TYPE, "application/json");
+    }
     if let Ok(token) = std::env::var(api::TOKEN_ENV)
         && !token.is_empty()
     {

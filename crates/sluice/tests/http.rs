@@ -175,6 +175,66 @@ fn pipeline(id: &str, tx_count: u64, rate: Option<u64>, http: &str) -> String {
 }
 
 #[test]
+fn while_the_pipeline_runs_dlq_and_checkpoints_list_ask_its_api() {
+    let receiver = Receiver::start();
+    let poison = generator("gen1").event_at(5, 3).position.to_string();
+    let marker = format!("\"position\":\"{poison}\"");
+    let refuse = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let refusing = refuse.clone();
+    receiver.set_rule(move |request| {
+        let body = String::from_utf8_lossy(&request.body);
+        if refusing.load(Ordering::SeqCst) && body.contains(&marker) { Reply::Status(422) } else { Reply::Status(200) }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let http = format!("{{ id: hook, url: \"{}\", mode: single }}", receiver.url("/hook"));
+    let config = write_config(dir.path(), &pipeline("live", 1_000_000, Some(200), &http));
+    let config = config.to_str().unwrap();
+    let token = [("SLUICE_API_TOKEN", "live-token")];
+    let _sluice = spawn_with_env(&["run", "-c", config], dir.path(), &token);
+    let addr = common::api::api_addr(dir.path());
+    let cli = |args: &[&str]| {
+        let output = sluice()
+            .args(args)
+            .args(["-c", config, "--api-addr", &addr])
+            .env("SLUICE_API_TOKEN", "live-token")
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned(), stderr(&output))
+    };
+    let mut listing = String::new();
+    wait_until(Duration::from_secs(60), "the poison event listed", || {
+        listing = cli(&["dlq", "list"]).1;
+        listing.contains(&poison)
+    });
+    assert!(listing.contains("1 dead letter(s)") && listing.contains("422"), "{listing}");
+    let (_, _, said) = cli(&["dlq", "list"]);
+    assert!(said.contains("asking its API at"), "says where the answer comes from: {said}");
+    let key = format!("gen1::sink::hook::{poison}");
+    let (code, shown, _) = cli(&["dlq", "show", &key]);
+    assert_eq!(code, Some(0));
+    assert!(shown.contains(&format!("\"position\": \"{poison}\"")), "{shown}");
+
+    let (code, kept, _) = cli(&["dlq", "retry", &key]);
+    assert_eq!(code, Some(1), "still refused: {kept}");
+    assert!(kept.contains("0 delivered and removed, 1 kept"), "{kept}");
+    refuse.store(false, Ordering::SeqCst);
+    let (code, retried, said) = cli(&["dlq", "retry", "--all"]);
+    assert_eq!(code, Some(0), "{retried}{said}");
+    assert!(retried.contains("1 delivered and removed, 0 kept"), "{retried}");
+    assert_eq!(receiver.delivered_positions().iter().filter(|p| **p == poison).count(), 1);
+    assert!(cli(&["dlq", "list"]).1.contains("0 dead letter(s)"));
+
+    let (code, checkpoints, _) = cli(&["checkpoints", "list"]);
+    assert_eq!(code, Some(0));
+    assert!(checkpoints.contains("gen1::sink::hook") && checkpoints.contains("gen:"), "{checkpoints}");
+    // A reset needs the pipeline stopped: no API stands in for it.
+    let reset = run(&["checkpoints", "reset", "-c", config, "--yes"], dir.path());
+    assert_eq!(reset.status.code(), Some(2));
+    assert!(stderr(&reset).contains("open in another process"), "{}", stderr(&reset));
+}
+
+#[test]
 fn a_refused_event_goes_to_the_dead_letter_queue_and_dlq_retry_delivers_it() {
     let receiver = Receiver::start();
     let poison = generator("gen1").event_at(44, 6).position.to_string();

@@ -62,7 +62,7 @@ fn a_source_held_back_by_a_hung_required_sink_shows_as_stalled_with_its_lag() {
 }
 
 #[test]
-fn after_a_restart_a_sink_that_holds_everything_shows_no_lag() {
+fn after_a_restart_a_sink_that_holds_everything_shows_no_lag_and_the_command_reattaches_the_other() {
     let db = "lag_restart";
     fresh_database(db);
     sql(db, "CREATE TABLE items (id bigint PRIMARY KEY, note text)");
@@ -104,5 +104,18 @@ fn after_a_restart_a_sink_that_holds_everything_shows_no_lag() {
     assert_eq!(file["replay_skipped"], 1000, "the rows read again were skipped, not written: {file}");
     assert_eq!(view["sinks"][1]["lag_events"], 1000, "the webhook still lacks every row: {view}");
     assert_eq!(line_count(&out), 1000);
+
+    // Back up, the webhook is reattached by the command and catches up.
+    wait_until(Duration::from_secs(30), "the webhook detached", || {
+        get(&addr, "/pipelines/pg", None).json()["sinks"][1]["state"] == "detached"
+    });
+    receiver.set_rule(|_| Reply::Status(200));
+    let reattached = run(&["sinks", "reattach", "--api-addr", &addr, "--pipeline", "pg", "--sink", "hook"], dir.path());
+    assert!(reattached.status.success(), "{}", stderr(&reattached));
+    wait_until(Duration::from_secs(60), "the webhook to catch up", || {
+        get(&addr, "/pipelines/pg", None).json()["sinks"][1]["lag_events"] == 0
+    });
+    assert_eq!(receiver.delivered_positions().len(), 1000, "the webhook got every row once");
+    assert_eq!(line_count(&out), 1000, "the file sink wrote nothing twice");
     stop(child, dir.path());
 }
