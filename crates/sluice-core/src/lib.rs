@@ -10,6 +10,7 @@ pub mod event;
 pub mod failpoint;
 pub mod guarantee;
 pub mod position;
+pub mod preflight;
 pub mod redact;
 pub mod settings;
 pub mod sink;

@@ -63,6 +63,12 @@ pub trait Sink: Send {
         None
     }
 
+    /// Checks, without writing anything a running pipeline relies on, what
+    /// a first run needs of the sink's server: that it answers, accepts the
+    /// credentials, and allows what the sink does (`sluice validate
+    /// --connect`). Sinks with no server check where they write.
+    async fn preflight(&mut self) -> Vec<crate::preflight::Check>;
+
     /// Sends one event from the dead letter queue again (`sluice dlq
     /// retry`), outside the position order, leaving the sink's position
     /// untouched. Returns [`SinkError::Rejected`] when the sink still

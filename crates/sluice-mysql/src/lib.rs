@@ -6,6 +6,7 @@ pub mod ddl;
 mod errors;
 pub mod gtid;
 pub mod incremental;
+pub mod preflight;
 mod reader;
 pub mod schema;
 pub mod snapshot;

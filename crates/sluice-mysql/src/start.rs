@@ -137,29 +137,7 @@ impl MyStream {
     /// checkpoints came from, and lists its binlog files.
     async fn check_server(&self, conn: &mut Conn, has_checkpoint: bool) -> Result<Server, SourceError> {
         let q = |e| mysql_error("server check", e);
-        let row: Option<(String, String, String, u32, String)> = conn
-            .query_first("SELECT @@log_bin, @@binlog_format, @@binlog_row_image, @@server_id, @@version")
-            .await
-            .map_err(q)?;
-        let (log_bin, format, image, server_id, version) = row.unwrap_or_default();
-        if log_bin != "1" && !log_bin.eq_ignore_ascii_case("ON") {
-            return Err(SourceError::permanent(
-                "binary logging is off on the server",
-                "set log_bin (and a server_id) in the server config and restart it",
-            ));
-        }
-        if !format.eq_ignore_ascii_case("ROW") {
-            return Err(SourceError::permanent(
-                format!("binlog_format is {format}; row changes need ROW"),
-                "SET GLOBAL binlog_format = 'ROW' (and in the server config), then reconnect clients",
-            ));
-        }
-        if !image.eq_ignore_ascii_case("FULL") {
-            return Err(SourceError::permanent(
-                format!("binlog_row_image is {image}; before images need FULL"),
-                "SET GLOBAL binlog_row_image = 'FULL' (and in the server config)",
-            ));
-        }
+        let (server_id, version) = check_binlog(conn).await?;
         let mariadb = version.contains("MariaDB");
         let identity = if mariadb {
             format!("mariadb server_id={server_id}")
@@ -318,4 +296,33 @@ async fn current(conn: &mut Conn) -> Result<Start, SourceError> {
     let status = status
         .ok_or_else(|| SourceError::permanent("SHOW MASTER STATUS returned nothing", "enable log_bin on the server"))?;
     Ok(Start::File { file: status.get(0).unwrap_or_default(), offset: status.get(1).unwrap_or(4) })
+}
+
+/// Checks that the server logs row changes in full; gives its server_id
+/// and version.
+pub(crate) async fn check_binlog(conn: &mut Conn) -> Result<(u32, String), SourceError> {
+    let row: Option<(String, String, String, u32, String)> = conn
+        .query_first("SELECT @@log_bin, @@binlog_format, @@binlog_row_image, @@server_id, @@version")
+        .await
+        .map_err(|e| mysql_error("server check", e))?;
+    let (log_bin, format, image, server_id, version) = row.unwrap_or_default();
+    if log_bin != "1" && !log_bin.eq_ignore_ascii_case("ON") {
+        return Err(SourceError::permanent(
+            "binary logging is off on the server",
+            "set log_bin (and a server_id) in the server config and restart it",
+        ));
+    }
+    if !format.eq_ignore_ascii_case("ROW") {
+        return Err(SourceError::permanent(
+            format!("binlog_format is {format}; row changes need ROW"),
+            "SET GLOBAL binlog_format = 'ROW' (and in the server config), then reconnect clients",
+        ));
+    }
+    if !image.eq_ignore_ascii_case("FULL") {
+        return Err(SourceError::permanent(
+            format!("binlog_row_image is {image}; before images need FULL"),
+            "SET GLOBAL binlog_row_image = 'FULL' (and in the server config)",
+        ));
+    }
+    Ok((server_id, version))
 }

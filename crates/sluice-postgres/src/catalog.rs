@@ -249,6 +249,19 @@ pub async fn ensure_publication(
     if existing.first("puballtables") == Some("t") {
         return Ok(());
     }
+    let missing = uncovered(conn, name, tables).await?;
+    if !missing.is_empty() {
+        return Err(SourceError::permanent(
+            format!("publication {name:?} does not cover {}", missing.join(", ")),
+            format!("run ALTER PUBLICATION {} ADD TABLE {}, or narrow `tables`", quote_ident(name), missing.join(", ")),
+        ));
+    }
+    Ok(())
+}
+
+/// The quoted names of `tables` the existing publication `name` does not
+/// publish.
+pub async fn uncovered(conn: &mut Connection, name: &str, tables: &[&Matched]) -> Result<Vec<String>, SourceError> {
     // pg_publication_tables lists a partitioned table, or its leaves,
     // depending on publish_via_partition_root: a listed leaf covers its root.
     let covered = conn
@@ -265,18 +278,11 @@ pub async fn ensure_publication(
         .map_err(query_error)?;
     let covered: Vec<String> =
         covered.rows.iter().filter_map(|r| Some(format!("{}.{}", r.first()?.clone()?, r.get(1)?.clone()?))).collect();
-    let missing: Vec<String> = tables
+    Ok(tables
         .iter()
         .filter(|t| !covered.contains(&t.name()) && t.root.as_ref().is_none_or(|root| !covered.contains(root)))
         .map(|t| t.quoted())
-        .collect();
-    if !missing.is_empty() {
-        return Err(SourceError::permanent(
-            format!("publication {name:?} does not cover {}", missing.join(", ")),
-            format!("run ALTER PUBLICATION {} ADD TABLE {}, or narrow `tables`", quote_ident(name), missing.join(", ")),
-        ));
-    }
-    Ok(())
+        .collect())
 }
 
 /// What the stream needs to know of a relation beyond its Relation

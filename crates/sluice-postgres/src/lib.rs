@@ -5,6 +5,7 @@ mod catalog;
 pub mod decode;
 pub mod incremental;
 pub mod pgoutput;
+pub mod preflight;
 mod reader;
 mod snapshot;
 mod source;

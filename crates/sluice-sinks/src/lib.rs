@@ -5,6 +5,7 @@
 //! is refused only when built ([`NotBuilt`]).
 
 pub mod buffer;
+mod preflight;
 mod registry;
 pub mod target;
 #[cfg(any(feature = "kafka", feature = "redis", feature = "nats", feature = "http"))]

@@ -35,7 +35,7 @@ pub enum Command {
     /// Show where each pipeline and sink of a running `sluice run` stands.
     Status(StatusArgs),
     /// Check a config without running it, and show each sink's guarantee.
-    Validate(ConfigArgs),
+    Validate(ValidateArgs),
     /// Inspect or reset stored checkpoints.
     Checkpoints(CheckpointsArgs),
     /// Inspect or purge the dead letter queue: events a sink can never take.
@@ -180,6 +180,17 @@ pub struct ApiArgs {
     /// store is locked by it.
     #[arg(long, env = "SLUICE_API_ADDR", default_value = DEFAULT_API_ADDR)]
     pub api_addr: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Also reach each source and sink and check what a first run needs of
+    /// it, one line per check with the fix for each failure; exits 2 when
+    /// one fails. Nothing is written.
+    #[arg(long)]
+    pub connect: bool,
 }
 
 #[derive(Debug, Args)]

@@ -6,6 +6,7 @@ mod api;
 mod assemble;
 mod checkpoints;
 mod cli;
+mod connect;
 mod dlq;
 mod logging;
 mod remote;

@@ -1,10 +1,10 @@
 //! `sluice validate`: the config's pipelines and each sink's guarantee.
 
-use crate::cli::ConfigArgs;
+use crate::cli::ValidateArgs;
 use crate::{Failure, assemble};
 
-pub fn validate(args: ConfigArgs) -> Result<(), Failure> {
-    let config = assemble::load(&args.config)?;
+pub fn validate(args: ValidateArgs) -> Result<(), Failure> {
+    let config = assemble::load(&args.config.config)?;
     let mut rows = vec![[
         "PIPELINE".to_string(),
         "SOURCE".to_string(),
@@ -27,6 +27,9 @@ pub fn validate(args: ConfigArgs) -> Result<(), Failure> {
     }
     print!("{}", table(&rows));
     println!("config ok: {} pipeline(s)", config.pipelines.len());
+    if args.connect {
+        return crate::connect::check(&config);
+    }
     Ok(())
 }
 

@@ -196,6 +196,9 @@ impl<S: Sink> Sink for Recording<S> {
     fn id(&self) -> &str {
         self.inner.id()
     }
+    async fn preflight(&mut self) -> Vec<sluice_core::preflight::Check> {
+        self.inner.preflight().await
+    }
     fn guarantee(&self) -> Guarantee {
         self.inner.guarantee()
     }

@@ -73,6 +73,10 @@ fn blocking_failed(e: tokio::task::JoinError) -> SinkError {
 
 #[async_trait]
 impl Sink for FileSink {
+    async fn preflight(&mut self) -> Vec<sluice_core::preflight::Check> {
+        vec![crate::preflight::writable_dir("path", &self.path)]
+    }
+
     fn id(&self) -> &str {
         &self.id
     }

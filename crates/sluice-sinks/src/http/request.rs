@@ -32,6 +32,29 @@ pub(super) struct Requester {
 }
 
 impl Requester {
+    /// A HEAD request to the part of `url` before its first `${`, with the
+    /// sink's headers: the receiver answers, over TLS when asked, and does
+    /// not refuse the credentials. Nothing is delivered.
+    pub async fn reach(&self, url: &str) -> sluice_core::preflight::Check {
+        use sluice_core::preflight::Check;
+        let fixed = url.split("${").next().unwrap_or(url);
+        let answer = self.client.head(fixed).headers(self.headers.clone()).send().await;
+        let shown = sluice_core::redact::credentials(fixed).into_owned();
+        match answer {
+            Ok(answer) if matches!(answer.status().as_u16(), 401 | 403 | 407) => Check::fail(
+                "receiver",
+                format!("{shown} refused the credentials: {}", answer.status()),
+                "check the headers that carry them",
+            ),
+            Ok(answer) => Check::ok("receiver", format!("{shown} answered {} to a HEAD request", answer.status())),
+            Err(e) => Check::fail(
+                "receiver",
+                format!("{shown}: {}", sluice_core::redact::credentials(&error_chain(&e))),
+                "check the url, that the receiver runs, and ca_file, cert_file and key_file",
+            ),
+        }
+    }
+
     pub fn new(config: &HttpSinkConfig) -> Result<Self, SinkError> {
         let id = config.id.clone();
         let bad = |field: &str, problem: String| {
@@ -195,4 +218,17 @@ fn describe(e: &reqwest::Error) -> String {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An error with its causes, which say what reqwest's own text leaves out
+/// (a refused connection, an unknown certificate).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(next) = cause {
+        text.push_str(": ");
+        text.push_str(&next.to_string());
+        cause = next.source();
+    }
+    text
 }

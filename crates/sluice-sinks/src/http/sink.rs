@@ -26,6 +26,13 @@ impl Sink for HttpSink {
         &self.config.id
     }
 
+    async fn preflight(&mut self) -> Vec<sluice_core::preflight::Check> {
+        match Requester::new(&self.config) {
+            Ok(requester) => vec![requester.reach(&self.config.url).await],
+            Err(e) => vec![crate::preflight::outcome("client", Err::<(), _>(e), "", "fix the sink's config")],
+        }
+    }
+
     fn guarantee(&self) -> Guarantee {
         self.config.guarantee()
     }

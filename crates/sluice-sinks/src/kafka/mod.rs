@@ -24,6 +24,8 @@ mod context;
 #[cfg(feature = "kafka")]
 mod error;
 #[cfg(feature = "kafka")]
+mod preflight;
+#[cfg(feature = "kafka")]
 mod sink;
 
 pub use config::*;

@@ -292,6 +292,19 @@ impl Sink for KafkaSink {
         &self.config.id
     }
 
+    async fn preflight(&mut self) -> Vec<sluice_core::preflight::Check> {
+        let mut topics = Vec::new();
+        if !self.config.topic.contains("${") {
+            topics.push(self.config.topic.clone());
+        }
+        if self.config.exactly_once {
+            topics.push(self.config.checkpoint_topic.clone());
+        }
+        let transactional_id = self.config.exactly_once.then(|| self.transactional_id.clone());
+        let wanted = super::preflight::Wanted { topics, transactional_id };
+        super::preflight::checks(self.base_config(), wanted, self.timeout).await
+    }
+
     fn guarantee(&self) -> Guarantee {
         self.config.guarantee()
     }

@@ -75,6 +75,28 @@ impl NatsSink {
 
 #[async_trait]
 impl Sink for NatsSink {
+    /// Connects and logs in, and looks the stream up; a missing stream is
+    /// only a problem without `create_stream`.
+    async fn preflight(&mut self) -> Vec<sluice_core::preflight::Check> {
+        use sluice_core::preflight::Check;
+        let client = match self.connect().await {
+            Ok(client) => client,
+            Err(e) => return vec![crate::preflight::outcome("server", Err::<(), _>(e), "", "check url and credentials")],
+        };
+        let mut checks = vec![Check::ok("server", "connected and logged in")];
+        let c = &self.config;
+        checks.push(match jetstream::new(client).get_stream(&c.stream).await {
+            Ok(_) => Check::ok("stream", format!("{} exists", c.stream)),
+            Err(_) if c.create_stream => Check::ok("stream", format!("{} is missing; the sink creates it", c.stream)),
+            Err(e) => Check::fail(
+                "stream",
+                format!("stream {:?} is not there: {e}", c.stream),
+                "create the stream, or set create_stream: true",
+            ),
+        });
+        checks
+    }
+
     fn id(&self) -> &str {
         &self.config.id
     }

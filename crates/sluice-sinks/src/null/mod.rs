@@ -49,6 +49,10 @@ pub struct NullSink {
 
 #[async_trait]
 impl Sink for NullSink {
+    async fn preflight(&mut self) -> Vec<sluice_core::preflight::Check> {
+        vec![sluice_core::preflight::Check::ok("target", "nothing to reach: events are dropped")]
+    }
+
     fn id(&self) -> &str {
         &self.id
     }

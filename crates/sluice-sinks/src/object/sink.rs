@@ -219,6 +219,22 @@ fn too_big(file: &OpenFile, config: &S3SinkConfig) -> bool {
 
 #[async_trait]
 impl Sink for ObjectSink {
+    /// A HEAD of a key under the prefix: the bucket answers and takes the
+    /// credentials. Writing is not tried, so nothing lands in the bucket.
+    async fn preflight(&mut self) -> Vec<sluice_core::preflight::Check> {
+        let target = match Target::new(&self.config) {
+            Ok(target) => target,
+            Err(e) => return vec![crate::preflight::outcome("bucket", Err::<(), _>(e), "", "check the sink's config")],
+        };
+        let reached = target.check_access(&self.config.prefix).await;
+        vec![crate::preflight::outcome(
+            "bucket",
+            reached,
+            "answered and took the credentials (a HEAD under the prefix; writes are not tried)",
+            "check bucket, endpoint, region and the credentials",
+        )]
+    }
+
     fn id(&self) -> &str {
         &self.config.id
     }

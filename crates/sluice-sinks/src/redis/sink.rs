@@ -127,6 +127,20 @@ impl Sink for RedisSink {
         &self.config.id
     }
 
+    /// The sink's own open only reads: it connects, logs in and reads the
+    /// checkpoint key.
+    async fn preflight(&mut self) -> Vec<sluice_core::preflight::Check> {
+        let opened = self.open().await;
+        let check = crate::preflight::outcome(
+            "server",
+            opened,
+            "connected, logged in, and read the checkpoint key",
+            "check url, that the server runs, the password and the TLS files",
+        );
+        self.conn = None;
+        vec![check]
+    }
+
     fn guarantee(&self) -> Guarantee {
         self.config.guarantee()
     }

@@ -17,6 +17,10 @@ impl StdoutSink {
 
 #[async_trait]
 impl Sink for StdoutSink {
+    async fn preflight(&mut self) -> Vec<sluice_core::preflight::Check> {
+        vec![sluice_core::preflight::Check::ok("target", "standard output")]
+    }
+
     fn id(&self) -> &str {
         &self.id
     }

@@ -87,6 +87,10 @@ impl<S: Sink> Sink for FaultySink<S> {
         self.inner.id()
     }
 
+    async fn preflight(&mut self) -> Vec<sluice_core::preflight::Check> {
+        self.inner.preflight().await
+    }
+
     fn guarantee(&self) -> Guarantee {
         self.inner.guarantee()
     }

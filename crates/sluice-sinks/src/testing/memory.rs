@@ -106,6 +106,10 @@ impl MemorySink {
 
 #[async_trait]
 impl Sink for MemorySink {
+    async fn preflight(&mut self) -> Vec<sluice_core::preflight::Check> {
+        vec![sluice_core::preflight::Check::ok("target", "memory of this process")]
+    }
+
     fn id(&self) -> &str {
         &self.id
     }
