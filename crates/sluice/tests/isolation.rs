@@ -2,7 +2,9 @@
 //! detached within one deadline of wall-clock time, the required sink goes
 //! on, and once the sink answers again it reattaches by itself and holds
 //! every event, from its buffer or, after the buffer overflowed, by a
-//! re-read of the source in the same process.
+//! re-read of the source in the same process. A kill -9 with events in a
+//! disk buffer loses none of them: they come back by the replay from the
+//! sink's checkpoint, and the exactly-once sink repeats nothing.
 
 mod common;
 
@@ -154,4 +156,40 @@ fn a_sigterm_drain_says_what_it_waits_for_and_ends_at_the_grace() {
     let lines = std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap();
     let unique: BTreeSet<&str> = lines.lines().collect();
     assert_eq!(unique.len(), lines.lines().count(), "no event twice in the file");
+}
+
+#[test]
+fn a_kill_with_events_in_a_disk_buffer_loses_none_and_the_exactly_once_sink_repeats_none() {
+    let (receiver, hang) = hung_receiver();
+    let id = unique("diskbuf");
+    let dir = tempfile::tempdir().unwrap();
+    // Two batches in memory, the rest of the hung webhook's share on disk.
+    let buffer = ", buffer: { max_memory_bytes: 1048576 }";
+    let text =
+        config(&id, 2500, &receiver.url("/hook"), buffer).replace("max_ms: 20 }", "max_ms: 20, max_inflight: 2 }");
+    let config = write_config(dir.path(), &text);
+    let args = ["run", "-c", config.to_str().unwrap()];
+    let mut child = spawn_with_env(&args, dir.path(), &[("SLUICE_API_TOKEN", TOKEN)]);
+    let addr = api_addr(dir.path());
+    wait_until(Duration::from_secs(60), "the webhook's buffer to reach the disk", || {
+        let hook = sink_view(&addr, &id, 1);
+        hook["buffer"]["disk_bytes"].as_u64() > Some(0) && hook["buffer"]["overflowed"] == false
+    });
+    let spilled = std::fs::read_dir(dir.path().join("sluice-data/spill").join(&id)).map_or(0, |d| d.count());
+    assert!(spilled > 0, "spill files under the data dir");
+    child.kill9();
+    let lines_at_kill = line_count(&dir.path().join("out.jsonl"));
+    assert!(lines_at_kill < 25_000, "the run ended before the kill; make it longer");
+
+    // The buffer died with the process: the webhook's events come back by
+    // the replay from its checkpoint, the lowest.
+    hang.store(false, Ordering::SeqCst);
+    let mut child = spawn_with_env(&args, dir.path(), &[("SLUICE_API_TOKEN", TOKEN)]);
+    let status = child.wait_exit(Duration::from_secs(120));
+    assert!(status.success(), "{}", std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default());
+    let lines = std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap();
+    let unique: BTreeSet<&str> = lines.lines().collect();
+    assert_eq!(unique.len(), 25_000, "the file sink misses events");
+    assert_eq!(lines.lines().count(), 25_000, "the file sink holds an event twice after the kill");
+    assert_holds_every_event(&receiver, 25_000);
 }
