@@ -11,10 +11,6 @@ use common::pg::{fresh_database, pg_env, sql};
 use common::receiver::{Receiver, Reply};
 use common::*;
 
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} is set by scripts/services.sh"))
-}
-
 fn postgres(id: &str, db: &str, password: &str, extra: &str) -> String {
     format!(
         "    source: {{ type: postgres, config: {{ id: {id}, host: 127.0.0.1, port: {}, database: {db}, user: {}, password: \"{password}\", ssl_mode: disable, tables: [public.*]{extra} }} }}\n",

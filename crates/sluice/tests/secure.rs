@@ -1,6 +1,7 @@
 //! Servers that want TLS and authentication, as managed services do: Kafka
 //! on a SASL_SSL listener with a SCRAM user, Redis over TLS with an ACL
-//! user and a client certificate, NATS over TLS with a user and password.
+//! user and a client certificate, NATS over TLS with a user and password,
+//! a webhook that asks for a client certificate.
 //! Each run is checked event by event against what the generator wrote.
 //! `sluice validate` refuses the settings this build cannot honour.
 
@@ -218,4 +219,77 @@ fn s3_keys_come_from_the_named_profile_of_the_shared_credentials_file() {
     let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
     assert!(!status.success());
     assert!(log.contains("AWS_PROFILE names profile \"nope\""), "{log}");
+}
+
+/// An HTTPS receiver (Python's `ssl`) that refuses clients without a
+/// certificate from the test CA; killed when dropped.
+struct MtlsReceiver {
+    child: std::process::Child,
+    url: String,
+    out: std::path::PathBuf,
+}
+
+impl MtlsReceiver {
+    fn start(dir: &std::path::Path) -> Self {
+        let ca = std::path::PathBuf::from(env("SLUICE_TEST_TLS_CA"));
+        let (port_file, out) = (dir.join("receiver.port"), dir.join("received.jsonl"));
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mtls_receiver.py");
+        let child = std::process::Command::new("python3")
+            .arg(script)
+            .args([&port_file, &ca.with_file_name("server.crt"), &ca.with_file_name("server.key"), &ca, &out])
+            .spawn()
+            .expect("python3 runs");
+        wait_until(Duration::from_secs(30), "the HTTPS receiver to listen", || port_file.exists());
+        let port = std::fs::read_to_string(&port_file).unwrap();
+        Self { child, url: format!("https://127.0.0.1:{port}/in"), out }
+    }
+
+    /// Every event position the receiver was sent, in arrival order.
+    fn positions(&self) -> Vec<String> {
+        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+        text.lines()
+            .filter(|l| !l.is_empty())
+            // One event per request in single mode, an array in batch mode.
+            .flat_map(|l| match serde_json::from_str::<serde_json::Value>(l).unwrap() {
+                serde_json::Value::Array(events) => events,
+                event => vec![event],
+            })
+            .map(|e| e["position"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+impl Drop for MtlsReceiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_webhook_that_asks_for_a_client_certificate_gets_every_event_and_refuses_a_client_without_one() {
+    let id = unique("mtls");
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = MtlsReceiver::start(dir.path());
+    let tls = format!(
+        "ca_file: {}, cert_file: {}, key_file: {}",
+        env("SLUICE_TEST_TLS_CA"),
+        env("SLUICE_TEST_TLS_CLIENT_CERT"),
+        env("SLUICE_TEST_TLS_CLIENT_KEY")
+    );
+    let with_cert = format!("      - {{ type: http, config: {{ id: hook, url: \"{}\", {tls} }} }}\n", receiver.url);
+    run_to_the_end(dir.path(), &generator_with(&id, &with_cert));
+    let positions = receiver.positions();
+    assert_exactly_every_event(positions);
+
+    let without = format!(
+        "      - {{ type: http, config: {{ id: hook, url: \"{}\", ca_file: {} }} }}\n",
+        receiver.url,
+        env("SLUICE_TEST_TLS_CA")
+    );
+    let config = write_config(dir.path(), &generator_with(&id, &without));
+    let output = run(&["validate", "--connect", "-c", config.to_str().unwrap()], dir.path());
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(2), "{text}");
+    assert!(text.contains("FAIL  receiver"), "the receiver refused the client without a certificate: {text}");
 }

@@ -63,6 +63,10 @@ pub struct HttpSinkConfig {
     pub max_backoff_secs: u64,
     /// PEM CA certificates trusted besides the system's.
     pub ca_file: Option<PathBuf>,
+    /// A PEM client certificate (chain) and its private key, for a
+    /// receiver that asks for one (mutual TLS).
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -128,6 +132,25 @@ impl SinkSettings for HttpSinkConfig {
         }
         check_template(&c.url).map_err(|problem| Invalid::new(format!("{at}.url"), problem, "fix the URL template"))?;
         check_headers(at, c)?;
+        if c.cert_file.is_some() != c.key_file.is_some() {
+            let missing = if c.cert_file.is_none() { "cert_file" } else { "key_file" };
+            return Err(Invalid::new(
+                format!("{at}.{missing}"),
+                "a client certificate needs both cert_file and key_file",
+                "set both, or neither",
+            ));
+        }
+        if let Some(field) = [("ca_file", &c.ca_file), ("cert_file", &c.cert_file)]
+            .iter()
+            .find_map(|(field, f)| f.is_some().then_some(*field))
+            .filter(|_| c.url.starts_with("http://"))
+        {
+            return Err(Invalid::new(
+                format!("{at}.{field}"),
+                "is a TLS setting, but the url is http://",
+                "write the url as https://, or remove the TLS files",
+            ));
+        }
         // Checked in single mode too, where it is unused, so that switching
         // the mode cannot bring a bad value to life.
         check_range(at, "batch_max_events", c.batch_max_events as u64, 1, 100_000, "events a request")?;
@@ -135,6 +158,14 @@ impl SinkSettings for HttpSinkConfig {
         check_range(at, "initial_backoff_ms", c.initial_backoff_ms, 1, 60_000, "milliseconds")?;
         check_seconds(at, "max_backoff_secs", c.max_backoff_secs, 3600)?;
         check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
+    }
+
+    fn preflight(&self) -> Result<(), (&'static str, String)> {
+        crate::registry::readable_files(&[
+            ("ca_file", self.ca_file.as_deref()),
+            ("cert_file", self.cert_file.as_deref()),
+            ("key_file", self.key_file.as_deref()),
+        ])
     }
 }
 

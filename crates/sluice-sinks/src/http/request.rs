@@ -75,6 +75,16 @@ impl Requester {
                 builder = builder.add_root_certificate(cert);
             }
         }
+        if let (Some(cert), Some(key)) = (&config.cert_file, &config.key_file) {
+            let mut pem =
+                std::fs::read(cert).map_err(|e| bad("cert_file", format!("cannot read {}: {e}", cert.display())))?;
+            pem.push(b'\n');
+            pem.extend(std::fs::read(key).map_err(|e| bad("key_file", format!("cannot read {}: {e}", key.display())))?);
+            let identity = reqwest::Identity::from_pem(&pem).map_err(|e| {
+                bad("cert_file", format!("{} and {} are not a PEM certificate and key: {e}", cert.display(), key.display()))
+            })?;
+            builder = builder.identity(identity);
+        }
         let client = builder.build().map_err(|e| bad("tls", e.to_string()))?;
         let mut headers = HeaderMap::new();
         headers.insert(reqwest::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
