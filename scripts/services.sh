@@ -34,6 +34,8 @@ REDIS_ACL_USER=sluice-acl
 REDIS_ACL_PASSWORD=sluice-redis-secret
 NATS_USER=sluice
 NATS_PASSWORD=sluice-nats-secret
+NATS_NKEY_SEED=SUAGFDWAN6HYHSAUMTEJBTAZY3LG2YY3LGRZ2VZARSKS4XQH73B7FXNGLY
+NATS_NKEY_PUBLIC=UA5MDYOJELREEHS2ARU7KDRKFNLNGU5SXUORA4FMSZESX2OGH5R6VBLI
 
 log() { echo "services: $*" >&2; }
 
@@ -368,7 +370,9 @@ start_nats() {
   start_nats_tls
 }
 
-# A second nats-server that wants TLS and a user and password.
+# A second nats-server that wants TLS with a client certificate from the
+# test CA, and a user and password or an NKey. The NKey pair is for these
+# tests only: its seed is no secret.
 start_nats_tls() {
   local nats="$DIR/nats-tls"
   local port
@@ -377,8 +381,8 @@ start_nats_tls() {
   cat > "$nats/nats.conf" <<CONF
 listen: 127.0.0.1:$port
 jetstream { store_dir: "$nats/store" }
-tls { cert_file: "$DIR/tls/server.crt", key_file: "$DIR/tls/server.key", ca_file: "$DIR/tls/ca.crt" }
-authorization { users = [ { user: "$NATS_USER", password: "$NATS_PASSWORD" } ] }
+tls { cert_file: "$DIR/tls/server.crt", key_file: "$DIR/tls/server.key", ca_file: "$DIR/tls/ca.crt", verify: true }
+authorization { users = [ { user: "$NATS_USER", password: "$NATS_PASSWORD" }, { nkey: "$NATS_NKEY_PUBLIC" } ] }
 CONF
   nohup nats-server -c "$nats/nats.conf" -l "$nats/nats.log" >/dev/null 2>&1 &
   echo $! > "$nats/pid"
@@ -392,8 +396,9 @@ CONF
 export SLUICE_TEST_NATS_TLS_URL=nats://127.0.0.1:$port
 export SLUICE_TEST_NATS_USER=$NATS_USER
 export SLUICE_TEST_NATS_PASSWORD=$NATS_PASSWORD
+export SLUICE_TEST_NATS_NKEY_SEED=$NATS_NKEY_SEED
 ENV
-  log "nats-server (JetStream, TLS, user and password) on 127.0.0.1:$port (pid $(cat "$nats/pid"))"
+  log "nats-server (JetStream, TLS with client certificates, user and password or NKey) on 127.0.0.1:$port (pid $(cat "$nats/pid"))"
 }
 
 stop_nats() { kill_recorded "$DIR/nats"; kill_recorded "$DIR/nats-tls"; }

@@ -1,6 +1,7 @@
 //! Servers that want TLS and authentication, as managed services do: Kafka
 //! on a SASL_SSL listener with a SCRAM user, Redis over TLS with an ACL
-//! user and a client certificate, NATS over TLS with a user and password,
+//! user and a client certificate, NATS over TLS with a client certificate
+//! and a user and password or an NKey,
 //! a webhook that asks for a client certificate.
 //! Each run is checked event by event against what the generator wrote.
 //! `sluice validate` refuses the settings this build cannot honour.
@@ -119,6 +120,7 @@ fn secure_nats_positions(stream: &str) -> Vec<String> {
             env("SLUICE_TEST_NATS_PASSWORD"),
         )
         .add_root_certificates(ca)
+        .add_client_certificate(env("SLUICE_TEST_TLS_CLIENT_CERT").into(), env("SLUICE_TEST_TLS_CLIENT_KEY").into())
         .require_tls(true)
         .connect(env("SLUICE_TEST_NATS_TLS_URL"))
         .await
@@ -135,18 +137,46 @@ fn secure_nats_positions(stream: &str) -> Vec<String> {
     })
 }
 
+/// A NATS sink on the server that verifies client certificates, logged
+/// in with `auth`.
+fn secure_nats_sink(id: &str, auth: &str) -> String {
+    format!(
+        "      - type: nats\n        config: {{ id: n, url: \"{}\", subject: \"{id}.${{table}}\", stream: {id}, {auth}, ca_file: {}, cert_file: {}, key_file: {} }}\n",
+        env("SLUICE_TEST_NATS_TLS_URL"),
+        env("SLUICE_TEST_TLS_CA"),
+        env("SLUICE_TEST_TLS_CLIENT_CERT"),
+        env("SLUICE_TEST_TLS_CLIENT_KEY"),
+    )
+}
+
 #[test]
-fn nats_over_tls_with_a_user_and_password_gets_every_event_once() {
+fn nats_over_tls_with_a_client_certificate_and_a_user_and_password_gets_every_event_once() {
     let id = unique("secnats");
     let dir = tempfile::tempdir().unwrap();
-    let sink = format!(
-        "      - type: nats\n        config: {{ id: n, url: \"{}\", subject: \"{id}.${{table}}\", stream: {id}, user: {}, password: \"${{SLUICE_TEST_NATS_PASSWORD}}\", ca_file: {} }}\n",
-        env("SLUICE_TEST_NATS_TLS_URL"),
-        env("SLUICE_TEST_NATS_USER"),
-        env("SLUICE_TEST_TLS_CA"),
-    );
+    let auth = format!("user: {}, password: \"${{SLUICE_TEST_NATS_PASSWORD}}\"", env("SLUICE_TEST_NATS_USER"));
+    run_to_the_end(dir.path(), &generator_with(&id, &secure_nats_sink(&id, &auth)));
+    assert_exactly_every_event(secure_nats_positions(&id));
+}
+
+#[test]
+fn nats_with_an_nkey_gets_every_event_once_and_a_client_without_a_certificate_is_refused() {
+    let id = unique("nkeynats");
+    let dir = tempfile::tempdir().unwrap();
+    let sink = secure_nats_sink(&id, "nkey: \"${SLUICE_TEST_NATS_NKEY_SEED}\"");
     run_to_the_end(dir.path(), &generator_with(&id, &sink));
     assert_exactly_every_event(secure_nats_positions(&id));
+
+    let without_cert = format!(
+        "      - type: nats\n        config: {{ id: n, url: \"{}\", subject: \"x.y\", stream: {id}, nkey: \"${{SLUICE_TEST_NATS_NKEY_SEED}}\", ca_file: {} }}\n",
+        env("SLUICE_TEST_NATS_TLS_URL"),
+        env("SLUICE_TEST_TLS_CA"),
+    );
+    let config = write_config(dir.path(), &generator_with(&id, &without_cert));
+    let output = run(&["validate", "--connect", "-c", config.to_str().unwrap()], dir.path());
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(2), "{text}");
+    assert!(text.contains("FAIL  server"), "{text}");
+    assert!(!text.contains(&env("SLUICE_TEST_NATS_NKEY_SEED")), "the seed is never shown: {text}");
 }
 
 #[test]

@@ -52,8 +52,15 @@ pub struct NatsSinkConfig {
     #[serde(default)]
     pub token: Secret,
     pub credentials_file: Option<PathBuf>,
+    /// An NKey user's seed (`SU...`); a secret, so give it as `${VAR}`.
+    #[serde(default)]
+    pub nkey: Secret,
     /// PEM CA for TLS; setting it requires TLS.
     pub ca_file: Option<PathBuf>,
+    /// A PEM client certificate and its key, for a server that verifies
+    /// clients; setting them requires TLS.
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
     #[serde(default = "default_timeout")]
     pub timeout_secs: u64,
 }
@@ -113,16 +120,41 @@ impl SinkSettings for NatsSinkConfig {
                 "use A-Z, a-z, 0-9, '_' and '-'",
             ));
         }
-        let auth = [c.user.is_some(), !c.token.expose().is_empty(), c.credentials_file.is_some()];
+        let auth =
+            [c.user.is_some(), !c.token.expose().is_empty(), c.credentials_file.is_some(), !c.nkey.expose().is_empty()];
         if auth.iter().filter(|a| **a).count() > 1 {
             return Err(Invalid::new(
                 format!("{at}.user"),
                 "more than one way to authenticate is set",
-                "use one of user/password, token, or credentials_file",
+                "use one of user/password, token, nkey, or credentials_file",
+            ));
+        }
+        if !c.nkey.expose().is_empty() && !c.nkey.expose().starts_with("SU") {
+            return Err(Invalid::new(
+                format!("{at}.nkey"),
+                "is not a user seed (it starts with SU)",
+                "give the seed of the NKey user, not its public key (UA...)",
+            ));
+        }
+        if c.cert_file.is_some() != c.key_file.is_some() {
+            let missing = if c.cert_file.is_none() { "cert_file" } else { "key_file" };
+            return Err(Invalid::new(
+                format!("{at}.{missing}"),
+                "a client certificate needs both cert_file and key_file",
+                "set both, or neither",
             ));
         }
         check_seconds(at, "duplicate_window_secs", c.duplicate_window_secs, 86_400)?;
         check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
+    }
+
+    fn preflight(&self) -> Result<(), (&'static str, String)> {
+        crate::registry::readable_files(&[
+            ("credentials_file", self.credentials_file.as_deref()),
+            ("ca_file", self.ca_file.as_deref()),
+            ("cert_file", self.cert_file.as_deref()),
+            ("key_file", self.key_file.as_deref()),
+        ])
     }
 
     /// A stream marked non-exclusive is meant to be shared, with the

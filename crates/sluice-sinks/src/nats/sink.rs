@@ -50,6 +50,8 @@ impl NatsSink {
             options = options.user_and_password(user.clone(), c.password.expose().to_string());
         } else if !c.token.expose().is_empty() {
             options = options.token(c.token.expose().to_string());
+        } else if !c.nkey.expose().is_empty() {
+            options = options.nkey(c.nkey.expose().to_string());
         } else if let Some(path) = &c.credentials_file {
             options = options.credentials_file(path).await.map_err(|e| {
                 SinkError::permanent(
@@ -60,6 +62,9 @@ impl NatsSink {
         }
         if let Some(ca) = &c.ca_file {
             options = options.add_root_certificates(ca.clone()).require_tls(true);
+        }
+        if let (Some(cert), Some(key)) = (&c.cert_file, &c.key_file) {
+            options = options.add_client_certificate(cert.clone(), key.clone()).require_tls(true);
         }
         let urls: Vec<&str> = c.url.split(',').map(str::trim).collect();
         match tokio::time::timeout(self.timeout, options.connect(urls)).await {
