@@ -174,7 +174,10 @@ async fn nats_sink_conforms() {
         password: Default::default(),
         token: Default::default(),
         credentials_file: None,
+        nkey: Default::default(),
         ca_file: None,
+        cert_file: None,
+        key_file: None,
         timeout_secs: 10,
     });
     let read = stream.clone();
