@@ -1,10 +1,14 @@
 //! The random trouble: kill -9 and restart Sluice, pause a sink's server,
 //! cut or stall the connections through a proxy, restart PostgreSQL or
-//! MariaDB.
+//! MariaDB. And once per run, a slow spell of the optional webhook: its
+//! connections stall for 30 s while nothing else goes wrong, and by the end
+//! of it the required file sink must hold everything committed before it
+//! began.
 
 use std::time::{Duration, Instant};
 
 use crate::Env;
+use crate::db::Kind;
 use crate::pipeline::Setup;
 use crate::rng::Rng;
 
@@ -27,7 +31,19 @@ pub struct Chaos {
     pub stalls: u64,
     pub pg_restarts: u64,
     pub my_restarts: u64,
+    /// When the slow spell starts, until it has.
+    slow_at: Option<Instant>,
+    /// The spell under way: its end, and the changes of each database
+    /// committed when it began.
+    slow: Option<(Instant, [usize; 2])>,
+    /// What the spell showed; `None` while it has not ended.
+    pub slow_outcome: Option<Result<String, String>>,
 }
+
+/// How long the optional webhook stays slow.
+const SLOW_SPELL: Duration = Duration::from_secs(30);
+/// When the slow spell starts, from the first chaos.
+const SLOW_AFTER: Duration = Duration::from_secs(20);
 
 impl Chaos {
     pub fn new(seed: u64, every_secs: u64) -> Self {
@@ -42,15 +58,55 @@ impl Chaos {
             stalls: 0,
             pg_restarts: 0,
             my_restarts: 0,
+            slow_at: Some(Instant::now() + SLOW_AFTER),
+            slow: None,
+            slow_outcome: None,
         }
     }
 
-    pub fn maybe_act(&mut self, env: &Env, setup: &mut Setup) -> anyhow::Result<()> {
+    /// Starts, or judges at its end, the optional webhook's slow spell;
+    /// true while it is under way, when no other trouble is made.
+    fn slow_spell(&mut self, setup: &mut Setup, committed: [usize; 2]) -> bool {
+        if let Some((until, at_start)) = self.slow {
+            if Instant::now() < until {
+                return true;
+            }
+            self.slow = None;
+            let held = [setup.file_changes(Kind::Postgres), setup.file_changes(Kind::MariaDb)];
+            let shown = format!(
+                "the file sink held {}/{} (pg) and {}/{} (my) of the changes committed before the webhook's {}-s slow spell",
+                held[0],
+                at_start[0],
+                held[1],
+                at_start[1],
+                SLOW_SPELL.as_secs()
+            );
+            self.slow_outcome =
+                Some(if held[0] >= at_start[0] && held[1] >= at_start[1] { Ok(shown) } else { Err(shown) });
+            return false;
+        }
+        if self.slow_at.is_some_and(|at| Instant::now() >= at) && self.paused.is_none() {
+            self.slow_at = None;
+            if let Some(proxy) = setup.proxies.iter().find(|p| p.name == "http_slow") {
+                proxy.stall(SLOW_SPELL);
+                self.slow = Some((Instant::now() + SLOW_SPELL, committed));
+                return true;
+            }
+        }
+        false
+    }
+
+    /// `committed`: the changes each database (PostgreSQL, MariaDB) has
+    /// committed so far.
+    pub fn maybe_act(&mut self, env: &Env, setup: &mut Setup, committed: [usize; 2]) -> anyhow::Result<()> {
         if let Some((pid_file, until)) = &self.paused
             && Instant::now() >= *until
         {
             signal(pid_file, "-CONT");
             self.paused = None;
+        }
+        if self.slow_spell(setup, committed) {
+            return Ok(());
         }
         if Instant::now() < self.next {
             return Ok(());

@@ -132,7 +132,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 workload.step(conn).await?;
             }
         }
-        chaos.maybe_act(&env, &mut setup)?;
+        let committed = [workloads[0].0.committed.len(), workloads[1].0.committed.len()];
+        chaos.maybe_act(&env, &mut setup, committed)?;
         setup.keep_running()?;
         tokio::time::sleep(Duration::from_millis(rng.range(1, 5))).await;
     }
@@ -158,7 +159,15 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let held = setup.read_all(&env).await?;
     let [(pg, _), (my, _)] = workloads;
     let expected = [(Kind::Postgres, pg.committed), (Kind::MariaDb, my.committed)];
-    let passed = report::print(&expected, &held);
+    let mut passed = report::print(&expected, &held);
+    match &chaos.slow_outcome {
+        Some(Ok(shown)) => println!("torture: delivery went on through the slow spell: {shown}"),
+        Some(Err(shown)) => {
+            println!("torture: FAILED: a slow optional sink held the required ones back: {shown}");
+            passed = false;
+        }
+        None => println!("torture: the run was too short for the optional webhook's slow spell"),
+    }
     setup.finish(passed);
     Ok(passed)
 }

@@ -54,6 +54,8 @@ fn sinks(env: &Env, run: &str, kind: Kind, port: impl Fn(&str) -> u16) -> anyhow
         config: {{ id: nats, url: "nats://127.0.0.1:{nats}", stream: TT{run}{tag}, subject: "tt{run}{tag}.${{table}}", stream_subjects: ["tt{run}{tag}.>"], timeout_secs: 5 }}
       - type: http
         config: {{ id: http, url: "http://127.0.0.1:{http}/{tag}", mode: batch, batch_max_events: 200, timeout_secs: 5 }}
+      - type: http
+        config: {{ id: http_slow, url: "http://127.0.0.1:{http_slow}/{tag}slow", required: false, mode: batch, batch_max_events: 200, timeout_secs: 5 }}
       - type: s3
         config: {{ id: s3, bucket: {bucket}, endpoint: "http://127.0.0.1:{s3}", path_style: true, access_key_id: {access}, secret_access_key: {secret}, prefix: tt{run}{tag}, max_file_events: 20000, max_file_age_secs: 5, timeout_secs: 5 }}
 "#,
@@ -61,6 +63,7 @@ fn sinks(env: &Env, run: &str, kind: Kind, port: impl Fn(&str) -> u16) -> anyhow
         redis = port("redis"),
         nats = port("nats"),
         http = port("http"),
+        http_slow = port("http_slow"),
         s3 = port("s3"),
         bucket = env.get("SLUICE_TEST_S3_BUCKET")?,
         access = env.get("SLUICE_TEST_S3_ACCESS_KEY")?,
@@ -69,7 +72,7 @@ fn sinks(env: &Env, run: &str, kind: Kind, port: impl Fn(&str) -> u16) -> anyhow
 }
 
 /// The sink ids of each pipeline, as in [`sinks`].
-const SINK_IDS: [&str; 7] = ["file", "kafka_eos", "kafka_alo", "redis", "nats", "http", "s3"];
+const SINK_IDS: [&str; 8] = ["file", "kafka_eos", "kafka_alo", "redis", "nats", "http", "http_slow", "s3"];
 
 /// The highest checkpoint each key reached, from the checkpointer's log
 /// lines, read on from where the last call stopped.
@@ -127,6 +130,8 @@ impl Setup {
             Proxy::start("nats", host_port(&env.get("SLUICE_TEST_NATS_URL")?)).await?,
             Proxy::start("s3", host_port(&env.get("SLUICE_TEST_S3_ENDPOINT")?)).await?,
             Proxy::start("http", receiver.addr.to_string()).await?,
+            // The optional webhook, which the chaos makes slow for a while.
+            Proxy::start("http_slow", receiver.addr.to_string()).await?,
         ];
         let port = |name: &str| proxies.iter().find(|p| p.name == name).map_or(0, |p| p.port);
         let dir = std::env::temp_dir().join(format!("sluice-torture-{run_id}"));
@@ -204,6 +209,11 @@ impl Setup {
             bail!("sluice exited by itself ({status}); see {}", self.dir.join("sluice.log").display());
         }
         Ok(())
+    }
+
+    /// How many changes of `kind` the file sink, a required one, holds now.
+    pub fn file_changes(&self, kind: Kind) -> usize {
+        readers::file(&self.dir.join(format!("out-{}.jsonl", kind.tag()))).len()
     }
 
     /// Waits until every sink of both pipelines holds everything the
@@ -303,7 +313,8 @@ impl Setup {
                 ("kafka_alo", alo),
                 ("redis", readers::redis(env, &names(&format!("tt{run}{tag}:{{table}}"))).await?),
                 ("nats", readers::nats(env, &format!("TT{run}{tag}")).await?),
-                ("http", readers::http(&self.receiver, &source_id(run, kind))),
+                ("http", readers::http(&self.receiver, &source_id(run, kind), &format!("/{tag}"))),
+                ("http_slow", readers::http(&self.receiver, &source_id(run, kind), &format!("/{tag}slow"))),
                 ("s3", readers::s3(env, &format!("tt{run}{tag}")).await?),
             ];
             for (sink, changes) in sources {

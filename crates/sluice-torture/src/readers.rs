@@ -136,11 +136,13 @@ pub async fn nats(env: &Env, stream: &str) -> anyhow::Result<Vec<Change>> {
     Ok(all)
 }
 
-/// The events of one source the receiver took, in the order it took them.
-pub fn http(receiver: &crate::receiver::Receiver, source_id: &str) -> Vec<Change> {
+/// The events of one source the receiver took at `path`, in the order it
+/// took them.
+pub fn http(receiver: &crate::receiver::Receiver, source_id: &str, path: &str) -> Vec<Change> {
     receiver
         .delivered()
         .iter()
+        .filter(|r| r.path == path)
         .flat_map(|r| r.events())
         .filter(|e| e["source"].as_str() == Some(source_id))
         .filter_map(|e| change_of(&e))
