@@ -56,6 +56,23 @@ pub(crate) fn readable_files(files: &[(&'static str, Option<&Path>)]) -> Result<
     Ok(())
 }
 
+/// A client certificate needs its key, and a key its certificate.
+pub(crate) fn certificate_pair(
+    at: &str,
+    cert_file: &Option<std::path::PathBuf>,
+    key_file: &Option<std::path::PathBuf>,
+) -> Result<(), sluice_core::settings::Invalid> {
+    if cert_file.is_some() == key_file.is_some() {
+        return Ok(());
+    }
+    let missing = if cert_file.is_none() { "cert_file" } else { "key_file" };
+    Err(sluice_core::settings::Invalid::new(
+        format!("{at}.{missing}"),
+        "a client certificate needs both cert_file and key_file",
+        "set both, or neither",
+    ))
+}
+
 /// A sink's default for `required`: a sink someone configured is assumed
 /// to matter until they say it does not.
 pub const DEFAULT_REQUIRED: bool = true;

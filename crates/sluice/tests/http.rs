@@ -174,10 +174,10 @@ fn pipeline(id: &str, tx_count: u64, rate: Option<u64>, http: &str) -> String {
     )
 }
 
-#[test]
-fn while_the_pipeline_runs_dlq_and_checkpoints_list_ask_its_api() {
+/// A receiver that answers 422 to the event at `poison` while the switch
+/// is on, and 200 to everything else.
+fn refusing_receiver(poison: &str) -> (Receiver, Arc<std::sync::atomic::AtomicBool>) {
     let receiver = Receiver::start();
-    let poison = generator("gen1").event_at(5, 3).position.to_string();
     let marker = format!("\"position\":\"{poison}\"");
     let refuse = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let refusing = refuse.clone();
@@ -185,6 +185,13 @@ fn while_the_pipeline_runs_dlq_and_checkpoints_list_ask_its_api() {
         let body = String::from_utf8_lossy(&request.body);
         if refusing.load(Ordering::SeqCst) && body.contains(&marker) { Reply::Status(422) } else { Reply::Status(200) }
     });
+    (receiver, refuse)
+}
+
+#[test]
+fn while_the_pipeline_runs_dlq_and_checkpoints_list_ask_its_api() {
+    let poison = generator("gen1").event_at(5, 3).position.to_string();
+    let (receiver, refuse) = refusing_receiver(&poison);
     let dir = tempfile::tempdir().unwrap();
     let http = format!("{{ id: hook, url: \"{}\", mode: single }}", receiver.url("/hook"));
     let config = write_config(dir.path(), &pipeline("live", 1_000_000, Some(200), &http));
@@ -236,15 +243,8 @@ fn while_the_pipeline_runs_dlq_and_checkpoints_list_ask_its_api() {
 
 #[test]
 fn a_refused_event_goes_to_the_dead_letter_queue_and_dlq_retry_delivers_it() {
-    let receiver = Receiver::start();
     let poison = generator("gen1").event_at(44, 6).position.to_string();
-    let marker = format!("\"position\":\"{poison}\"");
-    let refuse = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let refusing = refuse.clone();
-    receiver.set_rule(move |request| {
-        let body = String::from_utf8_lossy(&request.body);
-        if refusing.load(Ordering::SeqCst) && body.contains(&marker) { Reply::Status(422) } else { Reply::Status(200) }
-    });
+    let (receiver, refuse) = refusing_receiver(&poison);
     let dir = tempfile::tempdir().unwrap();
     let http = format!("{{ id: hook, url: \"{}\", mode: batch, batch_max_events: 50 }}", receiver.url("/hook"));
     let config = write_config(dir.path(), &pipeline("dlq", 100, None, &http));

@@ -132,14 +132,7 @@ impl SinkSettings for HttpSinkConfig {
         }
         check_template(&c.url).map_err(|problem| Invalid::new(format!("{at}.url"), problem, "fix the URL template"))?;
         check_headers(at, c)?;
-        if c.cert_file.is_some() != c.key_file.is_some() {
-            let missing = if c.cert_file.is_none() { "cert_file" } else { "key_file" };
-            return Err(Invalid::new(
-                format!("{at}.{missing}"),
-                "a client certificate needs both cert_file and key_file",
-                "set both, or neither",
-            ));
-        }
+        crate::registry::certificate_pair(at, &c.cert_file, &c.key_file)?;
         if let Some(field) = [("ca_file", &c.ca_file), ("cert_file", &c.cert_file)]
             .iter()
             .find_map(|(field, f)| f.is_some().then_some(*field))

@@ -136,14 +136,7 @@ impl SinkSettings for NatsSinkConfig {
                 "give the seed of the NKey user, not its public key (UA...)",
             ));
         }
-        if c.cert_file.is_some() != c.key_file.is_some() {
-            let missing = if c.cert_file.is_none() { "cert_file" } else { "key_file" };
-            return Err(Invalid::new(
-                format!("{at}.{missing}"),
-                "a client certificate needs both cert_file and key_file",
-                "set both, or neither",
-            ));
-        }
+        crate::registry::certificate_pair(at, &c.cert_file, &c.key_file)?;
         check_seconds(at, "duplicate_window_secs", c.duplicate_window_secs, 86_400)?;
         check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
     }

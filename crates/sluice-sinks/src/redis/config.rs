@@ -84,14 +84,7 @@ impl SinkSettings for RedisSinkConfig {
                 "write the url as rediss://host:port[/db], or remove the TLS files",
             ));
         }
-        if c.cert_file.is_some() != c.key_file.is_some() {
-            let missing = if c.cert_file.is_none() { "cert_file" } else { "key_file" };
-            return Err(Invalid::new(
-                format!("{at}.{missing}"),
-                "a client certificate needs both cert_file and key_file",
-                "set both, or neither",
-            ));
-        }
+        crate::registry::certificate_pair(at, &c.cert_file, &c.key_file)?;
         check_seconds(at, "timeout_secs", c.timeout_secs, 3600)
     }
 
