@@ -93,11 +93,14 @@ pub fn stop(child: Running, dir: &Path) {
     assert!(status.success(), "sluice did not stop cleanly:\n{log}");
 }
 
-/// The ids of inserted rows in the file, in file order.
+/// The ids of inserted rows in the file, in file order. A line without its
+/// newline is one the sink is still writing (or a torn tail a kill left,
+/// which the next run truncates): it is not counted yet.
 pub fn inserted_ids(path: &Path) -> Vec<i64> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
-        .lines()
+        .split_inclusive('\n')
+        .filter_map(|l| l.strip_suffix('\n'))
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
         .filter(|e| e["op"] == "c")
         .map(|e| e["after"]["id"].as_i64().unwrap())
