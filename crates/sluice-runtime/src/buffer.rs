@@ -458,7 +458,7 @@ mod tests {
         assert_eq!(status.sinks[0].buffer.disk_bytes.load(Ordering::Relaxed), 0);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_full_buffer_that_may_not_overflow_holds_the_push_until_a_take() {
         let dir = tempfile::tempdir().unwrap();
         let all = batches(3);
@@ -472,6 +472,9 @@ mod tests {
         };
         tokio::task::yield_now().await;
         assert!(!pusher.is_finished(), "a full required buffer makes the push wait");
+        assert_eq!(status.held_back_by(), None, "a moment's back-pressure is no stall");
+        tokio::time::advance(crate::status::HELD_BACK_AFTER).await;
+        assert!(!pusher.is_finished());
         assert_eq!(status.held_back_by().as_deref(), Some("k"));
         assert!(matches!(buffer.take().await, Taken::Batch(_)));
         assert_eq!(pusher.await.unwrap(), Pushed::Memory);

@@ -56,6 +56,10 @@ pub enum PipelineState {
     Failed,
 }
 
+/// How long the source must wait on a required sink's full buffer before
+/// the pipeline shows as held back by it.
+pub const HELD_BACK_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What a sink is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -397,8 +401,9 @@ pub struct PipelineStatus {
     /// Problems that keep the pipeline from being ready, from the SLO
     /// monitor; replaced at each check.
     problems: Mutex<Vec<String>>,
-    /// The sink whose full buffer makes the dispatcher wait, if any.
-    held_back_by: Mutex<Option<String>>,
+    /// The required sink whose full buffer the dispatcher waits on, and
+    /// since when.
+    held_back_by: Mutex<Option<(String, tokio::time::Instant)>>,
 }
 
 /// A sink as the pipeline is told about it before it runs.
@@ -489,12 +494,23 @@ impl PipelineStatus {
     }
 
     pub(crate) fn set_held_back_by(&self, sink: Option<&str>) {
-        *lock(&self.held_back_by) = sink.map(str::to_string);
+        let mut held = lock(&self.held_back_by);
+        match sink {
+            Some(id) if held.as_ref().is_some_and(|(held_by, _)| held_by == id) => {}
+            Some(id) => *held = Some((id.to_string(), tokio::time::Instant::now())),
+            None => *held = None,
+        }
     }
 
     /// The sink whose full buffer holds the source back, if one does.
+    /// Only a wait of [`HELD_BACK_AFTER`] counts: a source that outruns a
+    /// sink for a moment waits on its buffer as back-pressure should, and
+    /// that is no stall.
     pub fn held_back_by(&self) -> Option<String> {
-        lock(&self.held_back_by).clone()
+        lock(&self.held_back_by)
+            .as_ref()
+            .filter(|(_, since)| since.elapsed() >= HELD_BACK_AFTER)
+            .map(|(id, _)| id.clone())
     }
 
     /// Why the pipeline is not ready; empty when it is.

@@ -136,7 +136,8 @@ pub struct PipelineView {
     pub source: SourceView,
     /// Events cut by this run: the head of the stream as the sinks see it.
     pub head_events: u64,
-    /// The required sink whose full buffer holds the source back, if any.
+    /// The required sink whose full buffer the source has waited on for
+    /// [`HELD_BACK_AFTER`](super::HELD_BACK_AFTER), if any.
     pub held_back_by: Option<String>,
     /// Where the source would start again after a crash (MIN of the checkpoints).
     pub replay_from: Option<String>,
