@@ -37,6 +37,15 @@ impl Check {
         Self { name: name.to_string(), outcome: Outcome::Fail { problem: problem.into(), fix: fix.into() } }
     }
 
+    /// A failed call as a check: a permanent error brings its own fix,
+    /// `fix` serves a transient one (no answer, a refused connection).
+    pub fn from_source_error(name: &str, e: crate::SourceError, fix: &str) -> Self {
+        match e {
+            crate::SourceError::Permanent { detail, hint, .. } => Self::fail(name, detail, hint),
+            other => Self::fail(name, other.to_string(), fix),
+        }
+    }
+
     pub fn failed(&self) -> bool {
         matches!(self.outcome, Outcome::Fail { .. })
     }

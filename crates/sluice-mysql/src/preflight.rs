@@ -3,18 +3,14 @@
 
 use mysql_async::prelude::Queryable;
 use sluice_config::{MysqlConfig, glob_match};
-use sluice_core::SourceError;
 use sluice_core::preflight::Check;
 
 use crate::conn::connect;
 use crate::errors::mysql_error;
 use crate::start::check_binlog;
 
-fn failed(name: &str, e: SourceError) -> Check {
-    match e {
-        SourceError::Permanent { detail, hint, .. } => Check::fail(name, detail, hint),
-        other => Check::fail(name, other.to_string(), "check that the server runs, and host and port"),
-    }
+fn failed(name: &str, e: sluice_core::SourceError) -> Check {
+    Check::from_source_error(name, e, "check that the server runs, and host and port")
 }
 
 pub async fn checks(config: &MysqlConfig) -> Vec<Check> {

@@ -42,10 +42,7 @@ pub async fn checks(config: &PostgresConfig) -> Vec<Check> {
 }
 
 fn failed(name: &str, e: sluice_core::SourceError) -> Check {
-    match e {
-        sluice_core::SourceError::Permanent { detail, hint, .. } => Check::fail(name, detail, hint),
-        other => Check::fail(name, other.to_string(), "check that the server runs and host and port"),
-    }
+    Check::from_source_error(name, e, "check that the server runs and host and port")
 }
 
 fn keyless(tables: &[Matched], choice: KeylessTables) -> Option<Check> {

@@ -18,7 +18,7 @@ use serde::Serialize;
 use sluice_core::{Event, Guarantee, LogStats, Position};
 use tokio::sync::watch;
 
-pub use self::view::{Health, PipelineView, SinkView, SnapshotView, SourceView};
+pub use self::view::{Health, PipelineView, SinkView, SourceView};
 use crate::latency::now_us;
 
 mod view;

@@ -6,8 +6,10 @@ use crate::sync::lock;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct TableProgress {
+    /// Which source's: the API lists them under its pipeline.
+    #[serde(skip)]
     pub source: Arc<str>,
     /// An incremental snapshot (one table re-read while streaming), not
     /// the initial one.

@@ -43,7 +43,6 @@ impl PipelineStatus {
             snapshots: sluice_core::snapshot::progress::running()
                 .into_iter()
                 .filter(|t| *t.source == *self.source_id)
-                .map(SnapshotView::from)
                 .collect(),
             replay_from: text(&self.replay_from),
             replay_from_events: self.replay_from_events.load(Ordering::Relaxed),
@@ -143,38 +142,8 @@ pub struct PipelineView {
     pub replay_from: Option<String>,
     pub replay_from_events: u64,
     /// Snapshots running now, initial or incremental.
-    pub snapshots: Vec<SnapshotView>,
+    pub snapshots: Vec<sluice_core::snapshot::progress::TableProgress>,
     pub sinks: Vec<SinkView>,
-}
-
-/// One running snapshot: the table it reads and how far it is.
-#[derive(Debug, Clone, Serialize)]
-pub struct SnapshotView {
-    pub incremental: bool,
-    pub table: String,
-    /// Tables finished before this one, and all tables known now.
-    pub tables_done: usize,
-    pub tables: usize,
-    pub rows: u64,
-    /// The server's estimate; 0 when it has none.
-    pub estimated_rows: u64,
-    pub rows_per_sec: u64,
-    pub eta_secs: Option<u64>,
-}
-
-impl From<sluice_core::snapshot::progress::TableProgress> for SnapshotView {
-    fn from(t: sluice_core::snapshot::progress::TableProgress) -> Self {
-        Self {
-            incremental: t.incremental,
-            table: t.table.to_string(),
-            tables_done: t.tables_done,
-            tables: t.tables,
-            rows: t.rows,
-            estimated_rows: t.estimated_rows,
-            rows_per_sec: t.rows_per_sec,
-            eta_secs: t.eta_secs,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Serialize)]
