@@ -41,6 +41,8 @@ pub fn encode(event: &Event, out: &mut Vec<u8>) {
     put_str(out, &event.tx_id);
     out.push(u8::from(event.tx_end));
     out.extend_from_slice(&event.commit_time_us.to_le_bytes());
+    crate::codec_meta::put_schema(out, event.schema.as_deref());
+    crate::codec_meta::put_origin(out, &event.origin);
 }
 
 /// Decodes one event from the front of `input` and advances it.
@@ -76,6 +78,8 @@ pub fn decode(input: &mut &[u8]) -> Result<Event, CodecError> {
         _ => return Err(CodecError::Invalid("bad tx_end")),
     };
     let commit_time_us = i64::from_le_bytes(take_array(input)?);
+    let schema = crate::codec_meta::take_schema(input)?.map(Arc::new);
+    let origin = crate::codec_meta::take_origin(input)?;
     Ok(Event {
         op,
         source_id,
@@ -89,6 +93,8 @@ pub fn decode(input: &mut &[u8]) -> Result<Event, CodecError> {
         tx_id,
         tx_end,
         commit_time_us,
+        schema,
+        origin,
     })
 }
 
@@ -104,14 +110,14 @@ fn op_code(op: Op) -> u8 {
     }
 }
 
-fn put_len(out: &mut Vec<u8>, len: usize) {
+pub(crate) fn put_len(out: &mut Vec<u8>, len: usize) {
     // Lengths above u32 cannot occur for one value held in memory as an
     // event; saturate rather than wrap if they ever did, and decoding
     // will then report the record invalid instead of misreading it.
     out.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_le_bytes());
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) {
     put_len(out, s.len());
     out.extend_from_slice(s.as_bytes());
 }
@@ -127,7 +133,7 @@ fn put_row(out: &mut Vec<u8>, row: &Row) {
     }
 }
 
-fn put_value(out: &mut Vec<u8>, value: &Value) {
+pub(crate) fn put_value(out: &mut Vec<u8>, value: &Value) {
     match value {
         Value::Null => out.push(0),
         Value::Bool(b) => out.extend_from_slice(&[1, u8::from(*b)]),
@@ -171,24 +177,24 @@ fn tagged_str(out: &mut Vec<u8>, tag: u8, s: &str) {
     put_str(out, s);
 }
 
-fn take_u8(input: &mut &[u8]) -> Result<u8, CodecError> {
+pub(crate) fn take_u8(input: &mut &[u8]) -> Result<u8, CodecError> {
     let (first, rest) = input.split_first().ok_or(CodecError::Incomplete)?;
     *input = rest;
     Ok(*first)
 }
 
-fn take_array<const N: usize>(input: &mut &[u8]) -> Result<[u8; N], CodecError> {
+pub(crate) fn take_array<const N: usize>(input: &mut &[u8]) -> Result<[u8; N], CodecError> {
     let (head, rest) = input.split_first_chunk::<N>().ok_or(CodecError::Incomplete)?;
     *input = rest;
     Ok(*head)
 }
 
-fn take_len(input: &mut &[u8]) -> Result<usize, CodecError> {
+pub(crate) fn take_len(input: &mut &[u8]) -> Result<usize, CodecError> {
     let len = u32::from_le_bytes(take_array(input)?) as usize;
     Ok(len)
 }
 
-fn take_bytes<'a>(input: &mut &'a [u8]) -> Result<&'a [u8], CodecError> {
+pub(crate) fn take_bytes<'a>(input: &mut &'a [u8]) -> Result<&'a [u8], CodecError> {
     let len = take_len(input)?;
     if input.len() < len {
         return Err(CodecError::Incomplete);
@@ -198,14 +204,14 @@ fn take_bytes<'a>(input: &mut &'a [u8]) -> Result<&'a [u8], CodecError> {
     Ok(bytes)
 }
 
-fn take_str<'a>(input: &mut &'a [u8]) -> Result<&'a str, CodecError> {
+pub(crate) fn take_str<'a>(input: &mut &'a [u8]) -> Result<&'a str, CodecError> {
     std::str::from_utf8(take_bytes(input)?).map_err(|_| CodecError::Invalid("string is not UTF-8"))
 }
 
 /// A count read from input, refused when the input cannot possibly hold
 /// that many items (each takes at least `min_item_len` bytes), so garbage
 /// cannot make us allocate gigabytes.
-fn take_count(input: &mut &[u8], min_item_len: usize) -> Result<usize, CodecError> {
+pub(crate) fn take_count(input: &mut &[u8], min_item_len: usize) -> Result<usize, CodecError> {
     let count = take_len(input)?;
     if count.saturating_mul(min_item_len) > input.len() {
         return Err(CodecError::Incomplete);
@@ -230,7 +236,7 @@ fn take_row(input: &mut &[u8]) -> Result<Row, CodecError> {
 /// Arrays nest at most this deep, so hostile input cannot overflow the stack.
 const MAX_ARRAY_DEPTH: usize = 32;
 
-fn take_value(input: &mut &[u8], depth: usize) -> Result<Value, CodecError> {
+pub(crate) fn take_value(input: &mut &[u8], depth: usize) -> Result<Value, CodecError> {
     let text = |input: &mut &[u8]| take_str(input).map(str::to_string);
     Ok(match take_u8(input)? {
         0 => Value::Null,
@@ -304,7 +310,41 @@ mod tests {
             tx_id: "771".into(),
             tx_end: true,
             commit_time_us: -12,
+            schema: Some(Arc::new(sample_schema())),
+            origin: crate::schema::Origin::Mysql {
+                server_id: 3,
+                file: "bin.000002".into(),
+                pos: 4096,
+                row: 1,
+                thread: Some(12),
+                gtid: Some("0-3-9".into()),
+            },
         }
+    }
+
+    fn sample_schema() -> crate::schema::TableSchema {
+        use crate::schema::{ColumnSchema, ColumnType};
+        let types = [
+            ColumnType::Decimal { precision: Some(12), scale: Some(2) },
+            ColumnType::Decimal { precision: None, scale: None },
+            ColumnType::Text { length: Some(20) },
+            ColumnType::TimestampTz { precision: 3 },
+            ColumnType::Enum { labels: vec!["a".into(), "b".into()] },
+            ColumnType::Array(Box::new(ColumnType::Array(Box::new(ColumnType::Int16)))),
+            ColumnType::Other,
+        ];
+        let columns = types
+            .into_iter()
+            .enumerate()
+            .map(|(i, ty)| ColumnSchema {
+                name: format!("c{i}").into(),
+                type_name: "t".into(),
+                ty,
+                nullable: i % 2 == 0,
+                default: (i == 1).then_some(Value::Int(5)),
+            })
+            .collect();
+        crate::schema::TableSchema { columns, primary_key: vec![0, 2] }
     }
 
     #[test]
@@ -319,6 +359,8 @@ mod tests {
             // NaN != NaN, so compare the JSON forms, which keep NaN as text.
             assert_eq!(serde_json::to_string(&decoded).unwrap(), serde_json::to_string(&event).unwrap());
             assert_eq!(decoded.position, event.position);
+            assert_eq!(decoded.schema, event.schema);
+            assert_eq!(decoded.origin, event.origin);
             assert_eq!(format!("{:?}", decoded.after), format!("{:?}", event.after));
         }
         assert!(input.is_empty());

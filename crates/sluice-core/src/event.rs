@@ -8,6 +8,7 @@ use serde::{Serialize, Serializer};
 use uuid::Uuid;
 
 use crate::position::Position;
+use crate::schema::{Origin, TableSchema};
 use crate::time::format_utc_micros;
 use crate::value::Row;
 
@@ -86,6 +87,11 @@ pub struct Event {
     pub tx_end: bool,
     /// Commit time of the source transaction, microseconds since the Unix epoch, UTC.
     pub commit_time_us: i64,
+    /// The table's declared columns, where the source knows them; shared
+    /// by every event decoded with the same table version.
+    pub schema: Option<Arc<TableSchema>>,
+    /// Where in the source's log the event was read.
+    pub origin: Origin,
 }
 
 impl Event {
@@ -168,6 +174,8 @@ mod tests {
             tx_id: tx.to_string().into(),
             tx_end: false,
             commit_time_us: 1_700_000_000_123_456,
+            schema: None,
+            origin: crate::schema::Origin::None,
         }
     }
 

@@ -4,6 +4,7 @@
 
 pub mod checkpoint;
 pub mod codec;
+mod codec_meta;
 pub mod dead_letter;
 pub mod error;
 pub mod event;
@@ -12,6 +13,7 @@ pub mod guarantee;
 pub mod position;
 pub mod preflight;
 pub mod redact;
+pub mod schema;
 pub mod settings;
 pub mod sink;
 pub mod snapshot;
@@ -26,6 +28,7 @@ pub use error::{BoxError, SinkError, SourceError, StoreError};
 pub use event::{Envelope, Event, EventId, Op};
 pub use guarantee::Guarantee;
 pub use position::{BinlogPos, Lsn, Position, PositionParseError, binlog_file_index, or_start};
+pub use schema::{ColumnSchema, ColumnType, Origin, TableSchema};
 pub use sink::{EventChunks, Sink, SliceChunks, collect_chunks};
 pub use snapshot::SnapshotPos;
 pub use source::{AckWatermark, LogStats, Source, SourceStatus};

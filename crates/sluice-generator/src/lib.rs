@@ -101,6 +101,8 @@ impl GeneratorSource {
             tx_id: if tx == self.tx { self.tx_id.clone() } else { tx.to_string().into() },
             tx_end: seq + 1 == self.config.rows_per_tx,
             commit_time_us: EPOCH_US + tx as i64 * 1000,
+            schema: None,
+            origin: sluice_core::schema::Origin::None,
         }
     }
 

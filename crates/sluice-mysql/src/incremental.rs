@@ -214,6 +214,8 @@ impl ChunkReader for Reader {
                 tx_id: Arc::from("snapshot"),
                 tx_end: false,
                 commit_time_us: 0,
+                schema: None,
+                origin: sluice_core::schema::Origin::None,
             });
             if key.is_some() {
                 *after = key;

@@ -293,6 +293,9 @@ pub struct RelationMeta {
     pub root: Option<String>,
     /// `None` when nothing names a row but the whole row.
     pub key: Option<Vec<String>>,
+    /// The primary key's columns; empty for a table without one.
+    pub primary: Vec<String>,
+    pub columns: Vec<crate::schema::CatalogColumn>,
 }
 
 pub async fn relation_meta(conn: &mut Connection, oid: u32) -> Result<RelationMeta, SourceError> {
@@ -321,7 +324,19 @@ pub async fn relation_meta(conn: &mut Connection, oid: u32) -> Result<RelationMe
         .await
         .map_err(query_error)?;
     let replident = replident.first("relreplident").and_then(|r| r.bytes().next()).unwrap_or(b'd');
-    Ok(RelationMeta { root, key: event_key(replident, primary, identity) })
+    let columns = crate::schema::catalog_columns(conn, oid).await?;
+    // Debezium orders a key's fields as the constraint declares them,
+    // which the event key (in column order) does not.
+    let declared = names(
+        conn.simple_query(&format!(
+            "SELECT a.attname FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) \
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+             WHERE i.indrelid = {oid} AND i.indisprimary ORDER BY k.n"
+        ))
+        .await
+        .map_err(query_error)?,
+    );
+    Ok(RelationMeta { root, key: event_key(replident, primary, identity), primary: declared, columns })
 }
 
 /// The columns that name a row in its events: the primary key, unless the

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use sluice_config::glob_match;
-use sluice_core::{Columns, Event, Lsn, Op, Position, Row, Value};
+use sluice_core::{Columns, Event, Lsn, Op, Origin, Position, Row, TableSchema, Value};
 
 use crate::catalog::RelationMeta;
 use crate::pgoutput::{
@@ -37,6 +37,7 @@ struct RelationInfo {
     key_columns: Columns,
     fingerprint: u32,
     included: bool,
+    schema: Arc<TableSchema>,
 }
 
 struct Transaction {
@@ -58,6 +59,10 @@ pub struct Decoder {
     types: HashMap<u32, PgType>,
     tx: Option<Transaction>,
     held: Option<Event>,
+    /// The WAL position of the message being applied.
+    message_lsn: u64,
+    /// The commit LSN of the last transaction the stream finished.
+    last_commit_lsn: Option<u64>,
 }
 
 impl Decoder {
@@ -73,7 +78,14 @@ impl Decoder {
             types: HashMap::new(),
             tx: None,
             held: None,
+            message_lsn: 0,
+            last_commit_lsn: None,
         }
+    }
+
+    /// The WAL position of the next message, for the events it makes.
+    pub fn at(&mut self, lsn: u64) {
+        self.message_lsn = lsn;
     }
 
     /// Whether a transaction is open (Begin seen, Commit not yet).
@@ -120,7 +132,9 @@ impl Decoder {
                     seq: 0,
                 });
             }
-            Message::Commit { .. } => {
+            Message::Commit { end_lsn, .. } => {
+                // Debezium's `lastCommitLsn`: where the commit record ends.
+                self.last_commit_lsn = Some(end_lsn);
                 if let Some(mut last) = self.held.take() {
                     last.tx_end = true;
                     out.push(last);
@@ -191,7 +205,7 @@ impl Decoder {
         let table = meta.and_then(|m| m.root.clone()).unwrap_or_else(|| own.clone());
         let included = self.patterns.iter().any(|p| glob_match(p, &table) || glob_match(p, &own))
             && !self.excluded.iter().any(|t| *t == table || *t == own);
-        let types = relation
+        let types: Vec<PgType> = relation
             .columns
             .iter()
             .map(|c| {
@@ -203,7 +217,10 @@ impl Decoder {
         let columns: Columns = relation.columns.iter().map(|c| Arc::from(c.name.as_str())).collect();
         let key_index = key_index(&relation, meta.and_then(|m| m.key.as_deref()));
         let key_columns: Columns = key_index.iter().map(|i| columns[*i].clone()).collect();
+        let (catalog, primary) = meta.map(|m| (m.columns.as_slice(), m.primary.as_slice())).unwrap_or_default();
+        let schema = Arc::new(crate::schema::table_schema(&relation, &types, catalog, primary));
         let info = RelationInfo {
+            schema,
             fingerprint: fingerprint(&relation),
             table: table.into(),
             columns,
@@ -250,6 +267,8 @@ impl Decoder {
             tx_id,
             tx_end: false,
             commit_time_us,
+            schema: Some(info.schema.clone()),
+            origin: Origin::Postgres { lsn: self.message_lsn, last_commit_lsn: self.last_commit_lsn },
         };
         if let Some(previous) = self.held.replace(event) {
             out.push(previous);
@@ -290,6 +309,8 @@ impl Decoder {
             tx_id,
             tx_end,
             commit_time_us,
+            schema: None,
+            origin: Origin::Postgres { lsn, last_commit_lsn: self.last_commit_lsn },
         };
         if tx_end {
             out.push(event);
@@ -412,7 +433,7 @@ mod tests {
             column.key = true;
         }
         let mut decoder = Decoder::new("pg", "shop", vec!["public.*".into()], true);
-        decoder.set_meta(1, RelationMeta { root: None, key: Some(vec!["id".into()]) });
+        decoder.set_meta(1, RelationMeta { root: None, key: Some(vec!["id".into()]), ..Default::default() });
         let mut out = Vec::new();
         decoder.apply(Message::Relation(full), &mut out).unwrap();
         decoder.apply(Message::Begin { final_lsn: 0x100, commit_time_pg_us: 0, xid: 7 }, &mut out).unwrap();
@@ -434,7 +455,10 @@ mod tests {
         let mut partition = relation();
         partition.name = "orders_2024".into();
         let mut decoder = Decoder::new("pg", "shop", vec!["public.orders".into()], true);
-        decoder.set_meta(1, RelationMeta { root: Some("public.orders".into()), key: Some(vec!["id".into()]) });
+        decoder.set_meta(
+            1,
+            RelationMeta { root: Some("public.orders".into()), key: Some(vec!["id".into()]), ..Default::default() },
+        );
         let mut out = Vec::new();
         decoder.apply(Message::Relation(partition), &mut out).unwrap();
         decoder.apply(Message::Begin { final_lsn: 1, commit_time_pg_us: 0, xid: 1 }, &mut out).unwrap();

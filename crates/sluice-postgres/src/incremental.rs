@@ -172,6 +172,8 @@ impl ChunkReader for Reader {
                 tx_id: Arc::from("snapshot"),
                 tx_end: false,
                 commit_time_us: 0,
+                schema: Some(plan.schema.clone()),
+                origin: sluice_core::schema::Origin::None,
             });
             if parts.is_some() {
                 *after = parts;

@@ -7,6 +7,7 @@ pub mod incremental;
 pub mod pgoutput;
 pub mod preflight;
 mod reader;
+mod schema;
 mod snapshot;
 mod source;
 mod start;

@@ -214,6 +214,7 @@ impl Reader {
                         }
                     }
                     let before = ready.len();
+                    self.decoder.at(wal_start);
                     self.decoder.apply(message, ready).map_err(|e| {
                         SourceError::permanent(
                             format!("cannot decode the replication stream: {e}"),

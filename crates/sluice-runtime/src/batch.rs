@@ -450,6 +450,8 @@ mod tests {
                     tx_id: tx.to_string().into(),
                     tx_end: seq + 1 == *size,
                     commit_time_us: 0,
+                    schema: None,
+                    origin: sluice_core::schema::Origin::None,
                 });
             }
         }

@@ -414,6 +414,8 @@ mod tests {
                     tx_id: tx.to_string().into(),
                     tx_end: true,
                     commit_time_us: 0,
+                    schema: None,
+                    origin: sluice_core::schema::Origin::None,
                 };
                 batcher.push(event).unwrap()
             })

@@ -81,6 +81,16 @@ pub fn default_required() -> bool {
     DEFAULT_REQUIRED
 }
 
+/// What a reader of an at-least-once line sink drops repeats by, which
+/// depends on the envelope: Debezium's carries no Sluice event id.
+pub fn line_dedup(format: &sluice_format::FormatConfig) -> &'static str {
+    match format.envelope {
+        sluice_format::Envelope::Native => "event id",
+        sluice_format::Envelope::Debezium => "source position (source.lsn, or source.file, pos and row)",
+        sluice_format::Envelope::Cloudevents => "CloudEvents id (the event id)",
+    }
+}
+
 /// Expands the sink list into the modules, the `SinkConfig` enum, its
 /// dispatch, [`build`](crate::build) and [`SINK_TYPES`](crate::SINK_TYPES).
 macro_rules! sink_registry {

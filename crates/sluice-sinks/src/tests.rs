@@ -23,6 +23,8 @@ fn event(tx: u64, seq: u32) -> Event {
         tx_id: tx.to_string().into(),
         tx_end: true,
         commit_time_us: 0,
+        schema: None,
+        origin: sluice_core::schema::Origin::None,
     }
 }
 
@@ -88,6 +90,40 @@ async fn file_sink_refuses_a_file_it_did_not_write() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "shopping list\n");
 }
 
+fn cloudevents() -> sluice_format::FormatConfig {
+    serde_json::from_str(r#"{"envelope":"cloudevents"}"#).unwrap()
+}
+
+#[tokio::test]
+async fn a_file_in_a_foreign_envelope_keeps_its_position_in_a_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.jsonl");
+    let mut sink = FileSink::with_format("f", &path, &cloudevents());
+    assert_eq!(sink.open().await.unwrap(), None);
+    write(&mut sink, &[event(1, 0), event(2, 0)]).await.unwrap();
+    let whole_len = std::fs::metadata(&path).unwrap().len();
+    // A batch appended whose mark never landed, as a kill leaves it.
+    let line = b"{\"specversion\":\"1.0\"}\n";
+    std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(line).unwrap();
+    let mut reopened = FileSink::with_format("f", &path, &cloudevents());
+    assert_eq!(reopened.open().await.unwrap(), Some(Position::Generator { tx: 2, seq: 0 }));
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), whole_len);
+    write(&mut reopened, &[event(3, 0)]).await.unwrap();
+    let ids: Vec<String> = lines(&path).iter().map(|l| l["sluiceposition"].as_str().unwrap().to_string()).collect();
+    assert_eq!(ids, ["gen:1:0", "gen:2:0", "gen:3:0"]);
+}
+
+#[tokio::test]
+async fn a_file_without_its_mark_is_refused_not_guessed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.jsonl");
+    std::fs::write(&path, "{\"op\":\"c\"}\n").unwrap();
+    let err = FileSink::with_format("f", &path, &cloudevents()).open().await.unwrap_err();
+    assert!(!err.is_transient());
+    assert!(err.to_string().contains("has no position mark"), "{err}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"op\":\"c\"}\n");
+}
+
 #[test]
 fn preflight_catches_paths_that_cannot_be_created() {
     let dir = tempfile::tempdir().unwrap();
@@ -126,8 +162,20 @@ fn always_built_sinks_report_the_guarantee_their_config_declares() {
             path: dir.path().join("x.jsonl"),
             required: true,
             buffer: Default::default(),
+            format: Default::default(),
         }),
-        SinkConfig::Stdout(StdoutSinkConfig { id: "s".into(), required: true, buffer: Default::default() }),
+        SinkConfig::Stdout(StdoutSinkConfig {
+            id: "s".into(),
+            required: true,
+            buffer: Default::default(),
+            format: Default::default(),
+        }),
+        SinkConfig::Stdout(StdoutSinkConfig {
+            id: "s".into(),
+            required: true,
+            buffer: Default::default(),
+            format: serde_json::from_str(r#"{"envelope":"debezium"}"#).unwrap(),
+        }),
         SinkConfig::Null(NullSinkConfig { id: "n".into(), required: false, buffer: Default::default() }),
     ];
     for config in configs {

@@ -130,6 +130,7 @@ async fn kafka_sinks_conform() {
             tls: None,
             sasl: None,
             client_conf: Default::default(),
+            format: Default::default(),
         });
         let read_topic = topic.clone();
         conform(config, move || kafka_positions(&read_topic)).await;

@@ -36,6 +36,8 @@ fn row(table: &str, op: Op, id: i64, lsn: u64) -> Event {
         tx_id: "t".into(),
         tx_end: true,
         commit_time_us: 0,
+        schema: None,
+        origin: crate::schema::Origin::None,
     }
 }
 

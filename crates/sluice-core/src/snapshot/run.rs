@@ -254,6 +254,8 @@ mod tests {
             tx_id: "snapshot".into(),
             tx_end: true,
             commit_time_us: 0,
+            schema: None,
+            origin: crate::schema::Origin::None,
         }
     }
 

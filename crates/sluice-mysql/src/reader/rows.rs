@@ -42,6 +42,8 @@ impl Reader {
             tx_id,
             tx_end: false,
             commit_time_us,
+            schema: None,
+            origin: sluice_core::schema::Origin::None,
         })
     }
 

@@ -294,6 +294,8 @@ fn event(settings: &Settings, table: &TablePlan, key: Vec<u8>, row: &[mysql_asyn
         tx_id: Arc::from("snapshot"),
         tx_end: true,
         commit_time_us: settings.started_us,
+        schema: None,
+        origin: sluice_core::schema::Origin::None,
     }
 }
 

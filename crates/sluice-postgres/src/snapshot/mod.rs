@@ -271,5 +271,7 @@ fn event(settings: &Settings, table: &TablePlan, tx_id: &Arc<str>, key: Vec<u8>,
         tx_id: tx_id.clone(),
         tx_end: true,
         commit_time_us: settings.started_us,
+        schema: Some(table.schema.clone()),
+        origin: sluice_core::schema::Origin::None,
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use sluice_core::snapshot::{KeyKind, KeyPart};
-use sluice_core::{Columns, SourceError};
+use sluice_core::{Columns, SourceError, TableSchema};
 
 use crate::catalog::{event_key, quote_ident, quote_literal, resolve_types, source_error};
 use crate::pgoutput::{Column, Relation};
@@ -30,6 +30,8 @@ pub struct TablePlan {
     pub order: Order,
     /// The planner's row estimate, for progress.
     pub estimated_rows: u64,
+    /// The declared columns, for formats that describe them.
+    pub schema: Arc<TableSchema>,
 }
 
 /// The order a table is read in, which is the order of its positions.
@@ -77,7 +79,7 @@ pub async fn plan_table(
     // Generated columns are left out, as pgoutput leaves them out.
     let rows = conn
         .simple_query(&format!(
-            "SELECT a.attname, a.atttypid, a.atttypmod, \
+            "SELECT c.oid AS reloid, a.attname, a.atttypid, a.atttypmod, \
                (c.relreplident = 'f' OR a.attnum = ANY(COALESCE(ri.indkey::int2[], '{{}}'))) AS identity, \
                array_position(pk.indkey::int2[], a.attnum) AS pk_position, c.relreplident, c.relkind \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
@@ -126,10 +128,10 @@ pub async fn plan_table(
     }
     key.sort();
     let primary: Vec<String> = key.iter().map(|(_, index, _)| relation.columns[*index].name.clone()).collect();
-    let event_key = event_key(relation.replica_identity, primary, identity_index);
+    let event_key = event_key(relation.replica_identity, primary.clone(), identity_index);
     let unknown: Vec<u32> = relation.columns.iter().map(|c| c.type_oid).filter(|oid| builtin(*oid).is_none()).collect();
     let resolved = resolve_types(conn, &unknown).await?;
-    let types = relation
+    let types: Vec<PgType> = relation
         .columns
         .iter()
         .map(|c| {
@@ -143,7 +145,11 @@ pub async fn plan_table(
     let identity_columns: Columns = identity.iter().map(|i| columns[*i].clone()).collect();
     let (order, estimated_rows) = read_order(conn, schema, table, &key, chunk_size).await?;
     let select_list = columns.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
+    let reloid = rows.first("reloid").and_then(|o| o.parse().ok()).unwrap_or(0);
+    let catalog = crate::schema::catalog_columns(conn, reloid).await?;
+    let declared = Arc::new(crate::schema::table_schema(&relation, &types, &catalog, &primary));
     Ok(Some(TablePlan {
+        schema: declared,
         event_name: format!("{}.{}", relation.namespace, relation.name).into(),
         read_name: format!("{schema}.{table}").into(),
         from_sql: format!("{}.{}", quote_ident(schema), quote_ident(table)),

@@ -20,12 +20,17 @@ pub struct FileSinkConfig {
     /// This sink's buffer limits (`buffer.max_memory_bytes`, `buffer.max_disk_bytes`).
     #[serde(default)]
     pub buffer: crate::BufferConfig,
+    /// The envelope each line is written in (`format.envelope`).
+    #[serde(default)]
+    pub format: sluice_format::FormatConfig,
 }
 
 impl FileSinkConfig {
     /// The file is its own checkpoint, cut back to its last whole line on
     /// open, so nothing is held twice or lost.
     pub const GUARANTEE: Guarantee = Guarantee::ExactlyOnce { condition: None };
+    /// Lines: no keys, no headers.
+    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "file", keys: false, headers: false };
 }
 
 impl SinkSettings for FileSinkConfig {
@@ -34,6 +39,7 @@ impl SinkSettings for FileSinkConfig {
     }
 
     fn validate(&self, at: &str) -> Result<(), Invalid> {
+        self.format.validate(at, Self::CARRIER)?;
         if self.path.as_os_str().is_empty() {
             return Err(Invalid::new(
                 format!("{at}.path"),

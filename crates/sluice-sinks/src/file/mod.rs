@@ -6,8 +6,11 @@
 //! write) the sink cuts any torn last line and reports the position of the
 //! last whole line, and the coordinator hands it only later events. So a
 //! kill -9 at any instruction leaves every event in the file exactly once.
+//! In a foreign envelope (Debezium, CloudEvents) the lines carry no
+//! position, and a mark beside the file does the same job (`mark`).
 
 mod config;
+mod mark;
 mod recover;
 mod sink;
 
@@ -15,7 +18,7 @@ pub use config::FileSinkConfig;
 pub use sink::FileSink;
 
 pub fn build(config: &FileSinkConfig, _context: &crate::SinkContext) -> Box<dyn sluice_core::Sink> {
-    Box::new(FileSink::new(&config.id, &config.path))
+    Box::new(FileSink::with_format(&config.id, &config.path, &config.format))
 }
 
 /// Whether `path` could be created, checked without writing anything: the

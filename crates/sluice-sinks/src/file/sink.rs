@@ -7,11 +7,16 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use sluice_core::{EventChunks, Guarantee, Position, Sink, SinkError};
 
+use sluice_format::{Encoder, FormatConfig, Record, RecordKind};
+
+use super::mark::{recover_marked, write_mark};
 use super::recover::{Tail, recover};
 
 pub struct FileSink {
     id: String,
     path: PathBuf,
+    encoder: Encoder,
+    records: Vec<Record>,
     /// Behind a mutex that a blocking write holds until it finishes, so a
     /// recovery after a timed-out write waits for that write instead of
     /// racing it.
@@ -22,7 +27,24 @@ pub struct FileSink {
 
 impl FileSink {
     pub fn new(id: impl Into<String>, path: impl Into<PathBuf>) -> Self {
-        Self { id: id.into(), path: path.into(), file: Arc::new(Mutex::new(None)), held: None, buf: Vec::new() }
+        Self::with_format(id, path, &FormatConfig::default())
+    }
+
+    pub fn with_format(id: impl Into<String>, path: impl Into<PathBuf>, format: &FormatConfig) -> Self {
+        Self {
+            id: id.into(),
+            path: path.into(),
+            encoder: Encoder::new(format, super::FileSinkConfig::CARRIER),
+            records: Vec::new(),
+            file: Arc::new(Mutex::new(None)),
+            held: None,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Native lines carry their position; other envelopes keep a mark.
+    fn marked(&self) -> bool {
+        !self.encoder.is_native()
     }
 
     fn permanent(&self, problem: String) -> SinkError {
@@ -38,7 +60,8 @@ const APPEND_BYTES: usize = 4 * 1024 * 1024;
 
 impl FileSink {
     /// Appends the buffer, and with `sync` fsyncs the file.
-    async fn append(&mut self, sync: bool) -> Result<(), SinkError> {
+    /// Returns the file's length after the append.
+    async fn append(&mut self, sync: bool) -> Result<u64, SinkError> {
         let mut buf = std::mem::take(&mut self.buf);
         let slot = self.file.clone();
         let (result, returned) = tokio::task::spawn_blocking(move || {
@@ -48,6 +71,7 @@ impl FileSink {
                 Some(file) => file
                     .write_all(&buf)
                     .and_then(|()| if sync { file.sync_data() } else { Ok(()) })
+                    .and_then(|()| file.metadata().map(|m| m.len()))
                     .map_err(|e| e.to_string()),
             };
             if result.is_err() {
@@ -88,6 +112,7 @@ impl Sink for FileSink {
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {
         let path = self.path.clone();
         let slot = self.file.clone();
+        let marked = self.marked();
         let tail = tokio::task::spawn_blocking(move || -> Result<Tail, String> {
             let mut guard = lock(&slot);
             *guard = None;
@@ -100,7 +125,7 @@ impl Sink for FileSink {
                 .create(true)
                 .open(&path)
                 .map_err(|e| format!("cannot open: {e}"))?;
-            let tail = recover(&mut file)?;
+            let tail = if marked { recover_marked(&path, &mut file)? } else { recover(&mut file)? };
             *guard = Some(file);
             Ok(tail)
         })
@@ -119,10 +144,16 @@ impl Sink for FileSink {
         self.buf.clear();
         while let Some(chunk) = events.next_chunk().await? {
             for event in chunk {
-                serde_json::to_writer(&mut self.buf, event).map_err(|e| {
-                    SinkError::permanent_from("file sink: cannot encode an event", "report this as a bug", e)
+                self.records.clear();
+                self.encoder.encode(event, &mut self.records).map_err(|e| SinkError::Rejected {
+                    detail: format!("file sink {:?}: {e}", self.id),
+                    position: event.position.clone(),
                 })?;
-                self.buf.push(b'\n');
+                // Lines have no keys, so a tombstone has nothing to name.
+                for record in self.records.iter().filter(|r| r.kind != RecordKind::Tombstone) {
+                    self.buf.extend_from_slice(record.value.as_deref().unwrap_or(b"null"));
+                    self.buf.push(b'\n');
+                }
             }
             // A spilled batch arrives in many chunks; write as we go so the
             // encoded batch never has to fit in memory.
@@ -130,7 +161,20 @@ impl Sink for FileSink {
                 self.append(false).await?;
             }
         }
-        self.append(true).await?;
+        let length = self.append(true).await?;
+        if self.marked() {
+            let path = self.path.clone();
+            let position = last.clone();
+            tokio::task::spawn_blocking(move || write_mark(&path, length, Some(&position)))
+                .await
+                .map_err(blocking_failed)?
+                .map_err(|problem| {
+                    // The batch is in the file but not marked: the next
+                    // open cuts it, and the coordinator sends it again.
+                    lock(&self.file).take();
+                    SinkError::transient(format!("file sink {:?}: {problem}", self.id))
+                })?;
+        }
         self.held = Some(last);
         Ok(self.held.clone())
     }

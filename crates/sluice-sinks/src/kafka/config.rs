@@ -80,6 +80,9 @@ pub struct KafkaSinkConfig {
     /// Passed to librdkafka as is (except the settings Sluice manages).
     #[serde(default)]
     pub client_conf: BTreeMap<String, String>,
+    /// The envelope of message values and keys (`format.envelope`).
+    #[serde(default)]
+    pub format: sluice_format::FormatConfig,
 }
 
 fn default_topic() -> String {
@@ -93,6 +96,11 @@ fn default_compression() -> KafkaCompression {
 }
 fn default_timeout() -> u64 {
     DEFAULT_KAFKA_TIMEOUT_SECS
+}
+
+impl KafkaSinkConfig {
+    /// Messages have keys and headers.
+    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "kafka", keys: true, headers: true };
 }
 
 impl SinkSettings for KafkaSinkConfig {
@@ -113,6 +121,14 @@ impl SinkSettings for KafkaSinkConfig {
             .map_err(|problem| Invalid::new(format!("{at}.topic"), problem, "fix the topic template"))?;
         if let Some(key) = &c.key {
             check_template(key).map_err(|problem| Invalid::new(format!("{at}.key"), problem, "fix the key template"))?;
+        }
+        c.format.validate(at, Self::CARRIER)?;
+        if c.key.is_some() && c.format.envelope == sluice_format::Envelope::Debezium {
+            return Err(Invalid::new(
+                format!("{at}.key"),
+                "the Debezium envelope sets each message's key (the primary key struct)",
+                "remove key, or use the native or cloudevents envelope",
+            ));
         }
         if !valid_topic(&c.checkpoint_topic) {
             return Err(Invalid::new(

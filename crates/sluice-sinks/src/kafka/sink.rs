@@ -8,7 +8,9 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use sluice_core::settings::valid_topic;
-use sluice_core::{Envelope, Event, EventChunks, Guarantee, Position, Sink, SinkError, SliceChunks, failpoint};
+use sluice_core::sync::lock;
+use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError, SliceChunks, failpoint};
+use sluice_format::{Encoder, Record, header_name};
 
 use super::KafkaSinkConfig;
 use super::checkpoint::{ensure_topic, read_position};
@@ -24,6 +26,9 @@ pub struct KafkaSink {
     transactional_id: String,
     topic: Template,
     key: Option<Template>,
+    /// Behind a lock only because `produce` takes `&self`; one writer task
+    /// owns the sink, so it is never contended.
+    encoder: std::sync::Mutex<Encoder>,
     timeout: Duration,
     producer: Option<FutureProducer<Watched>>,
     /// Refusals librdkafka reports on its own, kept by the producer's context.
@@ -39,6 +44,7 @@ impl KafkaSink {
             checkpoint_key: format!("{source_id}::sink::{}", config.id),
             topic: Template::parse(&config.topic),
             key: config.key.as_deref().map(Template::parse),
+            encoder: std::sync::Mutex::new(Encoder::new(&config.format, KafkaSinkConfig::CARRIER)),
             timeout: Duration::from_secs(config.timeout_secs),
             pipeline: pipeline.to_string(),
             transactional_id,
@@ -147,6 +153,8 @@ impl KafkaSink {
         let producer = self.producer()?;
         let mut pending = VecDeque::new();
         let (mut topic, mut key, mut key_text) = (String::new(), Vec::new(), String::new());
+        let mut records: Vec<Record> = Vec::new();
+        let own_keys = !lock(&self.encoder).defines_keys();
         while let Some(chunk) = events.next_chunk().await? {
             for event in chunk {
                 self.topic.render(event, &mut topic);
@@ -161,7 +169,7 @@ impl KafkaSink {
                         position: event.position.clone(),
                     });
                 }
-                let has_key = match (&self.key, &event.key) {
+                let native_key = match (&self.key, &event.key) {
                     (Some(template), _) => {
                         template.render(event, &mut key_text);
                         key.clear();
@@ -174,38 +182,49 @@ impl KafkaSink {
                     }
                     (None, None) => false,
                 };
-                let envelope = Envelope::new(event);
-                let payload = serde_json::to_vec(&envelope).map_err(|e| {
-                    SinkError::permanent_from("kafka: cannot encode an event", "report this as a bug", e)
-                })?;
-                let mut record = FutureRecord::to(&topic).payload(&payload).headers(headers(event, &envelope.id));
-                if has_key {
-                    record = record.key(&key);
-                }
-                let mut record = Some(record);
-                while let Some(next) = record.take() {
-                    match producer.send_result(next) {
-                        Ok(delivery) => pending.push_back((delivery, event.position.clone())),
-                        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                            // The local queue is full: wait for the oldest delivery.
-                            match pending.pop_front() {
-                                Some((oldest, position)) => self.settle(oldest, &position).await?,
-                                None => tokio::time::sleep(Duration::from_millis(10)).await,
-                            }
-                            record = Some(back);
-                        }
-                        Err((error, _)) => match per_event(error.rdkafka_error_code()) {
-                            // librdkafka's own checks (message.max.bytes
-                            // among them) refuse the message here, before
-                            // any broker sees it.
-                            Some(reason) => return Err(rejected(event, reason, &error)),
-                            None => return Err(self.classify("producing", error)),
-                        },
-                    }
+                records.clear();
+                lock(&self.encoder)
+                    .encode(event, &mut records)
+                    .map_err(|e| SinkError::Rejected { detail: format!("kafka: {e}"), position: event.position.clone() })?;
+                let id = event.id().to_string();
+                for encoded in &records {
+                    let record = kafka_record(&topic, event, &id, encoded, (own_keys && native_key).then_some(key.as_slice()));
+                    self.send(&producer, record, event, &mut pending).await?;
                 }
             }
         }
         Ok(pending)
+    }
+
+    /// Hands one record to librdkafka, waiting for room when its queue is full.
+    async fn send(
+        &self,
+        producer: &FutureProducer<Watched>,
+        record: FutureRecord<'_, [u8], [u8]>,
+        event: &Event,
+        pending: &mut VecDeque<(DeliveryFuture, Position)>,
+    ) -> Result<(), SinkError> {
+        let mut record = Some(record);
+        while let Some(next) = record.take() {
+            match producer.send_result(next) {
+                Ok(delivery) => pending.push_back((delivery, event.position.clone())),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    // The local queue is full: wait for the oldest delivery.
+                    match pending.pop_front() {
+                        Some((oldest, position)) => self.settle(oldest, &position).await?,
+                        None => tokio::time::sleep(Duration::from_millis(10)).await,
+                    }
+                    record = Some(back);
+                }
+                Err((error, _)) => match per_event(error.rdkafka_error_code()) {
+                    // librdkafka's own checks (message.max.bytes among
+                    // them) refuse the message here, before any broker sees it.
+                    Some(reason) => return Err(rejected(event, reason, &error)),
+                    None => return Err(self.classify("producing", error)),
+                },
+            }
+        }
+        Ok(())
     }
 
     async fn settle(&self, delivery: DeliveryFuture, position: &Position) -> Result<(), SinkError> {
@@ -275,15 +294,36 @@ fn rejected(event: &Event, reason: &str, error: &KafkaError) -> SinkError {
     }
 }
 
-fn headers(event: &Event, id: &str) -> OwnedHeaders {
-    let position = event.position.to_string();
-    OwnedHeaders::new_with_capacity(6)
+/// One encoded record as a Kafka message: the format's key where it
+/// defines one (Debezium), else the sink's own; Sluice's lineage headers
+/// and the format's headers.
+fn kafka_record<'a>(
+    topic: &'a str,
+    event: &'a Event,
+    id: &'a str,
+    encoded: &'a Record,
+    native_key: Option<&'a [u8]>,
+) -> FutureRecord<'a, [u8], [u8]> {
+    let mut headers = OwnedHeaders::new_with_capacity(6 + encoded.headers.len())
         .insert(Header { key: "sluice.event_id", value: Some(id.as_bytes()) })
         .insert(Header { key: "sluice.source", value: Some(event.source_id.as_bytes()) })
         .insert(Header { key: "sluice.db", value: Some(event.database.as_bytes()) })
         .insert(Header { key: "sluice.table", value: Some(event.table.as_bytes()) })
-        .insert(Header { key: "sluice.op", value: Some(event.op.code().as_bytes()) })
-        .insert(Header { key: "sluice.position", value: Some(position.as_bytes()) })
+        .insert(Header { key: "sluice.op", value: Some(event.op.code().as_bytes()) });
+    let position = event.position.to_string();
+    headers = headers.insert(Header { key: "sluice.position", value: Some(position.as_bytes()) });
+    for (name, value) in &encoded.headers {
+        let name = if name.starts_with("__debezium") { name.clone() } else { header_name(name, true) };
+        headers = headers.insert(Header { key: &name, value: Some(value.as_slice()) });
+    }
+    let mut record = FutureRecord::to(topic).headers(headers);
+    if let Some(value) = &encoded.value {
+        record = record.payload(value.as_slice());
+    }
+    if let Some(key) = encoded.key.as_deref().or(native_key.filter(|_| encoded.key.is_none())) {
+        record = record.key(key);
+    }
+    record
 }
 
 #[async_trait]

@@ -20,18 +20,26 @@ pub struct StdoutSinkConfig {
     /// This sink's buffer limits (`buffer.max_memory_bytes`, `buffer.max_disk_bytes`).
     #[serde(default)]
     pub buffer: crate::BufferConfig,
+    /// The envelope each line is written in (`format.envelope`).
+    #[serde(default)]
+    pub format: sluice_format::FormatConfig,
 }
 
 impl StdoutSinkConfig {
-    pub const GUARANTEE: Guarantee = Guarantee::AtLeastOnce { dedup: "event id" };
+    /// Lines: no keys, no headers.
+    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "stdout", keys: false, headers: false };
 }
 
 impl SinkSettings for StdoutSinkConfig {
     fn guarantee(&self) -> Guarantee {
-        Self::GUARANTEE
+        Guarantee::AtLeastOnce { dedup: crate::registry::line_dedup(&self.format) }
+    }
+
+    fn validate(&self, at: &str) -> Result<(), sluice_core::settings::Invalid> {
+        self.format.validate(at, Self::CARRIER)
     }
 }
 
 pub fn build(config: &StdoutSinkConfig, _context: &crate::SinkContext) -> Box<dyn Sink> {
-    Box::new(StdoutSink::new(&config.id))
+    Box::new(StdoutSink::new(&config.id, &config.format, config.guarantee()))
 }

@@ -1,17 +1,29 @@
 use async_trait::async_trait;
 use sluice_core::{EventChunks, Guarantee, Position, Sink, SinkError};
+use sluice_format::{Encoder, FormatConfig, Record, RecordKind};
 use tokio::io::AsyncWriteExt;
 
 pub struct StdoutSink {
     id: String,
+    guarantee: Guarantee,
+    encoder: Encoder,
+    records: Vec<Record>,
     out: tokio::io::Stdout,
     buf: Vec<u8>,
     written: Option<Position>,
 }
 
 impl StdoutSink {
-    pub fn new(id: impl Into<String>) -> Self {
-        Self { id: id.into(), out: tokio::io::stdout(), buf: Vec::new(), written: None }
+    pub fn new(id: impl Into<String>, format: &FormatConfig, guarantee: Guarantee) -> Self {
+        Self {
+            id: id.into(),
+            guarantee,
+            encoder: Encoder::new(format, super::StdoutSinkConfig::CARRIER),
+            records: Vec::new(),
+            out: tokio::io::stdout(),
+            buf: Vec::new(),
+            written: None,
+        }
     }
 }
 
@@ -26,7 +38,7 @@ impl Sink for StdoutSink {
     }
 
     fn guarantee(&self) -> Guarantee {
-        super::StdoutSinkConfig::GUARANTEE
+        self.guarantee.clone()
     }
 
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {
@@ -39,10 +51,16 @@ impl Sink for StdoutSink {
         while let Some(chunk) = events.next_chunk().await? {
             self.buf.clear();
             for event in chunk {
-                serde_json::to_writer(&mut self.buf, event).map_err(|e| {
-                    SinkError::permanent_from("stdout sink: cannot encode an event", "report this as a bug", e)
+                self.records.clear();
+                self.encoder.encode(event, &mut self.records).map_err(|e| SinkError::Rejected {
+                    detail: format!("stdout sink {:?}: {e}", self.id),
+                    position: event.position.clone(),
                 })?;
-                self.buf.push(b'\n');
+                // Lines have no keys, so a tombstone has nothing to name.
+                for record in self.records.iter().filter(|r| r.kind != RecordKind::Tombstone) {
+                    self.buf.extend_from_slice(record.value.as_deref().unwrap_or(b"null"));
+                    self.buf.push(b'\n');
+                }
             }
             self.out.write_all(&self.buf).await.map_err(io)?;
         }

@@ -1,0 +1,119 @@
+//! CloudEvents 1.0: structured mode (one JSON object) everywhere, binary
+//! mode (attributes in headers, the data as the body) where a sink has
+//! headers. The data is the native envelope, so nothing is lost.
+
+use serde::Deserialize;
+use serde_json::json;
+use sluice_core::time::format_utc_micros;
+use sluice_core::{Envelope, Event, Op};
+
+use crate::{FormatError, Record, RecordKind};
+
+/// The CloudEvents envelope's options, defaults applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CloudEventsSettings {
+    pub mode: CloudEventsMode,
+    /// The `source` attribute; `None` means `/sluice/<source id>`.
+    pub source: Option<String>,
+    /// The start of every `type`, followed by the operation (`.insert`).
+    pub type_prefix: String,
+}
+
+/// The `type` prefix when none is set.
+pub const DEFAULT_TYPE_PREFIX: &str = "io.sluice.change";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CloudEventsMode {
+    #[default]
+    Structured,
+    Binary,
+}
+
+/// Extension attributes: lowercase letters and digits, at most 20
+/// characters, as the specification asks.
+#[cfg(test)]
+const EXTENSIONS: [&str; 4] = ["sluiceposition", "sluicetxid", "sluicedb", "sluiceop"];
+
+fn operation(op: Op) -> &'static str {
+    match op {
+        Op::Insert => "insert",
+        Op::Update => "update",
+        Op::Delete => "delete",
+        Op::Read => "read",
+        Op::Truncate => "truncate",
+        Op::Message => "message",
+        Op::Schema => "schema",
+    }
+}
+
+pub struct Encoder {
+    settings: CloudEventsSettings,
+}
+
+impl Encoder {
+    pub fn new(settings: CloudEventsSettings) -> Self {
+        Self { settings }
+    }
+
+    pub fn encode(&mut self, event: &Event, out: &mut Vec<Record>) -> Result<(), FormatError> {
+        let envelope = Envelope::new(event);
+        let data = serde_json::to_value(&envelope)
+            .map_err(|e| FormatError(format!("cannot encode event {}: {e}", event.position)))?;
+        let source = self.settings.source.clone().unwrap_or_else(|| format!("/sluice/{}", event.source_id));
+        let attributes = [
+            ("specversion", "1.0".to_string()),
+            ("id", envelope.id.clone()),
+            ("source", source),
+            ("type", format!("{}.{}", self.settings.type_prefix, operation(event.op))),
+            ("time", format_utc_micros(event.commit_time_us)),
+            ("subject", event.table.to_string()),
+            ("sluiceposition", event.position.to_string()),
+            ("sluicetxid", event.tx_id.to_string()),
+            ("sluicedb", event.database.to_string()),
+            ("sluiceop", event.op.code().to_string()),
+        ];
+        let record = match self.settings.mode {
+            CloudEventsMode::Structured => {
+                let mut object = serde_json::Map::new();
+                for (name, value) in attributes {
+                    object.insert(name.to_string(), json!(value));
+                }
+                object.insert("datacontenttype".into(), json!("application/json"));
+                object.insert("data".into(), data);
+                let value = serde_json::to_vec(&object).map_err(|e| FormatError(e.to_string()))?;
+                Record { kind: RecordKind::Change, key: None, value: Some(value), headers: Vec::new() }
+            }
+            CloudEventsMode::Binary => {
+                let mut headers: Vec<(String, Vec<u8>)> =
+                    attributes.into_iter().map(|(name, value)| (name.to_string(), value.into_bytes())).collect();
+                headers.push(("datacontenttype".into(), b"application/json".to_vec()));
+                let value = serde_json::to_vec(&data).map_err(|e| FormatError(e.to_string()))?;
+                Record { kind: RecordKind::Change, key: None, value: Some(value), headers }
+            }
+        };
+        out.push(record);
+        Ok(())
+    }
+}
+
+/// The header a binary-mode attribute travels in: `ce_` on Kafka, `ce-`
+/// on HTTP and NATS, and the content type in the binding's own header.
+pub fn header_name(attribute: &str, kafka: bool) -> String {
+    match (attribute, kafka) {
+        ("datacontenttype", true) => "content-type".to_string(),
+        ("datacontenttype", false) => "Content-Type".to_string(),
+        (name, true) => format!("ce_{name}"),
+        (name, false) => format!("ce-{name}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn extension_names_follow_the_specification() {
+        for name in super::EXTENSIONS {
+            assert!(name.len() <= 20 && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()), "{name}");
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! Column values in Debezium's representation.
+
+use std::fmt::Write as _;
+
+use base64::Engine as _;
+use sluice_core::Value;
+use sluice_core::time::{parse_iso_date, parse_iso_timestamp};
+
+use super::settings::BinaryHandling;
+use super::types::Conv;
+use crate::json;
+
+/// Debezium's average month, in days, for intervals.
+const DAYS_PER_MONTH_AVG: f64 = 365.25 / 12.0;
+
+const MICROS_PER_DAY: i64 = 86_400_000_000;
+
+/// Writes `value` as `conv` says; an error names what cannot be represented.
+pub fn write(out: &mut String, value: &Value, conv: &Conv, unavailable: &str) -> Result<(), String> {
+    match (value, conv) {
+        (Value::Null, _) => out.push_str("null"),
+        (Value::Unchanged, Conv::Binary(mode)) => binary(out, unavailable.as_bytes(), *mode),
+        (Value::Unchanged, Conv::Array(_)) => {
+            out.push('[');
+            json::push_str(out, unavailable);
+            out.push(']');
+        }
+        (Value::Unchanged, Conv::Text) => json::push_str(out, unavailable),
+        (Value::Unchanged, _) => return Err("an unchanged value of a column that cannot hold the placeholder".into()),
+        (Value::Bool(b), Conv::Bool) => out.push_str(if *b { "true" } else { "false" }),
+        (Value::Int(i), Conv::Int) => {
+            let _ = write!(out, "{i}");
+        }
+        (Value::UInt(u), Conv::Int) => {
+            let _ = write!(out, "{u}");
+        }
+        (Value::Float(f), Conv::Float) => float(out, *f),
+        (Value::Decimal(text), conv) => decimal(out, text, conv)?,
+        (Value::Bytes(bytes), Conv::Binary(mode)) => binary(out, bytes, *mode),
+        (Value::Json(doc), Conv::Text) => json::push_str(out, doc.as_str()),
+        (Value::Date(text), Conv::Date) => {
+            let days = parse_iso_date(text).ok_or_else(|| format!("date {text:?} has no day number"))?;
+            let _ = write!(out, "{days}");
+        }
+        (Value::Time(text), Conv::TimeMillis) => {
+            let _ = write!(out, "{}", time_of_day_micros(text)? / 1000);
+        }
+        (Value::Time(text), Conv::TimeMicros) => {
+            let _ = write!(out, "{}", time_of_day_micros(text)?);
+        }
+        (Value::Time(text), Conv::ZonedTime { precision }) => json::push_str(out, &zoned_time(text, *precision)?),
+        (Value::Timestamp(text) | Value::TimestampTz(text), Conv::TimestampMillis) => {
+            let _ = write!(out, "{}", timestamp_micros(text)?.div_euclid(1000));
+        }
+        (Value::Timestamp(text) | Value::TimestampTz(text), Conv::TimestampMicros) => {
+            let _ = write!(out, "{}", timestamp_micros(text)?);
+        }
+        (Value::TimestampTz(text), Conv::ZonedTimestamp { precision }) => {
+            json::push_str(out, &zoned_timestamp(text, *precision)?)
+        }
+        (Value::Text(text), Conv::IntervalMicros) => {
+            let _ = write!(out, "{}", interval_micros(text)?);
+        }
+        (Value::Array(items), Conv::Array(item)) => {
+            out.push('[');
+            for (i, value) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write(out, value, item, unavailable)?;
+            }
+            out.push(']');
+        }
+        (value, Conv::Text) => json::push_str(out, &value.text()),
+        (value, conv) => return Err(format!("a value {value:?} does not fit the column's Debezium type ({conv:?})")),
+    }
+    Ok(())
+}
+
+fn float(out: &mut String, f: f64) {
+    if f.is_finite() {
+        out.push_str(&serde_json::to_string(&f).unwrap_or_else(|_| "null".into()));
+    } else if f.is_nan() {
+        out.push_str("\"NaN\"");
+    } else if f > 0.0 {
+        out.push_str("\"Infinity\"");
+    } else {
+        out.push_str("\"-Infinity\"");
+    }
+}
+
+fn binary(out: &mut String, bytes: &[u8], mode: BinaryHandling) {
+    match mode {
+        BinaryHandling::Bytes | BinaryHandling::Base64 => {
+            out.push('"');
+            base64::engine::general_purpose::STANDARD.encode_string(bytes, out);
+            out.push('"');
+        }
+        BinaryHandling::Hex => {
+            out.push('"');
+            for byte in bytes {
+                let _ = write!(out, "{byte:02x}");
+            }
+            out.push('"');
+        }
+    }
+}
+
+fn decimal(out: &mut String, text: &str, conv: &Conv) -> Result<(), String> {
+    match conv {
+        Conv::DecimalString | Conv::Text => json::push_str(out, text),
+        Conv::DecimalDouble => {
+            let value: f64 = text.parse().map_err(|_| format!("decimal {text:?} is not a number"))?;
+            float(out, value);
+        }
+        Conv::DecimalBytes { scale } => {
+            let unscaled = unscaled(text, Some(*scale))?;
+            out.push('"');
+            base64::engine::general_purpose::STANDARD.encode_string(unscaled.1, out);
+            out.push('"');
+        }
+        Conv::VariableDecimal => {
+            let (scale, bytes) = unscaled(text, None)?;
+            let _ = write!(out, "{{\"scale\":{scale},\"value\":\"");
+            base64::engine::general_purpose::STANDARD.encode_string(bytes, out);
+            out.push_str("\"}");
+        }
+        other => return Err(format!("a decimal does not fit the column's Debezium type ({other:?})")),
+    }
+    Ok(())
+}
+
+/// The unscaled value of a decimal as Java's `BigInteger.toByteArray`
+/// writes it (big-endian two's complement, shortest form), and its scale:
+/// `scale` when given (the text padded to it), else the text's own.
+pub fn unscaled(text: &str, scale: Option<u32>) -> Result<(u32, Vec<u8>), String> {
+    let refuse = || format!("decimal {text:?} has no exact Debezium form (NaN and infinity have none)");
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    if whole.is_empty() && fraction.is_empty() || !whole.bytes().chain(fraction.bytes()).all(|b| b.is_ascii_digit()) {
+        return Err(refuse());
+    }
+    let scale = scale.unwrap_or(fraction.len() as u32);
+    let kept = fraction.len().min(scale as usize);
+    if fraction[kept..].bytes().any(|b| b != b'0') {
+        return Err(format!("decimal {text:?} has more fraction digits than the column's scale {scale}"));
+    }
+    let padding = scale as usize - kept;
+    let all = whole.bytes().chain(fraction[..kept].bytes()).chain(std::iter::repeat_n(b'0', padding));
+    // Base-256 magnitude, big-endian, built digit by digit.
+    let mut magnitude: Vec<u8> = Vec::new();
+    for digit in all {
+        let mut carry = u32::from(digit - b'0');
+        for byte in magnitude.iter_mut().rev() {
+            let next = u32::from(*byte) * 10 + carry;
+            *byte = (next & 0xFF) as u8;
+            carry = next >> 8;
+        }
+        while carry > 0 {
+            magnitude.insert(0, (carry & 0xFF) as u8);
+            carry >>= 8;
+        }
+    }
+    let start = magnitude.iter().position(|b| *b != 0).unwrap_or(magnitude.len());
+    let magnitude = &magnitude[start..];
+    if magnitude.is_empty() {
+        return Ok((scale, vec![0]));
+    }
+    if !negative {
+        let mut bytes = Vec::with_capacity(magnitude.len() + 1);
+        if magnitude[0] & 0x80 != 0 {
+            bytes.push(0);
+        }
+        bytes.extend_from_slice(magnitude);
+        return Ok((scale, bytes));
+    }
+    let twos = |width: usize| -> Vec<u8> {
+        let mut bytes = vec![0u8; width - magnitude.len()];
+        bytes.extend_from_slice(magnitude);
+        for byte in bytes.iter_mut() {
+            *byte = !*byte;
+        }
+        for byte in bytes.iter_mut().rev() {
+            let (sum, overflow) = byte.overflowing_add(1);
+            *byte = sum;
+            if !overflow {
+                break;
+            }
+        }
+        bytes
+    };
+    let short = twos(magnitude.len());
+    Ok((scale, if short[0] & 0x80 != 0 { short } else { twos(magnitude.len() + 1) }))
+}
+
+/// Microseconds since midnight of `HH:MM:SS[.fraction][zone]`, zone ignored.
+fn time_of_day_micros(text: &str) -> Result<i64, String> {
+    let stamp = format!("1970-01-01T{}", strip_zone(text));
+    if text.starts_with("24:00:00") {
+        return Ok(MICROS_PER_DAY);
+    }
+    parse_iso_timestamp(&stamp).map(|(micros, _)| micros).ok_or_else(|| format!("time {text:?} does not parse"))
+}
+
+fn strip_zone(text: &str) -> &str {
+    let end = text.get(8..).and_then(|rest| rest.find(['+', '-', 'Z'])).map_or(text.len(), |i| i + 8);
+    &text[..end]
+}
+
+fn timestamp_micros(text: &str) -> Result<i64, String> {
+    parse_iso_timestamp(text)
+        .map(|(micros, _)| micros)
+        .ok_or_else(|| format!("timestamp {text:?} has no Debezium form (infinity has none)"))
+}
+
+/// A time with zone, in UTC, as `HH:MM:SS[.fraction]Z`.
+fn zoned_time(text: &str, precision: u32) -> Result<String, String> {
+    let local = strip_zone(text);
+    let zone = &text[local.len()..];
+    let zone = if zone.is_empty() { "Z" } else { zone };
+    let (micros, _) = parse_iso_timestamp(&format!("1970-01-02T{local}{zone}"))
+        .ok_or_else(|| format!("time {text:?} does not parse"))?;
+    let of_day = micros.rem_euclid(MICROS_PER_DAY);
+    Ok(format!("{}Z", clock(of_day, precision)))
+}
+
+/// `HH:MM:SS` and `precision` fraction digits (at most 6), as Debezium
+/// prints a zoned time of a column with that precision.
+fn clock(micros_of_day: i64, precision: u32) -> String {
+    let seconds = micros_of_day / 1_000_000;
+    let fraction = micros_of_day % 1_000_000;
+    let mut text = format!("{:02}:{:02}:{:02}", seconds / 3600, seconds / 60 % 60, seconds % 60);
+    let digits = precision.min(6) as usize;
+    if digits > 0 {
+        text.push('.');
+        text.push_str(&format!("{fraction:06}")[..digits]);
+    }
+    text
+}
+
+/// A timestamp with zone as Debezium's `ZonedTimestamp`: ISO-8601 in UTC.
+fn zoned_timestamp(text: &str, precision: u32) -> Result<String, String> {
+    let micros = timestamp_micros(text)?;
+    let days = micros.div_euclid(MICROS_PER_DAY);
+    let date = sluice_core::time::format_utc_micros(days * MICROS_PER_DAY);
+    let date = date.split('T').next().unwrap_or_default().to_string();
+    Ok(format!("{date}T{}Z", clock(micros.rem_euclid(MICROS_PER_DAY), precision)))
+}
+
+/// An ISO-8601 duration (`P1Y2M3DT4H5M6.5S`, parts may be negative) in
+/// microseconds, as Debezium's `MicroDuration` counts it.
+fn interval_micros(text: &str) -> Result<i64, String> {
+    let refuse = || format!("interval {text:?} is not an ISO-8601 duration");
+    let body = text.strip_prefix('P').ok_or_else(refuse)?;
+    let (date_part, time_part) = body.split_once('T').unwrap_or((body, ""));
+    let mut parts = [0f64; 6];
+    let mut read = |part: &str, units: &[(char, usize)]| -> Result<(), String> {
+        let mut number = String::new();
+        for c in part.chars() {
+            match units.iter().find(|(unit, _)| *unit == c) {
+                Some((_, index)) => {
+                    parts[*index] = number.parse().map_err(|_| refuse())?;
+                    number.clear();
+                }
+                None => number.push(c),
+            }
+        }
+        if number.is_empty() { Ok(()) } else { Err(refuse()) }
+    };
+    read(date_part, &[('Y', 0), ('M', 1), ('D', 2)])?;
+    read(time_part, &[('H', 3), ('M', 4), ('S', 5)])?;
+    let [years, months, days, hours, minutes, seconds] = parts;
+    let days = (years * 12.0 + months) * DAYS_PER_MONTH_AVG + days;
+    let seconds = ((days * 24.0 + hours) * 60.0 + minutes) * 60.0 + seconds;
+    Ok((seconds * 1e6) as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(text: &str, scale: Option<u32>) -> String {
+        unscaled(text, scale).unwrap().1.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn decimals_become_java_big_integer_bytes() {
+        assert_eq!(hex("0", Some(2)), "00");
+        assert_eq!(hex("1.27", Some(2)), "7f");
+        assert_eq!(hex("1.28", Some(2)), "0080");
+        assert_eq!(hex("-1.28", Some(2)), "80");
+        assert_eq!(hex("-1.29", Some(2)), "ff7f");
+        assert_eq!(hex("-2.56", Some(2)), "ff00");
+        assert_eq!(hex("12.5", Some(2)), "04e2");
+        assert_eq!(unscaled("12.500", None).unwrap().0, 3);
+        assert!(unscaled("NaN", Some(2)).is_err());
+        assert!(unscaled("1.234", Some(2)).is_err());
+        // 2^64: beyond any machine integer.
+        assert_eq!(hex("18446744073709551616", Some(0)), "010000000000000000");
+    }
+
+    #[test]
+    fn times_and_intervals_count_as_debezium_does() {
+        assert_eq!(time_of_day_micros("12:34:56.789").unwrap(), 45_296_789_000);
+        assert_eq!(zoned_time("12:34:56.5+02", 3).unwrap(), "10:34:56.500Z");
+        assert_eq!(zoned_timestamp("2026-01-02T03:04:05.120Z", 6).unwrap(), "2026-01-02T03:04:05.120000Z");
+        assert_eq!(zoned_timestamp("2026-01-02T03:04:05Z", 0).unwrap(), "2026-01-02T03:04:05Z");
+        assert_eq!(zoned_timestamp("0001-01-01T00:00:00Z", 6).unwrap(), "0001-01-01T00:00:00.000000Z");
+        assert_eq!(interval_micros("P1DT2H").unwrap(), 93_600_000_000);
+        assert_eq!(interval_micros("P1M").unwrap(), 2_629_800_000_000);
+        assert_eq!(interval_micros("PT-1.5S").unwrap(), -1_500_000);
+        assert!(interval_micros("1 day").is_err());
+    }
+}

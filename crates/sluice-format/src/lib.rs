@@ -1,0 +1,95 @@
+//! The format layer: how a sink turns events into the bytes it moves.
+//!
+//! Every sink that writes bytes takes a [`FormatConfig`] and encodes each
+//! event through an [`Encoder`] into zero or more [`Record`]s: a value,
+//! perhaps a key, and headers. The sink only decides where a record goes.
+//! The native envelope is the default and stays byte for byte what Sluice
+//! always wrote.
+
+mod cloudevents;
+mod config;
+pub mod debezium;
+mod json;
+
+use sluice_core::Event;
+
+pub use cloudevents::{CloudEventsMode, CloudEventsSettings, header_name};
+pub use config::{Carrier, Envelope, FormatConfig};
+pub use debezium::DebeziumSettings;
+
+/// What one event becomes on the wire.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub kind: RecordKind,
+    /// The message key, where the format defines one. `None` leaves the
+    /// key to the sink's own rule (the native envelope's key).
+    pub key: Option<Vec<u8>>,
+    /// `None` for a tombstone: a key with no value, which tells a
+    /// compacted topic to forget the key.
+    pub value: Option<Vec<u8>>,
+    /// Headers the format asks for (CloudEvents binary mode).
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    /// The event itself.
+    Change,
+    /// The tombstone that follows a delete (Debezium).
+    Tombstone,
+}
+
+/// Why an event cannot be written in a format. The event goes to the dead
+/// letter queue with this reason; nothing is substituted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct FormatError(pub String);
+
+/// Encodes events in one sink's format.
+pub struct Encoder {
+    kind: Kind,
+}
+
+enum Kind {
+    Native,
+    Debezium(debezium::Encoder),
+    CloudEvents(cloudevents::Encoder),
+}
+
+impl Encoder {
+    /// The encoder of `config` for a sink that carries what `carrier` says.
+    pub fn new(config: &FormatConfig, carrier: Carrier) -> Self {
+        let kind = match config.envelope {
+            Envelope::Native => Kind::Native,
+            Envelope::Debezium => Kind::Debezium(debezium::Encoder::new(config.debezium(carrier.keys))),
+            Envelope::Cloudevents => Kind::CloudEvents(cloudevents::Encoder::new(config.cloudevents())),
+        };
+        Self { kind }
+    }
+
+    /// True for the native envelope, whose sinks keep their own keys.
+    pub fn is_native(&self) -> bool {
+        matches!(self.kind, Kind::Native)
+    }
+
+    /// Whether the format sets every record's key (Debezium: a keyless
+    /// table's records have none), so a sink must not add its own.
+    pub fn defines_keys(&self) -> bool {
+        matches!(self.kind, Kind::Debezium(_))
+    }
+
+    /// Appends the records of `event` to `out`; an event a format leaves
+    /// out (a truncate Debezium is told to skip) adds none.
+    pub fn encode(&mut self, event: &Event, out: &mut Vec<Record>) -> Result<(), FormatError> {
+        match &mut self.kind {
+            Kind::Native => {
+                let value = serde_json::to_vec(&sluice_core::Envelope::new(event))
+                    .map_err(|e| FormatError(format!("cannot encode event {}: {e}", event.position)))?;
+                out.push(Record { kind: RecordKind::Change, key: None, value: Some(value), headers: Vec::new() });
+                Ok(())
+            }
+            Kind::Debezium(encoder) => encoder.encode(event, out),
+            Kind::CloudEvents(encoder) => encoder.encode(event, out),
+        }
+    }
+}

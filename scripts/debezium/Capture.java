@@ -1,0 +1,338 @@
+// Runs Debezium embedded with the given engine properties and prints each
+// change record as one line of JSON on stdout, so tests can compare Sluice's
+// Debezium-format output with Debezium's own. Built by scripts/debezium.sh.
+//
+//   java -Xmx768m -cp '<libs>/*:<capture.jar>' Capture <engine.properties>
+//        [--max-records N] [--idle-ms M] [--timeout-ms T] [--headers simple|json]
+//        [--set key=value]... [--seed-offset JSON [--seed-partition JSON]]
+//
+// Each line is {"topic":..,"key":..,"value":..,"headers":{name:string}}:
+// key and value are what Kafka's JsonConverter (schemas.enable=true) writes
+// for them, spliced in byte for byte, or null (a tombstone's value). Header
+// values are strings as Kafka Connect's default SimpleHeaderConverter writes
+// them, or with --headers json as JsonConverter (schemas.enable=true) does.
+// Properties named capture.converter.X are given to both JsonConverters as X
+// (e.g. capture.converter.decimal.format=NUMERIC) and not to the engine.
+//
+// --seed-offset writes the file of offset.storage.file.filename (replacing
+// it) with that one source offset before the engine starts, under the
+// partition {"server": <topic.prefix>} unless --seed-partition gives another:
+// e.g. {"file":"mariadb-bin.000002","pos":4,"gtids":"0-4242-17"} to start a
+// binlog connector at a known place (with snapshot.mode=recovery).
+//
+// It stops, closing the engine, after N records (exit 0), or once M ms pass
+// without a record after at least one arrived (exit 0). After T ms (default
+// 120000) it gives up with exit 2; when the engine fails it exits 1. All
+// logging goes to stderr (slf4j-simple, WARN unless -Dorg.slf4j.simpleLogger.
+// defaultLogLevel says otherwise; java.util.logging at WARNING), so stdout
+// holds only the JSON lines.
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.debezium.embedded.Connect;
+import io.debezium.engine.DebeziumEngine;
+import io.debezium.engine.RecordChangeEvent;
+import io.debezium.engine.format.ChangeEventFormat;
+import java.io.BufferedOutputStream;
+import java.io.FileInputStream;
+import java.io.FileOutputStream;
+import java.io.ObjectOutputStream;
+import java.io.InputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import org.apache.kafka.connect.header.Header;
+import org.apache.kafka.connect.json.JsonConverter;
+import org.apache.kafka.connect.source.SourceRecord;
+import org.apache.kafka.connect.storage.HeaderConverter;
+import org.apache.kafka.connect.storage.SimpleHeaderConverter;
+
+public final class Capture {
+    static {
+        // Before any logger exists: slf4j-simple to stderr, WARN by default.
+        setDefault("org.slf4j.simpleLogger.logFile", "System.err");
+        setDefault("org.slf4j.simpleLogger.defaultLogLevel", "warn");
+        setDefault("org.slf4j.simpleLogger.showDateTime", "true");
+        // The binlog client logs through java.util.logging (to stderr): WARNING too.
+        if (System.getProperty("java.util.logging.config.file") == null) {
+            java.util.logging.Logger.getLogger("").setLevel(java.util.logging.Level.WARNING);
+        }
+    }
+
+    private static void setDefault(String key, String value) {
+        if (System.getProperty(key) == null) {
+            System.setProperty(key, value);
+        }
+    }
+
+    private static final ObjectMapper MAPPER = new ObjectMapper();
+    private static final String CONVERTER_PREFIX = "capture.converter.";
+
+    private final PrintStream out =
+            new PrintStream(new BufferedOutputStream(System.out, 1 << 16), false, StandardCharsets.UTF_8);
+    private final JsonConverter keyConverter = new JsonConverter();
+    private final JsonConverter valueConverter = new JsonConverter();
+    private final HeaderConverter headerConverter;
+    private final long maxRecords;
+
+    private final Object lock = new Object();
+    private long count;
+    private long lastRecordNanos;
+    private final AtomicBoolean stopping = new AtomicBoolean();
+    private final CountDownLatch finished = new CountDownLatch(1);
+    private volatile boolean engineOk = true;
+    private volatile String engineMessage;
+    private volatile Throwable engineError;
+
+    private Capture(Map<String, String> converterConfig, boolean jsonHeaders, long maxRecords) {
+        Map<String, Object> key = new HashMap<>(converterConfig);
+        key.put("schemas.enable", "true");
+        key.put("converter.type", "key");
+        keyConverter.configure(key);
+        Map<String, Object> value = new HashMap<>(converterConfig);
+        value.put("schemas.enable", "true");
+        value.put("converter.type", "value");
+        valueConverter.configure(value);
+        if (jsonHeaders) {
+            JsonConverter json = new JsonConverter();
+            Map<String, Object> header = new HashMap<>(converterConfig);
+            header.put("schemas.enable", "true");
+            header.put("converter.type", "header");
+            json.configure(header);
+            headerConverter = json;
+        } else {
+            SimpleHeaderConverter simple = new SimpleHeaderConverter();
+            simple.configure(Map.of("converter.type", "header"));
+            headerConverter = simple;
+        }
+        this.maxRecords = maxRecords;
+    }
+
+    private static void usage(String problem) {
+        System.err.println("Capture: " + problem);
+        System.err.println("usage: Capture <engine.properties> [--max-records N] [--idle-ms M]"
+                + " [--timeout-ms T] [--headers simple|json] [--set key=value]..."
+                + " [--seed-offset JSON [--seed-partition JSON]]");
+        System.exit(64);
+    }
+
+    public static void main(String[] args) throws Exception {
+        if (args.length < 1 || args[0].startsWith("--")) {
+            usage("missing the engine properties file");
+        }
+        Properties props = new Properties();
+        try (InputStream in = new FileInputStream(args[0])) {
+            props.load(in);
+        }
+        long maxRecords = Long.MAX_VALUE;
+        long idleMs = 5000;
+        long timeoutMs = 120_000;
+        boolean jsonHeaders = false;
+        String seedOffset = null;
+        String seedPartition = null;
+        for (int i = 1; i < args.length; i++) {
+            String arg = args[i];
+            if (i + 1 >= args.length) {
+                usage("missing the value of " + arg);
+            }
+            String val = args[++i];
+            switch (arg) {
+                case "--max-records": maxRecords = Long.parseLong(val); break;
+                case "--idle-ms": idleMs = Long.parseLong(val); break;
+                case "--timeout-ms": timeoutMs = Long.parseLong(val); break;
+                case "--headers":
+                    if (!val.equals("simple") && !val.equals("json")) {
+                        usage("--headers takes simple or json");
+                    }
+                    jsonHeaders = val.equals("json");
+                    break;
+                case "--set": {
+                    int eq = val.indexOf('=');
+                    if (eq <= 0) {
+                        usage("--set takes key=value");
+                    }
+                    props.setProperty(val.substring(0, eq), val.substring(eq + 1));
+                    break;
+                }
+                case "--seed-offset": seedOffset = val; break;
+                case "--seed-partition": seedPartition = val; break;
+                default: usage("unknown option " + arg);
+            }
+        }
+        if (maxRecords <= 0) {
+            usage("--max-records must be positive");
+        }
+        Map<String, String> converterConfig = new HashMap<>();
+        for (String name : props.stringPropertyNames()) {
+            if (name.startsWith(CONVERTER_PREFIX)) {
+                converterConfig.put(name.substring(CONVERTER_PREFIX.length()), props.getProperty(name));
+                props.remove(name);
+            }
+        }
+        props.putIfAbsent("name", "sluice-capture");
+        if (seedOffset != null) {
+            seed(props, seedPartition, seedOffset);
+        } else if (seedPartition != null) {
+            usage("--seed-partition needs --seed-offset");
+        }
+        System.exit(new Capture(converterConfig, jsonHeaders, maxRecords).run(props, idleMs, timeoutMs));
+    }
+
+    // Writes one offset in the format of Kafka's FileOffsetBackingStore: a
+    // serialized HashMap<byte[], byte[]> from the JSON of [engine name,
+    // partition] to the JSON of the offset, as Debezium embedded keys them.
+    @SuppressWarnings("unchecked")
+    private static void seed(Properties props, String partitionJson, String offsetJson) throws Exception {
+        String file = props.getProperty("offset.storage.file.filename");
+        if (file == null || !"org.apache.kafka.connect.storage.FileOffsetBackingStore"
+                .equals(props.getProperty("offset.storage"))) {
+            usage("--seed-offset needs offset.storage=org.apache.kafka.connect.storage.FileOffsetBackingStore"
+                    + " and offset.storage.file.filename");
+        }
+        Map<String, Object> partition;
+        if (partitionJson != null) {
+            partition = MAPPER.readValue(partitionJson, LinkedHashMap.class);
+        } else {
+            String prefix = props.getProperty("topic.prefix");
+            if (prefix == null) {
+                usage("--seed-offset needs topic.prefix or --seed-partition");
+            }
+            partition = new LinkedHashMap<>();
+            partition.put("server", prefix);
+        }
+        Map<String, Object> offset = MAPPER.readValue(offsetJson, LinkedHashMap.class);
+        JsonConverter converter = new JsonConverter();
+        converter.configure(Map.of("schemas.enable", "false"), true);
+        String name = props.getProperty("name");
+        byte[] key = converter.fromConnectData(name, null, List.of(name, partition));
+        byte[] value = converter.fromConnectData(name, null, offset);
+        HashMap<byte[], byte[]> raw = new HashMap<>();
+        raw.put(key, value);
+        try (ObjectOutputStream os = new ObjectOutputStream(new FileOutputStream(file))) {
+            os.writeObject(raw);
+        }
+    }
+
+    private int run(Properties props, long idleMs, long timeoutMs) throws Exception {
+        DebeziumEngine<RecordChangeEvent<SourceRecord>> engine =
+                DebeziumEngine.create(ChangeEventFormat.of(Connect.class))
+                        .using(props)
+                        .using((success, message, error) -> {
+                            engineOk = success;
+                            engineMessage = message;
+                            engineError = error;
+                            finished.countDown();
+                        })
+                        .notifying(this::handleBatch)
+                        .build();
+        Thread runner = new Thread(engine, "debezium-engine");
+        runner.setDaemon(true);
+        runner.start();
+
+        long start = System.nanoTime();
+        String stopReason = null;
+        int code = 0;
+        while (stopReason == null) {
+            if (finished.await(50, TimeUnit.MILLISECONDS)) {
+                // The engine stopped by itself: that is a failure.
+                reportEngine("the engine stopped before the capture was done");
+                return 1;
+            }
+            long now = System.nanoTime();
+            synchronized (lock) {
+                if (count >= maxRecords) {
+                    stopReason = "max records";
+                } else if (count > 0 && now - lastRecordNanos >= TimeUnit.MILLISECONDS.toNanos(idleMs)) {
+                    stopReason = "idle";
+                } else if (now - start >= TimeUnit.MILLISECONDS.toNanos(timeoutMs)) {
+                    stopReason = "timeout";
+                    code = 2;
+                }
+            }
+        }
+        stopping.set(true);
+        synchronized (lock) {
+            out.flush();
+        }
+        if (code == 2) {
+            System.err.println("Capture: timed out after " + timeoutMs + " ms with " + count + " record(s)");
+        }
+        engine.close();
+        if (!finished.await(30, TimeUnit.SECONDS)) {
+            System.err.println("Capture: the engine did not stop within 30 s of close");
+            return code != 0 ? code : 1;
+        }
+        if (!engineOk && code == 0) {
+            reportEngine("the engine failed while stopping");
+            return 1;
+        }
+        return code;
+    }
+
+    private void reportEngine(String what) {
+        System.err.println("Capture: " + what + (engineMessage == null ? "" : ": " + engineMessage));
+        if (engineError != null) {
+            engineError.printStackTrace(System.err);
+        }
+    }
+
+    private void handleBatch(List<RecordChangeEvent<SourceRecord>> batch,
+                             DebeziumEngine.RecordCommitter<RecordChangeEvent<SourceRecord>> committer)
+            throws InterruptedException {
+        for (RecordChangeEvent<SourceRecord> event : batch) {
+            synchronized (lock) {
+                if (stopping.get() || count >= maxRecords) {
+                    break;
+                }
+                out.print(line(event.record()));
+                out.print('\n');
+                out.flush();
+                count++;
+                lastRecordNanos = System.nanoTime();
+            }
+            committer.markProcessed(event);
+        }
+        committer.markBatchFinished();
+    }
+
+    private String line(SourceRecord record) {
+        String topic = record.topic();
+        StringBuilder sb = new StringBuilder(512);
+        sb.append("{\"topic\":").append(quote(topic));
+        sb.append(",\"key\":").append(json(keyConverter.fromConnectData(topic, record.keySchema(), record.key())));
+        sb.append(",\"value\":").append(record.value() == null
+                ? "null"
+                : json(valueConverter.fromConnectData(topic, record.valueSchema(), record.value())));
+        sb.append(",\"headers\":{");
+        boolean first = true;
+        for (Header header : record.headers()) {
+            if (!first) {
+                sb.append(',');
+            }
+            first = false;
+            byte[] bytes = headerConverter.fromConnectHeader(topic, header.key(), header.schema(), header.value());
+            sb.append(quote(header.key())).append(':')
+                    .append(bytes == null ? "null" : quote(new String(bytes, StandardCharsets.UTF_8)));
+        }
+        sb.append("}}");
+        return sb.toString();
+    }
+
+    private static String json(byte[] bytes) {
+        return bytes == null ? "null" : new String(bytes, StandardCharsets.UTF_8);
+    }
+
+    private static String quote(String s) {
+        try {
+            return MAPPER.writeValueAsString(s);
+        } catch (Exception e) {
+            throw new IllegalStateException(e);
+        }
+    }
+}
