@@ -23,6 +23,10 @@ env_file=$(scripts/services.sh start)
 trap 'scripts/services.sh stop' EXIT
 # shellcheck source=/dev/null
 . "$env_file"
+# Debezium embedded, the oracle of tests/debezium.rs (jars from Maven Central).
+scripts/debezium.sh fetch >/dev/null
+# The CloudEvents SDK, which tests/cloudevents.rs has read Sluice's events.
+scripts/consumers.sh python >/dev/null
 cargo test --workspace --locked
 
 # The short torture run (README, "Torture"): two minutes of workload

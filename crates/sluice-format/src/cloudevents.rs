@@ -3,11 +3,10 @@
 //! headers. The data is the native envelope, so nothing is lost.
 
 use serde::Deserialize;
-use serde_json::json;
 use sluice_core::time::format_utc_micros;
 use sluice_core::{Envelope, Event, Op};
 
-use crate::{FormatError, Record, RecordKind};
+use crate::{FormatError, Record, RecordKind, json};
 
 /// The CloudEvents envelope's options, defaults applied.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,7 +57,7 @@ impl Encoder {
 
     pub fn encode(&mut self, event: &Event, out: &mut Vec<Record>) -> Result<(), FormatError> {
         let envelope = Envelope::new(event);
-        let data = serde_json::to_value(&envelope)
+        let data = serde_json::to_vec(&envelope)
             .map_err(|e| FormatError(format!("cannot encode event {}: {e}", event.position)))?;
         let source = self.settings.source.clone().unwrap_or_else(|| format!("/sluice/{}", event.source_id));
         let attributes = [
@@ -68,6 +67,7 @@ impl Encoder {
             ("type", format!("{}.{}", self.settings.type_prefix, operation(event.op))),
             ("time", format_utc_micros(event.commit_time_us)),
             ("subject", event.table.to_string()),
+            ("datacontenttype", "application/json".to_string()),
             ("sluiceposition", event.position.to_string()),
             ("sluicetxid", event.tx_id.to_string()),
             ("sluicedb", event.database.to_string()),
@@ -75,21 +75,23 @@ impl Encoder {
         ];
         let record = match self.settings.mode {
             CloudEventsMode::Structured => {
-                let mut object = serde_json::Map::new();
-                for (name, value) in attributes {
-                    object.insert(name.to_string(), json!(value));
+                let mut text = String::with_capacity(data.len() + 384);
+                for (i, (name, value)) in attributes.iter().enumerate() {
+                    text.push(if i == 0 { '{' } else { ',' });
+                    json::push_str(&mut text, name);
+                    text.push(':');
+                    json::push_str(&mut text, value);
                 }
-                object.insert("datacontenttype".into(), json!("application/json"));
-                object.insert("data".into(), data);
-                let value = serde_json::to_vec(&object).map_err(|e| FormatError(e.to_string()))?;
+                text.push_str(",\"data\":");
+                let mut value = text.into_bytes();
+                value.extend_from_slice(&data);
+                value.push(b'}');
                 Record { kind: RecordKind::Change, key: None, value: Some(value), headers: Vec::new() }
             }
             CloudEventsMode::Binary => {
-                let mut headers: Vec<(String, Vec<u8>)> =
+                let headers =
                     attributes.into_iter().map(|(name, value)| (name.to_string(), value.into_bytes())).collect();
-                headers.push(("datacontenttype".into(), b"application/json".to_vec()));
-                let value = serde_json::to_vec(&data).map_err(|e| FormatError(e.to_string()))?;
-                Record { kind: RecordKind::Change, key: None, value: Some(value), headers }
+                Record { kind: RecordKind::Change, key: None, value: Some(data), headers }
             }
         };
         out.push(record);

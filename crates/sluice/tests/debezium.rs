@@ -134,8 +134,9 @@ fn the_debezium_envelope_matches_debezium_field_by_field() {
     let format = format!(
         "{{ envelope: debezium, schemas: true, topic_prefix: {prefix}, truncate: include, messages: include }}"
     );
+    let plain = format!("{{ envelope: debezium, topic_prefix: {prefix}, truncate: include }}");
     let config = format!(
-        "pipelines:\n  - name: pg\n    source:\n      type: postgres\n      config: {{ id: {db}, host: 127.0.0.1, port: {port}, database: {db}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", ssl_mode: verify-full, ca_file: {ca}, messages: true, status_interval_secs: 1 }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: debezium.jsonl, format: {format} }}\n      - type: kafka\n        config: {{ id: kafka, brokers: \"{brokers}\", topic: \"{prefix}.${{table}}\", format: {format} }}\n",
+        "pipelines:\n  - name: pg\n    source:\n      type: postgres\n      config: {{ id: {db}, host: 127.0.0.1, port: {port}, database: {db}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", ssl_mode: verify-full, ca_file: {ca}, messages: true, status_interval_secs: 1 }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: debezium.jsonl, format: {format} }}\n      - type: file\n        config: {{ id: plain, path: plain.jsonl, format: {plain} }}\n      - type: kafka\n        config: {{ id: kafka, brokers: \"{brokers}\", topic: \"{prefix}.${{table}}\", format: {format} }}\n",
         port = pg_env("SLUICE_TEST_PG_PORT"),
         user = pg_env("SLUICE_TEST_PG_USER"),
         brokers = env("SLUICE_TEST_KAFKA_BROKERS"),
@@ -179,6 +180,17 @@ fn the_debezium_envelope_matches_debezium_field_by_field() {
     assert_eq!(ours.len(), values.len(), "sluice wrote {} events, Debezium {}", ours.len(), values.len());
     for (i, (ours, theirs)) in ours.iter().zip(&values).enumerate() {
         assert_same(&format!("event {i} in the file"), &masked(ours.clone()), &masked((*theirs).clone()));
+    }
+
+    // Without schemas: the payload alone, as JsonConverter writes it with
+    // schemas.enable=false.
+    let text = std::fs::read_to_string(dir.path().join("plain.jsonl")).unwrap();
+    let plain: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(plain.len(), values.len(), "the schemaless file holds {} events", plain.len());
+    for (i, (ours, theirs)) in plain.into_iter().zip(&values).enumerate() {
+        let wrapped = serde_json::json!({ "payload": ours });
+        let theirs = serde_json::json!({ "payload": theirs["payload"] });
+        assert_same(&format!("schemaless event {i}"), &masked(wrapped), &masked(theirs));
     }
 
     // Kafka: keys, tombstones and the key-change headers, topic by topic.

@@ -1,0 +1,114 @@
+//! CloudEvents output read by the CloudEvents SDK for Python
+//! (scripts/consumers.sh): structured mode from the file sink, binary mode
+//! from Kafka headers. The SDK refuses any event that breaks the
+//! specification; every event must come back with the native event's id,
+//! position and data.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use serde_json::Value;
+
+/// Every message of a one-partition topic as {headers, key, value}.
+fn binary_messages(topic: &str) -> Vec<Value> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", env("SLUICE_TEST_KAFKA_BROKERS"))
+        .set("group.id", unique("ce"))
+        .create()
+        .unwrap();
+    let mut assignment = TopicPartitionList::new();
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
+    for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
+        assignment.add_partition_offset(topic, partition.id(), Offset::Beginning).unwrap();
+    }
+    consumer.assign(&assignment).unwrap();
+    let (mut messages, mut idle) = (Vec::new(), 0);
+    let text = |bytes: Option<&[u8]>| bytes.map(|b| String::from_utf8(b.to_vec()).unwrap());
+    while idle < 20 {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                idle = 0;
+                let headers: BTreeMap<String, String> = m
+                    .headers()
+                    .map(|h| h.iter().map(|h| (h.key.to_string(), text(h.value).unwrap_or_default())).collect())
+                    .unwrap_or_default();
+                messages
+                    .push(serde_json::json!({"headers": headers, "key": text(m.key()), "value": text(m.payload())}));
+            }
+            Some(Err(e)) => panic!("{e}"),
+            None => idle += 1,
+        }
+    }
+    messages
+}
+
+fn sdk_python() -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/consumers.sh");
+    let output = Command::new("bash").arg(script).arg("python").output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn the_cloudevents_sdk_reads_structured_and_binary_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("ce");
+    let config = format!(
+        "pipelines:\n  - name: orders\n    source: {{ type: generator, config: {{ id: gen1, tx_count: 20, rows_per_tx: 3 }} }}\n    sinks:\n      - type: file\n        config: {{ id: native, path: native.jsonl }}\n      - type: file\n        config: {{ id: structured, path: structured.jsonl, format: {{ envelope: cloudevents, source: /shop/orders }} }}\n      - type: kafka\n        config: {{ id: binary, brokers: \"{}\", topic: {topic}, format: {{ envelope: cloudevents, mode: binary }} }}\n",
+        env("SLUICE_TEST_KAFKA_BROKERS")
+    );
+    let config = write_config(dir.path(), &config);
+    let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let binary = binary_messages(&topic);
+    let binary_path = dir.path().join("binary.jsonl");
+    let lines: Vec<String> = binary.iter().map(|m| m.to_string()).collect();
+    std::fs::write(&binary_path, lines.join("\n") + "\n").unwrap();
+
+    let checked = Command::new(sdk_python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cloudevents_check.py"))
+        .arg(dir.path().join("structured.jsonl"))
+        .arg(&binary_path)
+        .output()
+        .unwrap();
+    assert!(checked.status.success(), "the SDK refused an event:\n{}", String::from_utf8_lossy(&checked.stderr));
+    let decoded: Vec<Value> =
+        String::from_utf8(checked.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+
+    let native: Vec<Value> = std::fs::read_to_string(dir.path().join("native.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(native.len(), 60);
+    assert_eq!(decoded.len(), 120, "both modes give every event");
+    let (structured, binary) = decoded.split_at(60);
+    let mut binary = binary.to_vec();
+    binary.sort_by_key(|e| native.iter().position(|n| n["id"] == e["id"]));
+    for (mode, events, source) in [("structured", structured, "/shop/orders"), ("binary", &binary[..], "/sluice/gen1")]
+    {
+        for (event, native) in events.iter().zip(&native) {
+            assert_eq!(event["id"], native["id"], "{mode}");
+            assert_eq!(event["position"], native["position"], "{mode}");
+            let operation = match native["op"].as_str().unwrap() {
+                "c" => "insert",
+                "u" => "update",
+                "d" => "delete",
+                other => panic!("the generator wrote op {other}"),
+            };
+            assert_eq!(event["type"], format!("io.sluice.change.{operation}"), "{mode}");
+            assert_eq!(event["source"], source, "{mode}");
+            assert_eq!(event["subject"], native["table"], "{mode}");
+            assert_eq!(event["data"], *native, "{mode}: the data is the native event");
+        }
+    }
+}
