@@ -318,6 +318,7 @@ mod tests {
                 row: 1,
                 thread: Some(12),
                 gtid: Some("0-3-9".into()),
+                mariadb: true,
             },
         }
     }
@@ -332,6 +333,9 @@ mod tests {
             ColumnType::Enum { labels: vec!["a".into(), "b".into()] },
             ColumnType::Array(Box::new(ColumnType::Array(Box::new(ColumnType::Int16)))),
             ColumnType::Other,
+            ColumnType::Set { labels: vec!["x".into()] },
+            ColumnType::Bits { length: 5 },
+            ColumnType::Year,
         ];
         let columns = types
             .into_iter()

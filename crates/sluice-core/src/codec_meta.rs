@@ -132,6 +132,15 @@ fn put_type(out: &mut Vec<u8>, ty: &ColumnType) {
             put_type(out, element);
         }
         ColumnType::Other => out.push(19),
+        ColumnType::Set { labels } => {
+            out.push(20);
+            put_len(out, labels.len());
+            for label in labels {
+                put_str(out, label);
+            }
+        }
+        ColumnType::Bits { length } => precision(out, 21, *length),
+        ColumnType::Year => out.push(22),
     }
 }
 
@@ -155,19 +164,24 @@ fn take_type(input: &mut &[u8], depth: usize) -> Result<ColumnType, CodecError> 
         14 => ColumnType::Timestamp { precision: precision(input)? },
         15 => ColumnType::TimestampTz { precision: precision(input)? },
         16 => ColumnType::Interval,
-        17 => {
-            let count = take_count(input, 4)?;
-            let mut labels = Vec::with_capacity(count);
-            for _ in 0..count {
-                labels.push(Arc::from(take_str(input)?));
-            }
-            ColumnType::Enum { labels }
-        }
+        17 => ColumnType::Enum { labels: take_labels(input)? },
         18 if depth < MAX_TYPE_DEPTH => ColumnType::Array(Box::new(take_type(input, depth + 1)?)),
         18 => return Err(CodecError::Invalid("array types nested too deep")),
         19 => ColumnType::Other,
+        20 => ColumnType::Set { labels: take_labels(input)? },
+        21 => ColumnType::Bits { length: precision(input)? },
+        22 => ColumnType::Year,
         _ => return Err(CodecError::Invalid("unknown column type")),
     })
+}
+
+fn take_labels(input: &mut &[u8]) -> Result<Vec<Arc<str>>, CodecError> {
+    let count = take_count(input, 4)?;
+    let mut labels = Vec::with_capacity(count);
+    for _ in 0..count {
+        labels.push(Arc::from(take_str(input)?));
+    }
+    Ok(labels)
 }
 
 pub(crate) fn put_origin(out: &mut Vec<u8>, origin: &Origin) {
@@ -184,8 +198,9 @@ pub(crate) fn put_origin(out: &mut Vec<u8>, origin: &Origin) {
                 }
             }
         }
-        Origin::Mysql { server_id, file, pos, row, thread, gtid } => {
+        Origin::Mysql { server_id, file, pos, row, thread, gtid, mariadb } => {
             out.push(2);
+            out.push(u8::from(*mariadb));
             out.extend_from_slice(&server_id.to_le_bytes());
             put_str(out, file);
             out.extend_from_slice(&pos.to_le_bytes());
@@ -208,6 +223,7 @@ pub(crate) fn take_origin(input: &mut &[u8]) -> Result<Origin, CodecError> {
             Origin::Postgres { lsn, last_commit_lsn }
         }
         2 => {
+            let mariadb = take_flag(input)? == 1;
             let server_id = u32::from_le_bytes(take_array(input)?);
             let file = Arc::from(take_str(input)?);
             let pos = u64::from_le_bytes(take_array(input)?);
@@ -215,7 +231,7 @@ pub(crate) fn take_origin(input: &mut &[u8]) -> Result<Origin, CodecError> {
             let thread = take_opt(input)?;
             let gtid = take_str(input)?;
             let gtid = (!gtid.is_empty()).then(|| Arc::from(gtid));
-            Origin::Mysql { server_id, file, pos, row, thread, gtid }
+            Origin::Mysql { server_id, file, pos, row, thread, gtid, mariadb }
         }
         _ => return Err(CodecError::Invalid("unknown origin")),
     })

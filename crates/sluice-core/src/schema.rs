@@ -49,6 +49,16 @@ pub enum ColumnType {
     Enum {
         labels: Vec<Arc<str>>,
     },
+    /// A MySQL `SET` and its labels; a value is the chosen labels, comma-separated.
+    Set {
+        labels: Vec<Arc<str>>,
+    },
+    /// A bit string of `length` bits (`bit(n)`, n > 1).
+    Bits {
+        length: u32,
+    },
+    /// A MySQL `YEAR`.
+    Year,
     Array(Box<ColumnType>),
     /// Any other type, carried as its text form.
     Other,
@@ -92,5 +102,14 @@ pub enum Origin {
     Postgres { lsn: u64, last_commit_lsn: Option<u64> },
     /// A MySQL or MariaDB row: the binlog file and offset of its row
     /// event, and the server and thread that wrote it.
-    Mysql { server_id: u32, file: Arc<str>, pos: u64, row: u32, thread: Option<u32>, gtid: Option<Arc<str>> },
+    /// `mariadb` tells MariaDB (whose Debezium connector is `mariadb`) from MySQL.
+    Mysql {
+        server_id: u32,
+        file: Arc<str>,
+        pos: u64,
+        row: u32,
+        thread: Option<u32>,
+        gtid: Option<Arc<str>>,
+        mariadb: bool,
+    },
 }

@@ -150,7 +150,7 @@ impl FormatConfig {
             topic_prefix: self.topic_prefix.clone(),
             tombstones: self.tombstones.unwrap_or(keys),
             decimal_handling: self.decimal_handling.unwrap_or(defaults.decimal_handling),
-            time_precision: self.time_precision.unwrap_or(defaults.time_precision),
+            time_precision: self.time_precision,
             binary_handling: self.binary_handling.unwrap_or(defaults.binary_handling),
             unavailable_value: self.unavailable_value.clone().unwrap_or(defaults.unavailable_value),
             truncate: self.truncate.unwrap_or(defaults.truncate),

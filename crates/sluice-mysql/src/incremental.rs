@@ -214,7 +214,7 @@ impl ChunkReader for Reader {
                 tx_id: Arc::from("snapshot"),
                 tx_end: false,
                 commit_time_us: 0,
-                schema: None,
+                schema: Some(plan.declared.clone()),
                 origin: sluice_core::schema::Origin::None,
             });
             if key.is_some() {

@@ -3,6 +3,7 @@
 
 mod conn;
 pub mod ddl;
+mod declared;
 mod errors;
 pub mod gtid;
 pub mod incremental;

@@ -19,7 +19,7 @@ use mysql_async::prelude::Queryable;
 use serde::{Deserialize, Serialize};
 use sluice_core::{Position, SourceError};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct ColumnInfo {
     pub name: String,
     /// `int`, `varchar`, `enum`, ... (information_schema DATA_TYPE).
@@ -39,6 +39,19 @@ pub struct ColumnInfo {
     /// Absent in history written before Sluice recorded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fixed_length: Option<usize>,
+    /// information_schema COLUMN_TYPE (`decimal(12,2)`, `datetime(6)`),
+    /// for formats that describe columns. Empty in older history.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub column_type: String,
+    /// `None` in older history (taken as nullable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nullable: Option<bool>,
+    /// COLUMN_DEFAULT as the server shows it (`42`, `'hello'`, `NULL`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+    /// The column's place in the primary key, from 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_order: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -133,7 +146,7 @@ fn query_error(e: mysql_async::Error) -> SourceError {
 
 /// One information_schema.COLUMNS row: name, data type, column type,
 /// character set, key, byte length.
-type ColumnRow = (String, String, String, Option<String>, String, Option<u64>);
+type ColumnRow = (String, String, String, Option<String>, String, Option<u64>, String, Option<String>);
 
 /// The current schema of `database.table`, or `None` if it does not exist.
 pub async fn read_schema(
@@ -143,8 +156,8 @@ pub async fn read_schema(
 ) -> Result<Option<TableSchema>, SourceError> {
     let rows: Vec<ColumnRow> = conn
         .exec(
-            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, COLUMN_KEY, CHARACTER_OCTET_LENGTH \
-             FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, COLUMN_KEY, CHARACTER_OCTET_LENGTH, \
+               IS_NULLABLE, COLUMN_DEFAULT FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
             (database, table),
         )
         .await
@@ -160,9 +173,17 @@ pub async fn read_schema(
         )
         .await
         .unwrap_or_default();
+    let primary: Vec<String> = conn
+        .exec(
+            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
+            (database, table),
+        )
+        .await
+        .map_err(query_error)?;
     let columns = rows
         .into_iter()
-        .map(|(name, data_type, column_type, charset, key, octets)| {
+        .map(|(name, data_type, column_type, charset, key, octets, nullable, default)| {
             let data_type = data_type.to_ascii_lowercase();
             let json =
                 data_type == "json" || checks.iter().any(|c| c.replace(' ', "") == format!("json_valid(`{name}`)"));
@@ -173,6 +194,10 @@ pub async fn read_schema(
                 json,
                 key: key == "PRI",
                 fixed_length: if data_type == "binary" { octets.and_then(|n| usize::try_from(n).ok()) } else { None },
+                nullable: Some(nullable == "YES"),
+                default,
+                key_order: primary.iter().position(|p| *p == name).and_then(|i| u32::try_from(i + 1).ok()),
+                column_type: column_type.to_ascii_lowercase(),
                 data_type,
                 name,
             }
@@ -249,6 +274,7 @@ mod tests {
                 json: false,
                 key: true,
                 fixed_length: None,
+                ..Default::default()
             }],
         }
     }

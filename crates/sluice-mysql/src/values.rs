@@ -303,6 +303,7 @@ mod tests {
             json: false,
             key: false,
             fixed_length: None,
+            ..Default::default()
         }
     }
 

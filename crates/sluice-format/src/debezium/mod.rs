@@ -33,18 +33,12 @@ const MESSAGE_KEY_SCHEMA: &str = r#"{"type":"struct","fields":[{"type":"string",
 
 pub struct Encoder {
     settings: DebeziumSettings,
-    modes: Modes,
     tables: HashMap<usize, Table>,
 }
 
 impl Encoder {
     pub fn new(settings: DebeziumSettings) -> Self {
-        let modes = Modes {
-            decimal: settings.decimal_handling,
-            time: settings.time_precision,
-            binary: settings.binary_handling,
-        };
-        Self { settings, modes, tables: HashMap::new() }
+        Self { settings, tables: HashMap::new() }
     }
 
     /// The `topic.prefix` of schema names: the setting, else the source id.
@@ -163,7 +157,12 @@ impl Encoder {
     }
 
     fn table(&self, event: &Event, schema: Arc<TableSchema>) -> Table {
-        let fields: Vec<Field> = schema.columns.iter().map(|c| types::field(&c.ty, &self.modes)).collect();
+        let time = self.settings.time_precision.unwrap_or(match source::Connector::of(event) {
+            source::Connector::Postgres => TimePrecision::Adaptive,
+            _ => TimePrecision::AdaptiveTimeMicroseconds,
+        });
+        let modes = Modes { decimal: self.settings.decimal_handling, time, binary: self.settings.binary_handling };
+        let fields: Vec<Field> = schema.columns.iter().map(|c| types::field(&c.ty, &modes)).collect();
         let name = format!("{}.{}", self.prefix(event), source::collection(event));
         let mut value_schema = String::new();
         for (i, (column, field)) in schema.columns.iter().zip(&fields).enumerate() {
@@ -193,7 +192,7 @@ impl Encoder {
             r#"{{"type":"struct","fields":[{before},{after},{source},{transaction},{{"type":"string","optional":false,"field":"op"}},{{"type":"int64","optional":true,"field":"ts_ms"}},{{"type":"int64","optional":true,"field":"ts_us"}},{{"type":"int64","optional":true,"field":"ts_ns"}}],"optional":false,"name":"{name}.Envelope","version":2}}"#,
             before = row("before"),
             after = row("after"),
-            source = source::schema(&event.position),
+            source = source::schema(event),
             transaction = source::TRANSACTION_SCHEMA,
         );
         Table { _schema: schema, fields, key_schema, envelope_schema }
@@ -257,7 +256,7 @@ impl Encoder {
         key.push('}');
         let value_schema = format!(
             r#"{{"type":"struct","fields":[{{"type":"string","optional":false,"field":"op"}},{{"type":"int64","optional":true,"field":"ts_ms"}},{},{},{{"type":"struct","fields":[{{"type":"string","optional":true,"field":"prefix"}},{{"type":"bytes","optional":true,"field":"content"}}],"optional":false,"name":"io.debezium.connector.postgresql.Message","version":1,"field":"message"}}],"optional":false,"name":"io.debezium.connector.postgresql.MessageValue","version":1}}"#,
-            source::schema(&event.position),
+            source::schema(event),
             source::TRANSACTION_SCHEMA
         );
         out.push(Record {

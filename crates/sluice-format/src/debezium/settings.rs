@@ -17,7 +17,9 @@ pub struct DebeziumSettings {
     /// A tombstone after each delete, where the sink has keys.
     pub tombstones: bool,
     pub decimal_handling: DecimalHandling,
-    pub time_precision: TimePrecision,
+    /// `None`: each connector's default (`adaptive` for PostgreSQL,
+    /// `adaptive_time_microseconds` for MySQL and MariaDB, as in Debezium).
+    pub time_precision: Option<TimePrecision>,
     pub binary_handling: BinaryHandling,
     /// Written for a column the source did not send (an unchanged TOAST value).
     pub unavailable_value: String,
@@ -34,7 +36,7 @@ impl Default for DebeziumSettings {
             topic_prefix: None,
             tombstones: true,
             decimal_handling: DecimalHandling::default(),
-            time_precision: TimePrecision::default(),
+            time_precision: None,
             binary_handling: BinaryHandling::default(),
             unavailable_value: DEFAULT_UNAVAILABLE_VALUE.to_string(),
             truncate: Include::Skip,

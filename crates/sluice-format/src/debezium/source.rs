@@ -17,35 +17,49 @@ const SNAPSHOT_FIELD: &str = r#"{"type":"string","optional":true,"name":"io.debe
 const COMMON_FIELDS: &str = r#"{"type":"string","optional":false,"field":"version"},{"type":"string","optional":false,"field":"connector"},{"type":"string","optional":false,"field":"name"},{"type":"int64","optional":false,"field":"ts_ms"},"#;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Connector {
+pub enum Connector {
     Postgres,
     Mysql,
+    Mariadb,
 }
 
-fn connector(position: &Position) -> Connector {
-    match position.base() {
-        Position::Mysql(_) => Connector::Mysql,
-        _ => Connector::Postgres,
+impl Connector {
+    pub fn of(event: &Event) -> Connector {
+        match (&event.origin, event.position.base()) {
+            (Origin::Mysql { mariadb: false, .. }, _) => Connector::Mysql,
+            (_, Position::Mysql(_)) => Connector::Mariadb,
+            _ => Connector::Postgres,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Connector::Postgres => "postgresql",
+            Connector::Mysql => "mysql",
+            Connector::Mariadb => "mariadb",
+        }
     }
 }
 
 /// `schema.table` for PostgreSQL, `db.table` for MySQL: the part of
 /// topic and schema names after the prefix.
 pub fn collection(event: &Event) -> String {
-    match connector(&event.position) {
+    match Connector::of(event) {
         Connector::Postgres => event.table.to_string(),
-        Connector::Mysql if event.table.contains('.') => event.table.to_string(),
-        Connector::Mysql => format!("{}.{}", event.database, event.table),
+        _ if event.table.contains('.') => event.table.to_string(),
+        _ => format!("{}.{}", event.database, event.table),
     }
 }
 
-pub fn schema(position: &Position) -> String {
-    match connector(position) {
+pub fn schema(event: &Event) -> String {
+    let connector = Connector::of(event);
+    match connector {
         Connector::Postgres => format!(
             r#"{{"type":"struct","fields":[{COMMON_FIELDS}{SNAPSHOT_FIELD},{{"type":"string","optional":false,"field":"db"}},{{"type":"string","optional":true,"field":"sequence"}},{{"type":"int64","optional":true,"field":"ts_us"}},{{"type":"int64","optional":true,"field":"ts_ns"}},{{"type":"string","optional":false,"field":"schema"}},{{"type":"string","optional":false,"field":"table"}},{{"type":"int64","optional":true,"field":"txId"}},{{"type":"int64","optional":true,"field":"lsn"}},{{"type":"int64","optional":true,"field":"xmin"}},{{"type":"string","optional":true,"field":"origin"}},{{"type":"int64","optional":true,"field":"origin_lsn"}}],"optional":false,"name":"io.debezium.connector.postgresql.Source","version":1,"field":"source"}}"#
         ),
-        Connector::Mysql => format!(
-            r#"{{"type":"struct","fields":[{COMMON_FIELDS}{SNAPSHOT_FIELD},{{"type":"string","optional":false,"field":"db"}},{{"type":"string","optional":true,"field":"sequence"}},{{"type":"int64","optional":true,"field":"ts_us"}},{{"type":"int64","optional":true,"field":"ts_ns"}},{{"type":"string","optional":true,"field":"table"}},{{"type":"int64","optional":false,"field":"server_id"}},{{"type":"string","optional":true,"field":"gtid"}},{{"type":"string","optional":false,"field":"file"}},{{"type":"int64","optional":false,"field":"pos"}},{{"type":"int32","optional":false,"field":"row"}},{{"type":"int64","optional":true,"field":"thread"}},{{"type":"string","optional":true,"field":"query"}}],"optional":false,"name":"io.debezium.connector.mariadb.Source","field":"source"}}"#
+        Connector::Mysql | Connector::Mariadb => format!(
+            r#"{{"type":"struct","fields":[{COMMON_FIELDS}{SNAPSHOT_FIELD},{{"type":"string","optional":false,"field":"db"}},{{"type":"string","optional":true,"field":"sequence"}},{{"type":"int64","optional":true,"field":"ts_us"}},{{"type":"int64","optional":true,"field":"ts_ns"}},{{"type":"string","optional":true,"field":"table"}},{{"type":"int64","optional":false,"field":"server_id"}},{{"type":"string","optional":true,"field":"gtid"}},{{"type":"string","optional":false,"field":"file"}},{{"type":"int64","optional":false,"field":"pos"}},{{"type":"int32","optional":false,"field":"row"}},{{"type":"int64","optional":true,"field":"thread"}},{{"type":"string","optional":true,"field":"query"}}],"optional":false,"name":"io.debezium.connector.{}.Source","version":1,"field":"source"}}"#,
+            connector.name()
         ),
     }
 }
@@ -62,15 +76,15 @@ pub fn write(out: &mut String, event: &Event, prefix: &str) {
     out.push_str("{\"version\":\"");
     out.push_str(VERSION);
     out.push_str("\",\"connector\":");
-    let kind = connector(&event.position);
-    json::push_str(out, if kind == Connector::Postgres { "postgresql" } else { "mariadb" });
+    let kind = Connector::of(event);
+    json::push_str(out, kind.name());
     out.push_str(",\"name\":");
     json::push_str(out, prefix);
     let _ = write!(out, ",\"ts_ms\":{ms},\"snapshot\":\"{}\",\"db\":", snapshot(event));
     json::push_str(out, &event.database);
     match kind {
         Connector::Postgres => postgres(out, event),
-        Connector::Mysql => mysql(out, event),
+        Connector::Mysql | Connector::Mariadb => mysql(out, event),
     }
     out.push('}');
 }
@@ -126,7 +140,7 @@ fn mysql(out: &mut String, event: &Event) {
     out.push_str(",\"table\":");
     json::push_str(out, event.table.rsplit('.').next().unwrap_or(&event.table));
     match &event.origin {
-        Origin::Mysql { server_id, file, pos, row, thread, gtid } => {
+        Origin::Mysql { server_id, file, pos, row, thread, gtid, .. } => {
             let _ = write!(out, ",\"server_id\":{server_id},\"gtid\":");
             match gtid {
                 Some(gtid) => json::push_str(out, gtid),

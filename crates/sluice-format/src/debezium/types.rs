@@ -25,6 +25,8 @@ pub enum Conv {
     DecimalDouble,
     Text,
     Binary(BinaryHandling),
+    /// Text, or 16 bytes (MariaDB's UUID) written as their text form.
+    Uuid,
     /// Days since the epoch.
     Date,
     TimeMillis,
@@ -40,6 +42,10 @@ pub enum Conv {
     },
     /// Microseconds, months counted as 30.4375 days.
     IntervalMicros,
+    /// A bit string as little-endian bytes, as Java's `BitSet` writes it.
+    Bits {
+        length: u32,
+    },
     Array(Box<Conv>),
 }
 
@@ -82,7 +88,7 @@ pub fn field(ty: &ColumnType, modes: &Modes) -> Field {
             mode => plain("string", Conv::Binary(mode)),
         },
         ColumnType::Json => named("string", "io.debezium.data.Json", Conv::Text),
-        ColumnType::Uuid => named("string", "io.debezium.data.Uuid", Conv::Text),
+        ColumnType::Uuid => named("string", "io.debezium.data.Uuid", Conv::Uuid),
         ColumnType::Date => match modes.time {
             TimePrecision::Connect => named("int32", "org.apache.kafka.connect.data.Date", Conv::Date),
             _ => named("int32", "io.debezium.time.Date", Conv::Date),
@@ -101,6 +107,17 @@ pub fn field(ty: &ColumnType, modes: &Modes) -> Field {
             field.parameters.push(("allowed", labels.join(",")));
             field
         }
+        ColumnType::Set { labels } => {
+            let mut field = named("string", "io.debezium.data.EnumSet", Conv::Text);
+            field.parameters.push(("allowed", labels.join(",")));
+            field
+        }
+        ColumnType::Bits { length } => {
+            let mut field = named("bytes", "io.debezium.data.Bits", Conv::Bits { length: *length });
+            field.parameters.push(("length", length.to_string()));
+            field
+        }
+        ColumnType::Year => named("int32", "io.debezium.time.Year", Conv::Int),
         ColumnType::Array(element) => {
             let item = field(element, modes);
             let conv = Conv::Array(Box::new(item.conv.clone()));

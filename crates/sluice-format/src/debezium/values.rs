@@ -28,11 +28,19 @@ pub fn write(out: &mut String, value: &Value, conv: &Conv, unavailable: &str) ->
         (Value::Unchanged, Conv::Text) => json::push_str(out, unavailable),
         (Value::Unchanged, _) => return Err("an unchanged value of a column that cannot hold the placeholder".into()),
         (Value::Bool(b), Conv::Bool) => out.push_str(if *b { "true" } else { "false" }),
+        // MySQL's bit(1) arrives as a number.
+        (Value::UInt(u), Conv::Bool) => out.push_str(if *u != 0 { "true" } else { "false" }),
+        (Value::UInt(u), Conv::Bits { length }) => {
+            let bytes = u.to_le_bytes();
+            binary(out, &bytes[..(*length as usize).div_ceil(8).clamp(1, 8)], BinaryHandling::Bytes);
+        }
         (Value::Int(i), Conv::Int) => {
             let _ = write!(out, "{i}");
         }
+        // Debezium's `bigint.unsigned.handling.mode=long`: an unsigned
+        // bigint above i64::MAX wraps, as in Debezium, to fit Connect's int64.
         (Value::UInt(u), Conv::Int) => {
-            let _ = write!(out, "{u}");
+            let _ = write!(out, "{}", *u as i64);
         }
         (Value::Float(f), Conv::Float) => float(out, *f),
         (Value::Decimal(text), conv) => decimal(out, text, conv)?,
@@ -71,7 +79,12 @@ pub fn write(out: &mut String, value: &Value, conv: &Conv, unavailable: &str) ->
             }
             out.push(']');
         }
-        (value, Conv::Text) => json::push_str(out, &value.text()),
+        (Value::Bytes(b), Conv::Uuid) if b.len() == 16 => {
+            let hex: String = b.iter().map(|byte| format!("{byte:02x}")).collect();
+            let text = format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]);
+            json::push_str(out, &text);
+        }
+        (value, Conv::Text | Conv::Uuid) => json::push_str(out, &value.text()),
         (value, conv) => return Err(format!("a value {value:?} does not fit the column's Debezium type ({conv:?})")),
     }
     Ok(())
@@ -196,13 +209,23 @@ pub fn unscaled(text: &str, scale: Option<u32>) -> Result<(u32, Vec<u8>), String
     Ok((scale, if short[0] & 0x80 != 0 { short } else { twos(magnitude.len() + 1) }))
 }
 
-/// Microseconds since midnight of `HH:MM:SS[.fraction][zone]`, zone ignored.
+/// Microseconds of `[-]H:MM:SS[.fraction][zone]` (zone ignored): a time
+/// of day, or a MySQL `TIME`, which runs from -838:59:59 to 838:59:59.
 fn time_of_day_micros(text: &str) -> Result<i64, String> {
-    let stamp = format!("1970-01-01T{}", strip_zone(text));
-    if text.starts_with("24:00:00") {
-        return Ok(MICROS_PER_DAY);
+    let refuse = || format!("time {text:?} does not parse");
+    let clock = strip_zone(text);
+    let (sign, clock) = match clock.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, clock),
+    };
+    let (whole, fraction) = clock.split_once('.').unwrap_or((clock, ""));
+    let parts: Vec<i64> = whole.split(':').map(|p| p.parse().map_err(|_| refuse())).collect::<Result<_, _>>()?;
+    let [hours, minutes, seconds] = parts.as_slice() else { return Err(refuse()) };
+    if fraction.len() > 9 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(refuse());
     }
-    parse_iso_timestamp(&stamp).map(|(micros, _)| micros).ok_or_else(|| format!("time {text:?} does not parse"))
+    let micros: i64 = format!("{:0<6}", &fraction[..fraction.len().min(6)]).parse().map_err(|_| refuse())?;
+    Ok(sign * (((hours * 60 + minutes) * 60 + seconds) * 1_000_000 + micros))
 }
 
 fn strip_zone(text: &str) -> &str {
@@ -305,6 +328,8 @@ mod tests {
     #[test]
     fn times_and_intervals_count_as_debezium_does() {
         assert_eq!(time_of_day_micros("12:34:56.789").unwrap(), 45_296_789_000);
+        assert_eq!(time_of_day_micros("-838:59:59").unwrap(), -3_020_399_000_000);
+        assert_eq!(time_of_day_micros("24:00:00").unwrap(), 86_400_000_000);
         assert_eq!(zoned_time("12:34:56.5+02", 3).unwrap(), "10:34:56.500Z");
         assert_eq!(zoned_timestamp("2026-01-02T03:04:05.120Z", 6).unwrap(), "2026-01-02T03:04:05.120000Z");
         assert_eq!(zoned_timestamp("2026-01-02T03:04:05Z", 0).unwrap(), "2026-01-02T03:04:05Z");

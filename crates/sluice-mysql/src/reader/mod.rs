@@ -41,6 +41,9 @@ pub(crate) struct Transaction {
     seq: u32,
     /// A MariaDB GTID with the standalone flag: a DDL with no BEGIN/COMMIT.
     standalone: bool,
+    /// Where the current statement's rows start in the binlog: its rows
+    /// event, or a DDL's query event. Debezium's `source.pos`.
+    statement_start: u64,
 }
 
 pub(crate) struct Reader {
@@ -63,6 +66,11 @@ pub(crate) struct Reader {
     pub(crate) log: Arc<LogStats>,
     /// The end of the last event read in `file`.
     pub(crate) read_through: u64,
+    /// Each recorded schema as formats see it, converted once.
+    /// The server is MariaDB (its Debezium connector is `mariadb`).
+    pub(crate) mariadb: bool,
+    pub(crate) declared:
+        std::collections::HashMap<usize, (Arc<crate::schema::TableSchema>, Arc<sluice_core::TableSchema>)>,
 }
 
 pub(crate) fn unreadable(what: &str, e: impl std::fmt::Display) -> SourceError {
@@ -181,7 +189,10 @@ impl Reader {
                         if self.tx.is_none() {
                             self.begin(offset, None, self.offset_id(offset), time_us, true);
                         }
-                        self.ddl(&database, &sql, dialect, out).await?;
+                        if let Some(tx) = self.tx.as_mut() {
+                            tx.statement_start = offset;
+                        }
+                        self.ddl(&database, &sql, dialect, header.server_id(), out).await?;
                         if self.tx.as_ref().is_some_and(|t| t.standalone) {
                             self.commit(out);
                         }
@@ -190,7 +201,12 @@ impl Reader {
             }
             0x0f => self.format_seen = true,
             0x10 => self.commit(out),
-            0x17..=0x19 | 0x1e..=0x20 => self.rows(&event, out).await?,
+            0x17..=0x19 | 0x1e..=0x20 => {
+                if let Some(tx) = self.tx.as_mut() {
+                    tx.statement_start = offset;
+                }
+                self.rows(&event, out).await?
+            }
             0x27 => {
                 return Err(SourceError::permanent(
                     "the binlog holds a partial JSON update, which has no full after image",
@@ -246,7 +262,8 @@ impl Reader {
     fn begin(&mut self, offset: u64, gtid: Option<MariaGtid>, tx_id: Arc<str>, time_us: i64, standalone: bool) {
         let gtid_before =
             (!self.maria_state.is_empty() || gtid.is_some()).then(|| Arc::from(self.maria_state.to_string()));
-        self.tx = Some(Transaction { offset, gtid, gtid_before, tx_id, time_us, seq: 0, standalone });
+        self.tx =
+            Some(Transaction { offset, gtid, gtid_before, tx_id, time_us, seq: 0, standalone, statement_start: 0 });
     }
 
     fn commit(&mut self, out: &mut Vec<Event>) {
@@ -353,6 +370,8 @@ impl MyStream {
             maria_state,
             tx: None,
             held: None,
+            mariadb,
+            declared: std::collections::HashMap::new(),
             checksum,
             format_seen: false,
             log: self.log.clone(),

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use mysql_async::binlog::events::{Event as BinlogEvent, EventData, RowsEventData, TableMapEvent};
 use sluice_config::DdlLiterals;
-use sluice_core::{BinlogPos, Columns, Event, Op, Position, Row, SourceError, Value};
+use sluice_core::{BinlogPos, Columns, Event, Op, Origin, Position, Row, SourceError, Value};
 
 use super::{Reader, unreadable};
 use crate::ddl::{Dialect, ddl_targets, redact};
@@ -71,6 +71,7 @@ impl Reader {
         database: &str,
         sql: &str,
         dialect: Dialect,
+        server_id: u32,
         out: &mut Vec<Event>,
     ) -> Result<(), SourceError> {
         let mut targets: Vec<(String, String)> = Vec::new();
@@ -87,6 +88,9 @@ impl Reader {
             DdlLiterals::Keep => sql.to_string(),
         };
         let columns: Columns = ["database", "ddl"].iter().map(|c| Arc::from(*c)).collect();
+        // A truncate changes rows, not the schema: it is a truncate event
+        // (`t`), as PostgreSQL's are.
+        let truncate = sql.trim_start().get(..8).is_some_and(|w| w.eq_ignore_ascii_case("truncate"));
         // One event per captured table the statement changes (both names
         // of a rename), each recording that table's schema after it.
         for (db, table) in targets {
@@ -96,6 +100,15 @@ impl Reader {
             if !self.history.has_entry_at(&name, &position) {
                 let schema = read_schema(&mut self.schema_conn, &db, &table).await?;
                 self.history.record(&name, &position, schema)?;
+            }
+            if truncate {
+                let Some(schema) = self.history.at(&name, &position) else { continue };
+                let images = Images { key: None, before: None, after: None };
+                let mut event = self.next_event(Op::Truncate, &db, &name, images, schema_fingerprint(&schema))?;
+                event.schema = Some(self.declared(&schema));
+                event.origin = self.origin(server_id);
+                self.emit(event, out);
+                continue;
             }
             let after =
                 Row { columns: columns.clone(), values: vec![Value::Text(db.clone()), Value::Text(text.clone())] };
@@ -163,21 +176,57 @@ impl Reader {
             Ok(Row { columns: columns.clone(), values })
         };
         let fingerprint = schema_fingerprint(&schema);
+        let declared = self.declared(&schema);
+        let origin = self.origin(event.header().server_id());
         let mut decoded = Vec::new();
         for pair in rows.rows(&tme) {
             let (before, after) = pair.map_err(|e| unreadable("row", e))?;
             decoded.push((before.as_ref().map(convert_row).transpose()?, after.as_ref().map(convert_row).transpose()?));
         }
-        for (before, after) in decoded {
+        for (row, (before, after)) in (0u32..).zip(decoded) {
             let image = after.as_ref().or(before.as_ref());
             let key = (!key_index.is_empty()).then(|| Row {
                 columns: key_columns.clone(),
                 values: key_index.iter().map(|i| image.map_or(Value::Null, |r| r.values[*i].clone())).collect(),
             });
-            let event = self.next_event(op, &database, &name, Images { key, before, after }, fingerprint)?;
+            let mut event = self.next_event(op, &database, &name, Images { key, before, after }, fingerprint)?;
+            event.schema = Some(declared.clone());
+            event.origin = origin.clone();
+            if let Origin::Mysql { row: index, .. } = &mut event.origin {
+                *index = row;
+            }
             self.emit(event, out);
         }
         Ok(())
+    }
+
+    /// `schema` as formats see it, converted once per recorded version.
+    fn declared(&mut self, schema: &Arc<TableSchema>) -> Arc<sluice_core::TableSchema> {
+        let key = Arc::as_ptr(schema) as usize;
+        let entry = self
+            .declared
+            .entry(key)
+            .or_insert_with(|| (schema.clone(), Arc::new(crate::declared::table_schema(schema))));
+        entry.1.clone()
+    }
+
+    /// Where the current statement's rows are in the binlog.
+    fn origin(&self, server_id: u32) -> Origin {
+        let (Some(file), Some(tx)) = (&self.file, &self.tx) else { return Origin::None };
+        let gtid = match &tx.gtid {
+            Some(gtid) => Some(Arc::from(gtid.to_string())),
+            None if !self.mariadb => Some(tx.tx_id.clone()),
+            None => None,
+        };
+        Origin::Mysql {
+            server_id,
+            file: file.clone(),
+            pos: tx.statement_start,
+            row: 0,
+            thread: None,
+            gtid,
+            mariadb: self.mariadb,
+        }
     }
 
     /// The position the next event of the transaction will get.

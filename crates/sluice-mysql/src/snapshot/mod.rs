@@ -294,7 +294,7 @@ fn event(settings: &Settings, table: &TablePlan, key: Vec<u8>, row: &[mysql_asyn
         tx_id: Arc::from("snapshot"),
         tx_end: true,
         commit_time_us: settings.started_us,
-        schema: None,
+        schema: Some(table.declared.clone()),
         origin: sluice_core::schema::Origin::None,
     }
 }

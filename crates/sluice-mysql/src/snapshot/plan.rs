@@ -19,6 +19,8 @@ pub struct TablePlan {
     from_sql: String,
     select_list: String,
     pub schema: TableSchema,
+    /// The columns as formats see them.
+    pub declared: Arc<sluice_core::TableSchema>,
     pub columns: Columns,
     /// The primary key columns in table order: the event's key, as the stream gives it.
     pub identity: Vec<usize>,
@@ -113,6 +115,7 @@ impl TablePlan {
             database: database.into(),
             select_list,
             fingerprint: schema_fingerprint(&schema),
+            declared: Arc::new(crate::declared::table_schema(&schema)),
             schema,
             columns,
             identity,
@@ -205,6 +208,7 @@ mod tests {
             json: false,
             key: true,
             fixed_length: None,
+            ..Default::default()
         }
     }
 

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod api;
+pub mod debezium;
 pub mod lake;
 pub mod my;
 pub mod pg;

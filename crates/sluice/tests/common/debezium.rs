@@ -1,0 +1,179 @@
+//! Debezium embedded as the oracle of the Debezium envelope
+//! (scripts/debezium.sh), and comparing its records with Sluice's.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use serde_json::Value;
+
+use super::{env, unique};
+
+/// Debezium's records, one JSON object each, from the engine properties
+/// `properties` (`set`: `pg` or `mariadb`), and extra Capture options.
+pub fn debezium_records(dir: &Path, set: &str, properties: &str, options: &[&str]) -> Vec<Value> {
+    let path = dir.join("debezium.properties");
+    std::fs::write(&path, properties).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/debezium.sh");
+    let output = Command::new("bash")
+        .arg(script)
+        .args(["run", set, path.to_str().unwrap(), "--idle-ms", "5000"])
+        .args(options)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "debezium failed:\n{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Blanks what differs by nature: processing times and the version.
+pub fn masked(mut value: Value) -> Value {
+    if let Some(payload) = value.get_mut("payload").filter(|p| p.is_object()) {
+        for field in ["ts_ms", "ts_us", "ts_ns"] {
+            if payload.get(field).is_some() {
+                payload[field] = Value::Null;
+            }
+        }
+        if let Some(source) = payload.get_mut("source").filter(|s| s.is_object()) {
+            source["version"] = Value::Null;
+        }
+    }
+    value
+}
+
+pub fn assert_same(what: &str, ours: &Value, theirs: &Value) {
+    let mut differences = Vec::new();
+    differ("", ours, theirs, &mut differences);
+    assert!(differences.is_empty(), "{what} differs from Debezium's:\n  {}", differences.join("\n  "));
+}
+
+/// The paths where two JSON values differ, with both sides.
+fn differ(path: &str, ours: &Value, theirs: &Value, out: &mut Vec<String>) {
+    match (ours, theirs) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for key in keys {
+                let (x, y) = (a.get(key).unwrap_or(&Value::Null), b.get(key).unwrap_or(&Value::Null));
+                if a.contains_key(key) != b.contains_key(key) {
+                    out.push(format!("{path}.{key}: sluice {}, debezium {}", a.contains_key(key), b.contains_key(key)));
+                }
+                differ(&format!("{path}.{key}"), x, y, out);
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                differ(&format!("{path}[{i}]"), x, y, out);
+            }
+        }
+        _ if ours != theirs => out.push(format!("{path}: sluice {ours}, debezium {theirs}")),
+        _ => {}
+    }
+}
+
+/// Creates one-partition topics, so Kafka keeps the order Debezium gives.
+pub fn create_topics(names: &[String]) {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", env("SLUICE_TEST_KAFKA_BROKERS")).create().unwrap();
+    let topics: Vec<NewTopic> = names.iter().map(|n| NewTopic::new(n, 1, TopicReplication::Fixed(1))).collect();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(admin.create_topics(&topics, &AdminOptions::new())).unwrap();
+}
+
+/// Every message of a one-partition topic: key, value and the
+/// `__debezium.*` headers.
+pub fn kafka_topic(topic: &str) -> Vec<(Value, Value, BTreeMap<String, String>)> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", env("SLUICE_TEST_KAFKA_BROKERS"))
+        .set("group.id", unique("golden"))
+        .create()
+        .unwrap();
+    let mut assignment = TopicPartitionList::new();
+    assignment.add_partition_offset(topic, 0, Offset::Beginning).unwrap();
+    consumer.assign(&assignment).unwrap();
+    let (mut records, mut idle) = (Vec::new(), 0);
+    let parse = |bytes: Option<&[u8]>| bytes.map_or(Value::Null, |b| serde_json::from_slice(b).unwrap());
+    while idle < 20 {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                idle = 0;
+                let headers = m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .filter(|h| h.key.starts_with("__debezium."))
+                            .map(|h| (h.key.to_string(), String::from_utf8_lossy(h.value.unwrap_or(b"")).into_owned()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                records.push((parse(m.key()), parse(m.payload()), headers));
+            }
+            Some(Err(e)) => panic!("{e}"),
+            None => idle += 1,
+        }
+    }
+    records
+}
+
+/// Compares a file of Sluice's values (schemas on) with Debezium's values
+/// in log order, and the schemaless file with Debezium's payloads.
+pub fn compare_files(schemas: &Path, plain: &Path, theirs: &[Value]) {
+    let values: Vec<&Value> = theirs.iter().filter(|r| !r["value"].is_null()).map(|r| &r["value"]).collect();
+    for (path, wrapped) in [(schemas, true), (plain, false)] {
+        let text = std::fs::read_to_string(path).unwrap();
+        let ours: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(
+            ours.len(),
+            values.len(),
+            "{} holds {} events, Debezium gave {}",
+            path.display(),
+            ours.len(),
+            values.len()
+        );
+        for (i, (ours, theirs)) in ours.into_iter().zip(&values).enumerate() {
+            let (ours, theirs) = match wrapped {
+                true => (ours, (*theirs).clone()),
+                false => (serde_json::json!({ "payload": ours }), serde_json::json!({ "payload": theirs["payload"] })),
+            };
+            assert_same(&format!("event {i} of {}", path.display()), &masked(ours), &masked(theirs));
+        }
+    }
+}
+
+/// Compares Sluice's Kafka topics with Debezium's records topic by topic:
+/// keys, values, tombstones and the key-change headers.
+pub fn compare_topics(theirs: &[Value], skip: impl Fn(&str) -> bool) {
+    let mut topics: Vec<&str> = theirs.iter().filter_map(|r| r["topic"].as_str()).collect();
+    topics.sort_unstable();
+    topics.dedup();
+    for topic in topics.into_iter().filter(|t| !skip(t)) {
+        let expected: Vec<&Value> = theirs.iter().filter(|r| r["topic"] == topic).collect();
+        let got = kafka_topic(topic);
+        assert_eq!(
+            got.len(),
+            expected.len(),
+            "topic {topic}: sluice wrote {} records, Debezium {}",
+            got.len(),
+            expected.len()
+        );
+        for (i, ((key, value, headers), theirs)) in got.into_iter().zip(expected).enumerate() {
+            assert_same(&format!("{topic} record {i} key"), &key, &theirs["key"]);
+            assert_same(&format!("{topic} record {i} value"), &masked(value), &masked(theirs["value"].clone()));
+            let their_headers: BTreeMap<String, String> = theirs["headers"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .filter(|(k, _)| !k.starts_with("__debezium.context."))
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                .collect();
+            assert_eq!(headers, their_headers, "{topic} record {i} headers");
+        }
+    }
+}
