@@ -4,6 +4,8 @@
 
 mod settings;
 mod source;
+#[cfg(test)]
+mod tests;
 mod types;
 mod values;
 

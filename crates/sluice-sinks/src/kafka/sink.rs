@@ -186,8 +186,13 @@ impl KafkaSink {
                 lock(&self.encoder)
                     .encode(event, &mut records)
                     .map_err(|e| SinkError::Rejected { detail: format!("kafka: {e}"), position: event.position.clone() })?;
-                let id = event.id().to_string();
-                for encoded in &records {
+                let event_id = event.id().to_string();
+                for (index, encoded) in records.iter().enumerate() {
+                    // One event may make several messages (Debezium's delete,
+                    // tombstone and create of a key change): each needs an id
+                    // of its own, or a consumer dropping repeats by id would
+                    // drop the later ones.
+                    let id = if index == 0 { event_id.clone() } else { format!("{event_id}/{index}") };
                     let record = kafka_record(&topic, event, &id, encoded, (own_keys && native_key).then_some(key.as_slice()));
                     self.send(&producer, record, event, &mut pending).await?;
                 }
