@@ -2,10 +2,13 @@
 # PostgreSQL source throughput against its ceiling, from one backlog.
 #
 # Loads 1,000,000 rows (100 transactions of 10,000 rows) into the private
-# PostgreSQL with two slots already in place, then drains the same backlog
-# twice: pg_recvlogical with pgoutput into /dev/null (the ceiling), and
-# `sluice run` into the file sink. Prints both rates, their ratio, and
-# Sluice's peak RSS.
+# PostgreSQL with a slot for each contender already in place, then each
+# drains the same backlog from its own slot: pg_recvlogical with pgoutput
+# into /dev/null (the ceiling, before and after the others), `sluice run`
+# into the file sink, Sluice into Kafka (at-least-once) with the native
+# and with the Debezium envelope (schemas off), and the peer, Debezium
+# embedded 3.6.1 with its JSON converter (schemas off) into /dev/null.
+# Prints every rate, the ratios, and each contender's peak RSS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,16 +25,22 @@ psql_db -d postgres -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_repli
 psql_db -d postgres -c "DROP DATABASE IF EXISTS bench_pg WITH (FORCE)" -c "CREATE DATABASE bench_pg"
 psql_db -d bench_pg <<SQL
 CREATE TABLE orders (id bigint PRIMARY KEY, customer text, amount numeric(12,2), status text, created_at timestamptz);
-CREATE PUBLICATION sluice_bench FOR TABLE orders;
+CREATE TABLE bench_done (id int PRIMARY KEY);
+CREATE PUBLICATION sluice_bench FOR TABLE orders, bench_done;
 SELECT 'ceiling' FROM pg_create_logical_replication_slot('ceiling_1', 'pgoutput');
 SELECT 'ceiling' FROM pg_create_logical_replication_slot('ceiling_2', 'pgoutput');
 SELECT 'sluice' FROM pg_create_logical_replication_slot('sluice_bench', 'pgoutput');
+SELECT 'kafka' FROM pg_create_logical_replication_slot('kafka_native', 'pgoutput');
+SELECT 'kafka' FROM pg_create_logical_replication_slot('kafka_debezium', 'pgoutput');
+SELECT 'peer' FROM pg_create_logical_replication_slot('debezium', 'pgoutput');
 SQL
 echo "loading $TOTAL rows in $TX_COUNT transactions" >&2
 for tx in $(seq 0 $((TX_COUNT - 1))); do
   first=$((tx * ROWS_PER_TX + 1))
   echo "INSERT INTO orders SELECT g, 'customer-' || (g % 1000), (g % 100000) / 100.0, 'paid', now() FROM generate_series($first, $((first + ROWS_PER_TX - 1))) g;"
 done | psql_db -d bench_pg
+# A last one-row transaction: the Kafka runs end when its checkpoint is stored.
+psql_db -d bench_pg -c "INSERT INTO bench_done VALUES (1)"
 end_lsn=$(psql_db -d bench_pg -At -c "SELECT pg_current_wal_lsn()")
 
 # The ceiling runs before and after Sluice, and the faster run counts, so
@@ -58,15 +67,76 @@ pipelines:
 YAML
 echo "sluice: postgres source to the file sink" >&2
 run_until_row "$work/bench.yaml" "$TOTAL" "$work/orders.jsonl"
+# Sluice into Kafka, at-least-once, in the native and the Debezium envelope.
+pg_done() { grep -q 'checkpoint stored.*position=pg:[0-9A-F]*/[0-9A-F]*:0$' "$work/sluice.log"; }
+kafka_run() {
+  cat > "$work/$1.yaml" <<YAML
+pipelines:
+  - name: $1-$run_id
+    source:
+      type: postgres
+      config: { id: $1-$run_id, host: 127.0.0.1, port: $SLUICE_TEST_PG_PORT, database: bench_pg, user: $SLUICE_TEST_PG_USER, password: "\${PGPASSWORD}", ssl_mode: disable, slot: $1, publication: sluice_bench, create_slot: false, create_publication: false, tables: [public.orders, public.bench_done] }
+    sinks:
+      - type: kafka
+        config: { id: k, brokers: "$SLUICE_TEST_KAFKA_BROKERS", topic: "bench-$1-$run_id", format: $2 }
+YAML
+  measure "$work/$1.yaml" pg_done
+}
+echo "sluice: postgres source to kafka, native envelope" >&2
+read -r native_secs native_kib < <(kafka_run kafka_native "{ envelope: native }")
+echo "sluice: postgres source to kafka, debezium envelope" >&2
+read -r debezium_secs debezium_kib < <(kafka_run kafka_debezium "{ envelope: debezium, topic_prefix: bench }")
+
+# The peer: Debezium embedded with its defaults and its JSON converter
+# (schemas off), each record written to /dev/null, until it has them all.
+classpath=$(scripts/debezium.sh fetch pg)
+cat > "$work/debezium.properties" <<PROPS
+name=bench
+connector.class=io.debezium.connector.postgresql.PostgresConnector
+offset.storage=org.apache.kafka.connect.storage.FileOffsetBackingStore
+offset.storage.file.filename=$work/debezium.offsets
+database.hostname=127.0.0.1
+database.port=$SLUICE_TEST_PG_PORT
+database.user=$SLUICE_TEST_PG_USER
+database.password=$PGPASSWORD
+database.dbname=bench_pg
+topic.prefix=bench
+plugin.name=pgoutput
+slot.name=debezium
+publication.name=sluice_bench
+publication.autocreate.mode=disabled
+snapshot.mode=no_data
+capture.converter.schemas.enable=false
+PROPS
+echo "peer: debezium embedded to /dev/null" >&2
+peer_start=$(now)
+java -cp "$classpath" Capture "$work/debezium.properties" --max-records $((TOTAL + 1)) --timeout-ms 1800000 \
+  > /dev/null 2> "$work/debezium.log" &
+peer_pid=$!
+peer_kib=0
+while kill -0 "$peer_pid" 2>/dev/null; do
+  sample=$(awk '/VmHWM/ {print $2}' "/proc/$peer_pid/status" 2>/dev/null || true)
+  if [ -n "$sample" ] && [ "$sample" -gt "$peer_kib" ]; then peer_kib=$sample; fi
+  sleep 0.1
+done
+wait "$peer_pid" || { cat "$work/debezium.log" >&2; exit 1; }
+peer_secs=$(calc "$(now) - $peer_start")
+
 echo "ceiling: pg_recvlogical to /dev/null (second run)" >&2
 ceiling_second=$(ceiling ceiling_2)
 ceiling_secs=$(calc "($ceiling_first < $ceiling_second) ? $ceiling_first : $ceiling_second")
 lines=$(wc -l < "$work/orders.jsonl")
 [ "$lines" -eq "$TOTAL" ] || { echo "expected $TOTAL lines, found $lines" >&2; exit 1; }
 
-printf '%-34s %12s %10s\n' "run" "rows/s" "seconds"
-printf '%-34s %12.0f %10.2f\n' "pg_recvlogical -> /dev/null, 1st" "$(calc "$TOTAL / $ceiling_first")" "$ceiling_first"
-printf '%-34s %12.0f %10.2f\n' "pg_recvlogical -> /dev/null, 2nd" "$(calc "$TOTAL / $ceiling_second")" "$ceiling_second"
-printf '%-34s %12.0f %10.2f\n' "sluice postgres -> file sink" "$(calc "$TOTAL / $sluice_secs")" "$sluice_secs"
-printf 'ratio (sluice / faster ceiling): %.2f\n' "$(calc "$ceiling_secs / $sluice_secs")"
-printf 'sluice peak RSS: %.1f MB\n' "$(calc "$peak_kib / 1024")"
+row() { printf '%-44s %12.0f %10.2f %12s\n' "$1" "$(calc "$TOTAL / $2")" "$2" "$3"; }
+mb() { printf '%.1f' "$(calc "$1 / 1024")"; }
+printf '%-44s %12s %10s %12s\n' "run" "rows/s" "seconds" "peak RSS MB"
+row "pg_recvlogical -> /dev/null, 1st" "$ceiling_first" "-"
+row "pg_recvlogical -> /dev/null, 2nd" "$ceiling_second" "-"
+row "sluice postgres -> file sink" "$sluice_secs" "$(mb "$peak_kib")"
+row "sluice postgres -> kafka, native" "$native_secs" "$(mb "$native_kib")"
+row "sluice postgres -> kafka, debezium envelope" "$debezium_secs" "$(mb "$debezium_kib")"
+row "debezium embedded 3.6.1, JSON -> /dev/null" "$peer_secs" "$(mb "$peer_kib")"
+printf 'ratio (sluice file / faster ceiling): %.2f\n' "$(calc "$ceiling_secs / $sluice_secs")"
+printf 'ratio (kafka debezium envelope / kafka native): %.2f\n' "$(calc "$native_secs / $debezium_secs")"
+printf 'ratio (kafka debezium envelope / debezium embedded): %.2f\n' "$(calc "$peer_secs / $debezium_secs")"
