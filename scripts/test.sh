@@ -25,8 +25,11 @@ trap 'scripts/services.sh stop' EXIT
 . "$env_file"
 # Debezium embedded, the oracle of tests/debezium.rs (jars from Maven Central).
 scripts/debezium.sh fetch >/dev/null
-# The CloudEvents SDK, which tests/cloudevents.rs has read Sluice's events.
+# Real consumers of the output formats (tests/cloudevents.rs, tests/consumers.rs):
+# the CloudEvents SDK from PyPI, Kafka Connect's JsonConverter and Flink's
+# debezium-json from Maven Central.
 scripts/consumers.sh python >/dev/null
+scripts/consumers.sh java >/dev/null
 cargo test --workspace --locked
 
 # The short torture run (README, "Torture"): two minutes of workload
