@@ -8,9 +8,12 @@
 #   scripts/consumers.sh java      fetch the jars once and build consumer-check.jar when
 #                                  missing or older than ConsumerCheck.java; print the
 #                                  classpath, for: java -cp CP ConsumerCheck ...
+#   scripts/consumers.sh node      install the CloudEvents SDK for JavaScript (npm) when
+#                                  missing; print its node_modules, for NODE_PATH
 #
 # The virtualenv lives in ${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/consumers-<hash of requirements>,
-# the jars in ${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/consumers-java.
+# the jars in ${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/consumers-java, the npm
+# packages in ${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/consumers-node-<version>.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,7 +23,25 @@ JAVA_DIR="$CACHE/consumers-java"
 JAVA_POM="$HERE/consumers/pom.xml"
 JAVA_SOURCE="$HERE/consumers/ConsumerCheck.java"
 
+NODE_PACKAGE="cloudevents@10.0.0"
+
 log() { echo "consumers: $*" >&2; }
+
+node_env() {
+  local dir="$CACHE/consumers-node-${NODE_PACKAGE#*@}"
+  mkdir -p "$CACHE"
+  exec {lock}>"$CACHE/.consumers-node.lock"
+  flock "$lock"
+  if [ ! -f "$dir/.complete" ]; then
+    log "installing $NODE_PACKAGE from npm into $dir"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    npm install --silent --no-audit --no-fund --prefix "$dir" "$NODE_PACKAGE" >&2
+    touch "$dir/.complete"
+  fi
+  flock -u "$lock"
+  echo "$dir/node_modules"
+}
 
 python_env() {
   local hash dir
@@ -82,5 +103,6 @@ java_env() {
 case "${1:-}" in
   python) python_env ;;
   java) java_env ;;
-  *) echo "usage: $0 python|java" >&2; exit 64 ;;
+  node) node_env ;;
+  *) echo "usage: $0 python|java|node" >&2; exit 64 ;;
 esac

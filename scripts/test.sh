@@ -26,10 +26,11 @@ trap 'scripts/services.sh stop' EXIT
 # Debezium embedded, the oracle of tests/debezium.rs (jars from Maven Central).
 scripts/debezium.sh fetch >/dev/null
 # Real consumers of the output formats (tests/cloudevents.rs, tests/consumers.rs):
-# the CloudEvents SDK from PyPI, Kafka Connect's JsonConverter and Flink's
-# debezium-json from Maven Central.
+# the CloudEvents SDKs from PyPI and npm, Kafka Connect's JsonConverter and
+# Flink's debezium-json from Maven Central.
 scripts/consumers.sh python >/dev/null
 scripts/consumers.sh java >/dev/null
+scripts/consumers.sh node >/dev/null
 cargo test --workspace --locked
 
 # The short torture run (README, "Torture"): two minutes of workload

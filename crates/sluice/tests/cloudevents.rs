@@ -1,6 +1,6 @@
-//! CloudEvents output read by the CloudEvents SDK for Python
-//! (scripts/consumers.sh): structured mode from the file sink, binary mode
-//! from Kafka headers. The SDK refuses any event that breaks the
+//! CloudEvents output read by the CloudEvents SDKs for Python and for
+//! JavaScript in strict mode (scripts/consumers.sh): structured mode from
+//! the file sink, binary mode from Kafka headers (Python). The SDK refuses any event that breaks the
 //! specification; every event must come back with the native event's id,
 //! position and data.
 
@@ -51,9 +51,10 @@ fn binary_messages(topic: &str) -> Vec<Value> {
     messages
 }
 
-fn sdk_python() -> String {
+/// What `scripts/consumers.sh <kind>` prints: the SDK's interpreter or modules.
+fn consumer(kind: &str) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/consumers.sh");
-    let output = Command::new("bash").arg(script).arg("python").output().unwrap();
+    let output = Command::new("bash").arg(script).arg(kind).output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8(output.stdout).unwrap().trim().to_string()
 }
@@ -74,7 +75,7 @@ fn the_cloudevents_sdk_reads_structured_and_binary_events() {
     let lines: Vec<String> = binary.iter().map(|m| m.to_string()).collect();
     std::fs::write(&binary_path, lines.join("\n") + "\n").unwrap();
 
-    let checked = Command::new(sdk_python())
+    let checked = Command::new(consumer("python"))
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cloudevents_check.py"))
         .arg(dir.path().join("structured.jsonl"))
         .arg(&binary_path)
@@ -110,5 +111,25 @@ fn the_cloudevents_sdk_reads_structured_and_binary_events() {
             assert_eq!(event["subject"], native["table"], "{mode}");
             assert_eq!(event["data"], *native, "{mode}: the data is the native event");
         }
+    }
+
+    let strict = Command::new("node")
+        .env("NODE_PATH", consumer("node"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cloudevents_check.js"))
+        .arg(dir.path().join("structured.jsonl"))
+        .output()
+        .unwrap();
+    assert!(
+        strict.status.success(),
+        "the JavaScript SDK refused an event:\n{}",
+        String::from_utf8_lossy(&strict.stderr)
+    );
+    let read: Vec<Value> =
+        String::from_utf8(strict.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(read.len(), native.len());
+    for (event, native) in read.iter().zip(&native) {
+        assert_eq!(event["id"], native["id"]);
+        assert_eq!(event["position"], native["position"]);
+        assert_eq!(event["source"], "/shop/orders");
     }
 }
