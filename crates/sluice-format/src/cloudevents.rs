@@ -55,8 +55,8 @@ impl Encoder {
         Self { settings }
     }
 
-    pub fn encode(&mut self, event: &Event, out: &mut Vec<Record>) -> Result<(), FormatError> {
-        let envelope = Envelope::new(event);
+    pub fn encode(&mut self, event: &Event, id: &str, out: &mut Vec<Record>) -> Result<(), FormatError> {
+        let envelope = Envelope { event, id: id.to_string() };
         let data = serde_json::to_vec(&envelope)
             .map_err(|e| FormatError(format!("cannot encode event {}: {e}", event.position)))?;
         let source = self.settings.source.clone().unwrap_or_else(|| format!("/sluice/{}", event.source_id));

@@ -81,15 +81,27 @@ impl Encoder {
     /// Appends the records of `event` to `out`; an event a format leaves
     /// out (a truncate Debezium is told to skip) adds none.
     pub fn encode(&mut self, event: &Event, out: &mut Vec<Record>) -> Result<(), FormatError> {
+        // Only the envelopes that carry the id pay for its hash.
+        let id = match self.kind {
+            Kind::Debezium(_) => String::new(),
+            _ => event.id().to_string(),
+        };
+        self.encode_with_id(event, &id, out)
+    }
+
+    /// As [`Encoder::encode`], with the event's id already computed by a
+    /// sink that also puts it in a header, so it is hashed once.
+    pub fn encode_with_id(&mut self, event: &Event, id: &str, out: &mut Vec<Record>) -> Result<(), FormatError> {
         match &mut self.kind {
             Kind::Native => {
-                let value = serde_json::to_vec(&sluice_core::Envelope::new(event))
+                let envelope = sluice_core::Envelope { event, id: id.to_string() };
+                let value = serde_json::to_vec(&envelope)
                     .map_err(|e| FormatError(format!("cannot encode event {}: {e}", event.position)))?;
                 out.push(Record { kind: RecordKind::Change, key: None, value: Some(value), headers: Vec::new() });
                 Ok(())
             }
             Kind::Debezium(encoder) => encoder.encode(event, out),
-            Kind::CloudEvents(encoder) => encoder.encode(event, out),
+            Kind::CloudEvents(encoder) => encoder.encode(event, id, out),
         }
     }
 }

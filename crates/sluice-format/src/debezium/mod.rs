@@ -79,13 +79,13 @@ impl Encoder {
             // writes a delete of the old key, its tombstone, and a create.
             let new_header = vec![("__debezium.newkey".to_string(), new.clone().into_bytes())];
             let delete = self.change(event, table, "d", event.before.as_ref(), None).map_err(refuse)?;
-            out.push(self.record(RecordKind::Change, table, Some(old), Some(&delete), new_header.clone()));
+            out.push(self.record(RecordKind::Change, table, Some(old), Some(delete), new_header.clone()));
             if tombstones {
                 out.push(self.record(RecordKind::Tombstone, table, Some(old), None, new_header));
             }
             let create = self.change(event, table, "c", None, event.after.as_ref()).map_err(refuse)?;
             let old_header = vec![("__debezium.oldkey".to_string(), old.clone().into_bytes())];
-            out.push(self.record(RecordKind::Change, table, Some(new), Some(&create), old_header));
+            out.push(self.record(RecordKind::Change, table, Some(new), Some(create), old_header));
             return Ok(());
         }
         let key = match event.op {
@@ -95,7 +95,7 @@ impl Encoder {
         };
         let payload =
             self.change(event, table, event.op.code(), event.before.as_ref(), event.after.as_ref()).map_err(refuse)?;
-        out.push(self.record(RecordKind::Change, table, key.as_ref(), Some(&payload), Vec::new()));
+        out.push(self.record(RecordKind::Change, table, key.as_ref(), Some(payload), Vec::new()));
         if event.op == Op::Delete && tombstones {
             out.push(self.record(RecordKind::Tombstone, table, key.as_ref(), None, Vec::new()));
         }
@@ -107,12 +107,12 @@ impl Encoder {
         kind: RecordKind,
         table: &Table,
         key: Option<&String>,
-        payload: Option<&String>,
+        payload: Option<String>,
         headers: Vec<(String, Vec<u8>)>,
     ) -> Record {
         Record {
             kind,
-            key: key.map(|k| self.wrap(&table.key_schema, k)),
+            key: key.map(|k| self.wrap(&table.key_schema, k.clone())),
             value: payload.map(|p| self.wrap(&table.envelope_schema, p)),
             headers,
         }
@@ -145,15 +145,16 @@ impl Encoder {
         Ok(payload)
     }
 
-    fn wrap(&self, schema: &str, payload: &str) -> Vec<u8> {
+    /// Takes the payload by value: without schemas it is the bytes as they are.
+    fn wrap(&self, schema: &str, payload: String) -> Vec<u8> {
         if !self.settings.schemas {
-            return payload.as_bytes().to_vec();
+            return payload.into_bytes();
         }
         let mut out = String::with_capacity(schema.len() + payload.len() + 24);
         out.push_str("{\"schema\":");
         out.push_str(schema);
         out.push_str(",\"payload\":");
-        out.push_str(payload);
+        out.push_str(&payload);
         out.push('}');
         out.into_bytes()
     }
@@ -263,8 +264,8 @@ impl Encoder {
         );
         out.push(Record {
             kind: RecordKind::Change,
-            key: Some(self.wrap(MESSAGE_KEY_SCHEMA, &key)),
-            value: Some(self.wrap(&value_schema, &payload)),
+            key: Some(self.wrap(MESSAGE_KEY_SCHEMA, key)),
+            value: Some(self.wrap(&value_schema, payload)),
             headers: Vec::new(),
         });
         Ok(())

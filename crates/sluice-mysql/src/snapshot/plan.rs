@@ -87,15 +87,11 @@ pub async fn plan_table(
     estimated_rows: u64,
 ) -> Result<Option<TablePlan>, SourceError> {
     let Some(schema) = read_schema(conn, database, table).await? else { return Ok(None) };
-    let key: Vec<String> = conn
-        .exec(
-            "SELECT COLUMN_NAME FROM information_schema.STATISTICS \
-             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
-            (database, table),
-        )
-        .await
-        .map_err(query_error)?;
-    let order = key.iter().filter_map(|k| schema.columns.iter().position(|c| c.name == *k)).collect();
+    // The schema read records each column's place in the primary key.
+    let mut keyed: Vec<(u32, usize)> =
+        schema.columns.iter().enumerate().filter_map(|(i, c)| Some((c.key_order?, i))).collect();
+    keyed.sort_unstable();
+    let order = keyed.into_iter().map(|(_, i)| i).collect();
     Ok(Some(TablePlan::new(database.to_string(), table.to_string(), schema, order, estimated_rows)))
 }
 

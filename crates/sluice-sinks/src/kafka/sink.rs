@@ -183,17 +183,23 @@ impl KafkaSink {
                     (None, None) => false,
                 };
                 records.clear();
-                lock(&self.encoder)
-                    .encode(event, &mut records)
-                    .map_err(|e| SinkError::Rejected { detail: format!("kafka: {e}"), position: event.position.clone() })?;
                 let event_id = event.id().to_string();
+                lock(&self.encoder)
+                    .encode_with_id(event, &event_id, &mut records)
+                    .map_err(|e| SinkError::Rejected { detail: format!("kafka: {e}"), position: event.position.clone() })?;
                 for (index, encoded) in records.iter().enumerate() {
                     // One event may make several messages (Debezium's delete,
                     // tombstone and create of a key change): each needs an id
                     // of its own, or a consumer dropping repeats by id would
                     // drop the later ones.
-                    let id = if index == 0 { event_id.clone() } else { format!("{event_id}/{index}") };
-                    let record = kafka_record(&topic, event, &id, encoded, (own_keys && native_key).then_some(key.as_slice()));
+                    let suffixed;
+                    let id = if index == 0 {
+                        event_id.as_str()
+                    } else {
+                        suffixed = format!("{event_id}/{index}");
+                        &suffixed
+                    };
+                    let record = kafka_record(&topic, event, id, encoded, (own_keys && native_key).then_some(key.as_slice()));
                     self.send(&producer, record, event, &mut pending).await?;
                 }
             }
