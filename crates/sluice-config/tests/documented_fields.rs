@@ -145,6 +145,8 @@ struct Walk {
     /// variant taken once it is known.
     owners: Vec<(&'static str, Option<&'static str>)>,
     found: BTreeSet<(String, &'static str, &'static str)>,
+    /// The field whose value is being read.
+    field: &'static str,
 }
 
 impl Walk {
@@ -163,10 +165,11 @@ const TAGGED: &[&str] = &["type", "config"];
 impl<'de> de::Deserializer<'de> for &mut Walk {
     type Error = Stop;
 
-    /// Only hand-written `Deserialize` impls ask for "anything"
-    /// (`MysqlStart` reads a YAML value); a word is the simplest answer.
+    /// Only hand-written `Deserialize` impls ask for "anything": a word
+    /// each takes (`MysqlStart` reads a YAML value; the s3 sink's `format`
+    /// is a word or a block).
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Stop> {
-        visitor.visit_str("current")
+        visitor.visit_str(if self.field == "format" { "jsonl" } else { "current" })
     }
     fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Stop> {
         visitor.visit_bool(false)
@@ -304,6 +307,7 @@ impl<'de> MapAccess<'de> for Fields<'_> {
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, Stop> {
         let Some(name) = self.names.get(self.next) else { return Ok(None) };
         self.next += 1;
+        self.walk.field = name;
         let key: StrDeserializer<'_, Stop> = name.into_deserializer();
         seed.deserialize(key).map(Some)
     }

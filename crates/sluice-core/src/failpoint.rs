@@ -22,6 +22,12 @@ fn armed() -> Option<&'static Armed> {
         .as_ref()
 }
 
+/// Whether `name` is the armed failpoint, for code that must settle what
+/// it has in flight before the hit, so the crash leaves it in place.
+pub fn armed_for(name: &str) -> bool {
+    armed().is_some_and(|armed| armed.name == name)
+}
+
 /// Aborts the process if this is the armed failpoint's N-th hit.
 pub fn hit(name: &str) {
     if let Some(armed) = armed()

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use sluice_core::time::format_utc_micros;
 use sluice_core::{Envelope, Event, Op};
 
-use crate::{FormatError, Record, RecordKind, json};
+use crate::{FormatError, Headers, Record, RecordKind, json};
 
 /// The CloudEvents envelope's options, defaults applied.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,11 +48,12 @@ fn operation(op: Op) -> &'static str {
 
 pub struct Encoder {
     settings: CloudEventsSettings,
+    headers: Headers,
 }
 
 impl Encoder {
-    pub fn new(settings: CloudEventsSettings) -> Self {
-        Self { settings }
+    pub fn new(settings: CloudEventsSettings, headers: Headers) -> Self {
+        Self { settings, headers }
     }
 
     pub fn encode(&mut self, event: &Event, id: &str, out: &mut Vec<Record>) -> Result<(), FormatError> {
@@ -89,8 +90,11 @@ impl Encoder {
                 Record { kind: RecordKind::Change, key: None, value: Some(value), headers: Vec::new() }
             }
             CloudEventsMode::Binary => {
-                let headers =
-                    attributes.into_iter().map(|(name, value)| (name.to_string(), value.into_bytes())).collect();
+                let kafka = self.headers == Headers::Kafka;
+                let headers = attributes
+                    .into_iter()
+                    .map(|(name, value)| (header_name(name, kafka), header_value(value, kafka)))
+                    .collect();
                 Record { kind: RecordKind::Change, key: None, value: Some(data), headers }
             }
         };
@@ -101,13 +105,31 @@ impl Encoder {
 
 /// The header a binary-mode attribute travels in: `ce_` on Kafka, `ce-`
 /// on HTTP and NATS, and the content type in the binding's own header.
-pub fn header_name(attribute: &str, kafka: bool) -> String {
+fn header_name(attribute: &str, kafka: bool) -> String {
     match (attribute, kafka) {
         ("datacontenttype", true) => "content-type".to_string(),
         ("datacontenttype", false) => "Content-Type".to_string(),
         (name, true) => format!("ce_{name}"),
         (name, false) => format!("ce-{name}"),
     }
+}
+
+/// An attribute's header value. HTTP's binding (which NATS's follows)
+/// percent-encodes spaces, double quotes, '%' and every byte outside
+/// printable ASCII; Kafka's takes the UTF-8 as it is.
+fn header_value(value: String, kafka: bool) -> Vec<u8> {
+    if kafka {
+        return value.into_bytes();
+    }
+    let mut out = Vec::with_capacity(value.len());
+    for byte in value.into_bytes() {
+        if (0x21..=0x7e).contains(&byte) && byte != b'"' && byte != b'%' {
+            out.push(byte);
+        } else {
+            out.extend_from_slice(format!("%{byte:02X}").as_bytes());
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -117,5 +139,12 @@ mod tests {
         for name in super::EXTENSIONS {
             assert!(name.len() <= 20 && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()), "{name}");
         }
+    }
+
+    #[test]
+    fn http_and_nats_header_values_are_percent_encoded_and_kafka_values_are_not() {
+        let value = "public.\"Ordres 100%\" é".to_string();
+        assert_eq!(super::header_value(value.clone(), false), b"public.%22Ordres%20100%25%22%20%C3%A9");
+        assert_eq!(super::header_value(value.clone(), true), value.into_bytes());
     }
 }

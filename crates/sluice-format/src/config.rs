@@ -58,8 +58,19 @@ pub struct Carrier {
     pub name: &'static str,
     /// Message keys (Kafka), so Debezium's keys and tombstones mean something.
     pub keys: bool,
-    /// Message headers (Kafka, NATS, HTTP), for CloudEvents binary mode.
-    pub headers: bool,
+    /// Message headers, and how a binding writes them.
+    pub headers: Headers,
+}
+
+/// A sink's message headers, as CloudEvents' protocol bindings name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Headers {
+    None,
+    /// `ce_<attribute>`, values as they are.
+    Kafka,
+    /// `ce-<attribute>`, values percent-encoded (HTTP, and NATS, whose
+    /// binding follows HTTP's).
+    Text,
 }
 
 impl FormatConfig {
@@ -108,7 +119,7 @@ impl FormatConfig {
                 "remove tombstones (they are written only where messages have keys, such as Kafka)",
             ));
         }
-        if self.mode == Some(CloudEventsMode::Binary) && !carrier.headers {
+        if self.mode == Some(CloudEventsMode::Binary) && carrier.headers == Headers::None {
             return Err(Invalid::new(
                 field("mode"),
                 format!("a {} sink has no message headers to carry binary-mode attributes", carrier.name),
@@ -175,8 +186,8 @@ mod tests {
         serde_json::from_str(json).map_err(|e| e.to_string())
     }
 
-    const FILE: Carrier = Carrier { name: "file", keys: false, headers: false };
-    const KAFKA: Carrier = Carrier { name: "kafka", keys: true, headers: true };
+    const FILE: Carrier = Carrier { name: "file", keys: false, headers: Headers::None };
+    const KAFKA: Carrier = Carrier { name: "kafka", keys: true, headers: Headers::Kafka };
 
     #[test]
     fn unknown_options_and_envelopes_are_refused_by_name() {

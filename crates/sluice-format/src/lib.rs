@@ -13,8 +13,8 @@ mod json;
 
 use sluice_core::Event;
 
-pub use cloudevents::{CloudEventsMode, CloudEventsSettings, header_name};
-pub use config::{Carrier, Envelope, FormatConfig};
+pub use cloudevents::{CloudEventsMode, CloudEventsSettings};
+pub use config::{Carrier, Envelope, FormatConfig, Headers};
 pub use debezium::DebeziumSettings;
 
 /// What one event becomes on the wire.
@@ -27,7 +27,8 @@ pub struct Record {
     /// `None` for a tombstone: a key with no value, which tells a
     /// compacted topic to forget the key.
     pub value: Option<Vec<u8>>,
-    /// Headers the format asks for (CloudEvents binary mode).
+    /// Headers the format asks for, named and encoded for the sink's
+    /// binding (CloudEvents binary mode, Debezium's key-change headers).
     pub headers: Vec<(String, Vec<u8>)>,
 }
 
@@ -62,7 +63,9 @@ impl Encoder {
         let kind = match config.envelope {
             Envelope::Native => Kind::Native,
             Envelope::Debezium => Kind::Debezium(debezium::Encoder::new(config.debezium(carrier.keys))),
-            Envelope::Cloudevents => Kind::CloudEvents(cloudevents::Encoder::new(config.cloudevents())),
+            Envelope::Cloudevents => {
+                Kind::CloudEvents(cloudevents::Encoder::new(config.cloudevents(), carrier.headers))
+            }
         };
         Self { kind }
     }

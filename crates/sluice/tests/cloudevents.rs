@@ -1,8 +1,9 @@
 //! CloudEvents output read by the CloudEvents SDKs for Python and for
 //! JavaScript in strict mode (scripts/consumers.sh): structured mode from
-//! the file sink, binary mode from Kafka headers (Python). The SDK refuses any event that breaks the
-//! specification; every event must come back with the native event's id,
-//! position and data.
+//! the file sink, binary mode from Kafka headers and from NATS and HTTP
+//! headers (Python's HTTP binding, which NATS's follows). The SDK refuses
+//! any event that breaks the specification; every event must come back
+//! with the native event's id, position and data.
 
 mod common;
 
@@ -11,6 +12,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use common::debezium::nats_messages;
+use common::receiver::Receiver;
 use common::*;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -63,9 +66,13 @@ fn consumer(kind: &str) -> String {
 fn the_cloudevents_sdk_reads_structured_and_binary_events() {
     let dir = tempfile::tempdir().unwrap();
     let topic = unique("ce");
+    let stream = unique("ce");
+    let receiver = Receiver::start();
     let config = format!(
-        "pipelines:\n  - name: orders\n    source: {{ type: generator, config: {{ id: gen1, tx_count: 20, rows_per_tx: 3 }} }}\n    sinks:\n      - type: file\n        config: {{ id: native, path: native.jsonl }}\n      - type: file\n        config: {{ id: structured, path: structured.jsonl, format: {{ envelope: cloudevents, source: /shop/orders }} }}\n      - type: kafka\n        config: {{ id: binary, brokers: \"{}\", topic: {topic}, format: {{ envelope: cloudevents, mode: binary }} }}\n",
-        env("SLUICE_TEST_KAFKA_BROKERS")
+        "pipelines:\n  - name: orders\n    source: {{ type: generator, config: {{ id: gen1, tx_count: 20, rows_per_tx: 3 }} }}\n    sinks:\n      - type: file\n        config: {{ id: native, path: native.jsonl }}\n      - type: file\n        config: {{ id: structured, path: structured.jsonl, format: {{ envelope: cloudevents, source: /shop/orders }} }}\n      - type: kafka\n        config: {{ id: binary, brokers: \"{}\", topic: {topic}, format: {{ envelope: cloudevents, mode: binary }} }}\n      - type: nats\n        config: {{ id: nats, url: \"{}\", stream: {stream}, subject: {stream}.events, format: {{ envelope: cloudevents, mode: binary }} }}\n      - type: http\n        config: {{ id: http, url: \"{}\", format: {{ envelope: cloudevents, mode: binary }} }}\n",
+        env("SLUICE_TEST_KAFKA_BROKERS"),
+        env("SLUICE_TEST_NATS_URL"),
+        receiver.url("/events"),
     );
     let config = write_config(dir.path(), &config);
     let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
@@ -74,11 +81,24 @@ fn the_cloudevents_sdk_reads_structured_and_binary_events() {
     let binary_path = dir.path().join("binary.jsonl");
     let lines: Vec<String> = binary.iter().map(|m| m.to_string()).collect();
     std::fs::write(&binary_path, lines.join("\n") + "\n").unwrap();
+    // NATS messages, then HTTP requests, as the HTTP binding's messages.
+    let mut http_lines: Vec<String> = nats_messages(&stream)
+        .into_iter()
+        .map(|(headers, body)| serde_json::json!({"headers": headers, "body": body.to_string()}).to_string())
+        .collect();
+    for request in receiver.delivered() {
+        let headers: BTreeMap<&str, &str> = request.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let body = String::from_utf8(request.body.clone()).unwrap();
+        http_lines.push(serde_json::json!({"headers": headers, "body": body}).to_string());
+    }
+    let http_path = dir.path().join("http.jsonl");
+    std::fs::write(&http_path, http_lines.join("\n") + "\n").unwrap();
 
     let checked = Command::new(consumer("python"))
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cloudevents_check.py"))
         .arg(dir.path().join("structured.jsonl"))
         .arg(&binary_path)
+        .arg(&http_path)
         .output()
         .unwrap();
     assert!(checked.status.success(), "the SDK refused an event:\n{}", String::from_utf8_lossy(&checked.stderr));
@@ -91,12 +111,19 @@ fn the_cloudevents_sdk_reads_structured_and_binary_events() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(native.len(), 60);
-    assert_eq!(decoded.len(), 120, "both modes give every event");
+    assert_eq!(decoded.len(), 240, "every mode and sink gives every event");
     let (structured, binary) = decoded.split_at(60);
+    let (binary, rest) = binary.split_at(60);
+    let (nats, http) = rest.split_at(60);
     let mut binary = binary.to_vec();
     binary.sort_by_key(|e| native.iter().position(|n| n["id"] == e["id"]));
-    for (mode, events, source) in [("structured", structured, "/shop/orders"), ("binary", &binary[..], "/sluice/gen1")]
-    {
+    let modes = [
+        ("structured", structured, "/shop/orders"),
+        ("kafka binary", &binary[..], "/sluice/gen1"),
+        ("nats binary", nats, "/sluice/gen1"),
+        ("http binary", http, "/sluice/gen1"),
+    ];
+    for (mode, events, source) in modes {
         for (event, native) in events.iter().zip(&native) {
             assert_eq!(event["id"], native["id"], "{mode}");
             assert_eq!(event["position"], native["position"], "{mode}");

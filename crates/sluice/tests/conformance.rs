@@ -153,6 +153,7 @@ async fn redis_sink_conforms() {
         ca_file: None,
         cert_file: None,
         key_file: None,
+        format: Default::default(),
     });
     conform(config, move || redis_positions(&stream)).await;
 }
@@ -180,6 +181,7 @@ async fn nats_sink_conforms() {
         cert_file: None,
         key_file: None,
         timeout_secs: 10,
+        format: Default::default(),
     });
     let read = stream.clone();
     conform(config, move || nats_positions(&read)).await;

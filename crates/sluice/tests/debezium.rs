@@ -3,15 +3,19 @@
 //! scripts/debezium.sh) and by Sluice, must give the same records field by
 //! field: values with and without schemas, keys, tombstones and the
 //! key-change headers. Only processing times, `source.version` and
-//! Debezium's engine context headers may differ.
+//! Debezium's engine context headers may differ. Redis, NATS, HTTP and S3
+//! JSON Lines, in the same run, must hold the file sink's values.
 
 mod common;
 
 use std::time::Duration;
 
-use common::debezium::{compare_files, compare_topics, create_topics, debezium_records};
+use common::debezium::{
+    byte_sinks, compare_byte_sinks, compare_files, compare_topics, create_topics, debezium_records, wait_for_byte_sinks,
+};
 use common::my::{my_exec, my_sql};
 use common::pg::{fresh_database, params, pg_env, sql, stop};
+use common::receiver::Receiver;
 use common::*;
 
 const PG_SETUP: &str = include_str!("fixtures/debezium_pg.sql");
@@ -36,12 +40,13 @@ fn run_pg(database: &str, script: &str) {
     });
 }
 
-/// The two file sinks (schemas on and off) and the Kafka sink of a test.
-fn sinks(prefix: &str) -> String {
+/// The two file sinks (schemas on and off), the Kafka sink, and the other
+/// sinks that write bytes, of a test.
+fn sinks(prefix: &str, receiver: &Receiver, lake: &std::path::Path) -> String {
     format!(
         "      - type: file\n        config: {{ id: file, path: debezium.jsonl, format: {{ envelope: debezium, schemas: true, topic_prefix: {prefix}, truncate: include }} }}\n      - type: file\n        config: {{ id: plain, path: plain.jsonl, format: {{ envelope: debezium, topic_prefix: {prefix}, truncate: include }} }}\n      - type: kafka\n        config: {{ id: kafka, brokers: \"{brokers}\", topic: \"{prefix}.${{table}}\", format: {{ envelope: debezium, schemas: true, topic_prefix: {prefix}, truncate: include }} }}\n",
         brokers = env("SLUICE_TEST_KAFKA_BROKERS"),
-    )
+    ) + &byte_sinks(prefix, &receiver.url("/events"), lake)
 }
 
 #[test]
@@ -51,12 +56,13 @@ fn the_postgres_debezium_envelope_matches_debezium_field_by_field() {
     fresh_database(db);
     sql(db, PG_SETUP);
     let dir = tempfile::tempdir().unwrap();
+    let (receiver, lake) = (Receiver::start(), dir.path().join("lake"));
     let config = format!(
         "pipelines:\n  - name: pg\n    source:\n      type: postgres\n      config: {{ id: {db}, host: 127.0.0.1, port: {port}, database: {db}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", ssl_mode: verify-full, ca_file: {ca}, messages: true, status_interval_secs: 1 }}\n    sinks:\n{sinks}",
         port = pg_env("SLUICE_TEST_PG_PORT"),
         user = pg_env("SLUICE_TEST_PG_USER"),
         ca = pg_env("SLUICE_TEST_PG_CA"),
-        sinks = sinks(&prefix),
+        sinks = sinks(&prefix, &receiver, &lake),
     );
     let config = write_config(dir.path(), &config);
     let tables = ["all_types", "nokey_full", "full_ident", "toasty", "multi_pk"];
@@ -97,8 +103,10 @@ fn the_postgres_debezium_envelope_matches_debezium_field_by_field() {
     assert!(values > 25, "Debezium gave only {values} events");
     let out = dir.path().join("debezium.jsonl");
     wait_until(Duration::from_secs(60), "sluice's events", || line_count(&out) >= values);
+    wait_for_byte_sinks(&prefix, &receiver, values);
     stop(child, dir.path());
     compare_files(&out, &dir.path().join("plain.jsonl"), &theirs);
+    compare_byte_sinks(&dir.path().join("plain.jsonl"), &prefix, &receiver, &lake);
     // Messages go to Debezium's `<prefix>.message` topic; the Kafka sink's
     // topic template names them by their prefix instead.
     compare_topics(&theirs, |topic| topic.ends_with(".message"));
@@ -124,11 +132,12 @@ fn the_mariadb_debezium_envelope_matches_debezium_field_by_field() {
     // One connection, so the workload's START TRANSACTION … COMMIT holds.
     my_exec(&format!("USE {db}; {MY_WORKLOAD}"));
     let dir = tempfile::tempdir().unwrap();
+    let (receiver, lake) = (Receiver::start(), dir.path().join("lake"));
     let config = format!(
         "pipelines:\n  - name: my\n    source:\n      type: mysql\n      config: {{ id: {db}, host: 127.0.0.1, port: {port}, user: {user}, password: \"${{SLUICE_TEST_MY_PASSWORD}}\", tables: [{db}.*], start: {{ file: {file}, offset: {offset} }}, heartbeat_secs: 1 }}\n    sinks:\n{sinks}",
         port = env("SLUICE_TEST_MY_PORT"),
         user = env("SLUICE_TEST_MY_USER"),
-        sinks = sinks(&prefix),
+        sinks = sinks(&prefix, &receiver, &lake),
     );
     let config = write_config(dir.path(), &config);
     create_topics(&["all_types", "nokey", "multi_pk"].map(|t| format!("{prefix}.{db}.{t}")));
@@ -158,7 +167,9 @@ fn the_mariadb_debezium_envelope_matches_debezium_field_by_field() {
     wait_until(Duration::from_secs(60), &format!("sluice's events (log {})", log.display()), || {
         line_count(&out) >= values || !child_running(&log)
     });
+    wait_for_byte_sinks(&prefix, &receiver, values);
     stop(child, dir.path());
     compare_files(&out, &dir.path().join("plain.jsonl"), &theirs);
+    compare_byte_sinks(&dir.path().join("plain.jsonl"), &prefix, &receiver, &lake);
     compare_topics(&theirs, |_| false);
 }

@@ -44,6 +44,19 @@ fn http_sink_rules_name_the_field() {
         (HTTP.replace("id: hook,", "id: hook, mode: batch, batch_max_events: 0,"), "config.batch_max_events"),
         (HTTP.replace("id: hook,", "id: hook, method: GET,"), "`POST`"),
         (HTTP.replace("id: hook,", "id: hook, signature_header: \"x y\","), "config.signature_header"),
+        (
+            HTTP.replace("id: hook,", "id: hook, mode: batch, format: { envelope: cloudevents, mode: binary },"),
+            "config.format.mode",
+        ),
+        (
+            HTTP.replace("id: hook,", "id: hook, format: { envelope: debezium, tombstones: true },"),
+            "config.format.tombstones",
+        ),
+        (
+            HTTP.replace("Authorization", "ce-id")
+                .replace("id: hook,", "id: hook, format: { envelope: cloudevents, mode: binary },"),
+            "config.headers.ce-id",
+        ),
     ];
     for (text, field) in cases {
         let message = error_text(&text);
@@ -65,7 +78,7 @@ fn s3_sink_defaults_guarantee_and_secrets() {
     let config = check(S3).unwrap();
     let sink = &config.pipelines[0].sinks[0];
     let SinkConfig::S3(s3) = sink else { panic!("s3 expected") };
-    assert_eq!(s3.format, FileFormat::Parquet);
+    assert_eq!(s3.format.file, FileFormat::Parquet);
     assert_eq!(s3.compression(), Compression::Snappy);
     assert_eq!(s3.max_file_bytes, DEFAULT_S3_MAX_FILE_BYTES);
     assert_eq!(s3.max_file_age_secs, DEFAULT_S3_MAX_FILE_AGE_SECS);
@@ -80,6 +93,14 @@ fn s3_sink_defaults_guarantee_and_secrets() {
     .unwrap();
     let SinkConfig::S3(local) = &local.pipelines[0].sinks[0] else { panic!("s3 expected") };
     assert_eq!(local.compression(), Compression::None);
+    let block = check(
+        &S3.replace("prefix: cdc/orders", "prefix: cdc, format: { file: jsonl, envelope: debezium, schemas: true }"),
+    )
+    .unwrap();
+    let SinkConfig::S3(block) = &block.pipelines[0].sinks[0] else { panic!("s3 expected") };
+    assert_eq!(block.format.file, FileFormat::Jsonl);
+    assert_eq!(block.format.envelope.envelope_name(), "debezium");
+    assert_eq!(block.format.envelope.schemas, Some(true));
 }
 
 #[test]
@@ -97,6 +118,18 @@ fn s3_sink_rules_name_the_field() {
         (S3.replace("prefix: cdc/orders", "prefix: cdc, max_file_age_secs: 0"), "config.max_file_age_secs"),
         (S3.replace("prefix: cdc/orders", "prefix: cdc, endpoint: 127.0.0.1:9000"), "config.endpoint"),
         (S3.replace("prefix: cdc/orders", "prefix: cdc, format: orc"), "unknown variant `orc`"),
+        (
+            S3.replace("prefix: cdc/orders", "prefix: cdc, format: { file: parquet, envelope: debezium }"),
+            "config.format.envelope",
+        ),
+        (
+            S3.replace("prefix: cdc/orders", "prefix: cdc, format: { envelope: debezium, schema: true }"),
+            "unknown field `schema`",
+        ),
+        (
+            S3.replace("prefix: cdc/orders", "prefix: cdc, format: { envelope: native, mode: binary }"),
+            "config.format.mode",
+        ),
     ];
     for (text, field) in cases {
         let message = error_text(&text);

@@ -10,6 +10,7 @@ use sluice_core::settings::{Invalid, check_range, check_seconds, check_template}
 use sluice_core::settings::Secret;
 
 use crate::registry::SinkSettings;
+use sluice_format::{CloudEventsMode, Envelope};
 
 /// Limit on one request, connect to last response byte (s).
 pub const DEFAULT_HTTP_TIMEOUT_SECS: u64 = 10;
@@ -67,6 +68,14 @@ pub struct HttpSinkConfig {
     /// receiver that asks for one (mutual TLS).
     pub cert_file: Option<PathBuf>,
     pub key_file: Option<PathBuf>,
+    /// The envelope of each event (`format.envelope`).
+    #[serde(default)]
+    pub format: sluice_format::FormatConfig,
+}
+
+impl HttpSinkConfig {
+    /// Requests have headers (binary CloudEvents) but no message keys.
+    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "http", keys: false, headers: sluice_format::Headers::Text };
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -113,9 +122,13 @@ const HTTP_MANAGED_HEADERS: &[&str] = &["content-type", "content-length", "idemp
 impl SinkSettings for HttpSinkConfig {
     fn guarantee(&self) -> Guarantee {
         Guarantee::AtLeastOnce {
-            dedup: match self.mode {
-                HttpMode::Single => "Idempotency-Key = event id",
-                HttpMode::Batch => "event id in each array element",
+            dedup: match (self.mode, self.format.envelope) {
+                (HttpMode::Single, _) => "Idempotency-Key = event id",
+                (HttpMode::Batch, Envelope::Native) => "event id in each array element",
+                (HttpMode::Batch, Envelope::Cloudevents) => "CloudEvents id in each array element",
+                (HttpMode::Batch, Envelope::Debezium) => {
+                    "source position in each array element (source.lsn, or source.file, pos and row)"
+                }
             },
         }
     }
@@ -132,6 +145,23 @@ impl SinkSettings for HttpSinkConfig {
         }
         check_template(&c.url).map_err(|problem| Invalid::new(format!("{at}.url"), problem, "fix the URL template"))?;
         check_headers(at, c)?;
+        c.format.validate(at, Self::CARRIER)?;
+        if c.format.mode == Some(CloudEventsMode::Binary) {
+            if c.mode == HttpMode::Batch {
+                return Err(Invalid::new(
+                    format!("{at}.format.mode"),
+                    "a binary-mode CloudEvent is a whole request, so it cannot share one with others (mode: batch)",
+                    "set the sink's mode: single, or format.mode: structured (batches are sent as application/cloudevents-batch+json)",
+                ));
+            }
+            if let Some(name) = c.headers.keys().find(|n| n.to_ascii_lowercase().starts_with("ce-")) {
+                return Err(Invalid::new(
+                    format!("{at}.headers.{name}"),
+                    "ce- headers carry the CloudEvents attributes in binary mode",
+                    "remove it from headers",
+                ));
+            }
+        }
         crate::registry::certificate_pair(at, &c.cert_file, &c.key_file)?;
         if let Some(field) = [("ca_file", &c.ca_file), ("cert_file", &c.cert_file)]
             .iter()

@@ -1,7 +1,8 @@
 //! The HTTP webhook sink: at-least-once, deduplicated by the receiver.
 //!
-//! Each request is a POST (or PUT/PATCH) of JSON: one event envelope in
-//! `single` mode, an array of them in `batch` mode. Every request carries
+//! Each request is a POST (or PUT/PATCH) of JSON in the sink's format: one
+//! record in `single` mode (binary CloudEvents put their attributes in
+//! `ce-` headers), an array of them in `batch` mode. Every request carries
 //! `Idempotency-Key` (the event id in single mode; `<first id>..<last id>`
 //! in batch mode, where a replay may cut requests differently, so receivers
 //! dedup by each element's `id`), `Sluice-Position` (the last event's

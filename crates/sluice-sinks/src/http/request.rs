@@ -13,6 +13,16 @@ use super::{HttpMethod, HttpSinkConfig};
 /// The part of an error response kept for the message.
 const ERROR_BODY_LIMIT: usize = 512;
 
+/// One request's body and what travels beside it.
+pub(super) struct Request {
+    pub body: Vec<u8>,
+    /// `Idempotency-Key`: the event id, or `<first>..<last>` for a batch.
+    pub key: String,
+    pub content_type: &'static str,
+    /// The format's own headers (binary CloudEvents' `ce-*`), in full.
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
 /// How the receiver answered a request that did not fail as a whole.
 pub(super) enum Answer {
     Delivered,
@@ -87,7 +97,6 @@ impl Requester {
         }
         let client = builder.build().map_err(|e| bad("tls", e.to_string()))?;
         let mut headers = HeaderMap::new();
-        headers.insert(reqwest::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         for (name, value) in &config.headers {
             let name =
                 HeaderName::from_bytes(name.as_bytes()).map_err(|e| bad(&format!("headers.{name}"), e.to_string()))?;
@@ -121,12 +130,18 @@ impl Requester {
 
     /// Sends `body` until the receiver takes it, refuses it, or
     /// `max_attempts` tries failed.
-    pub async fn send(&self, url: &str, body: Vec<u8>, key: &str, position: &str) -> Result<Answer, SinkError> {
+    pub async fn send(&self, url: &str, request: Request, position: &str) -> Result<Answer, SinkError> {
+        let Request { body, key, content_type, headers: extra } = request;
         let mut headers = self.headers.clone();
         let invalid =
             |what: &str| SinkError::transient(format!("http sink {:?}: {what} is not a header value", self.id));
-        headers.insert("idempotency-key", HeaderValue::from_str(key).map_err(|_| invalid("the idempotency key"))?);
+        headers.insert(reqwest::header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        headers.insert("idempotency-key", HeaderValue::from_str(&key).map_err(|_| invalid("the idempotency key"))?);
         headers.insert("sluice-position", HeaderValue::from_str(position).map_err(|_| invalid("the position"))?);
+        for (name, value) in extra {
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid("a format header's name"))?;
+            headers.insert(name, HeaderValue::from_bytes(&value).map_err(|_| invalid("a format header"))?);
+        }
         if let Some((name, key)) = &self.signer {
             let tag = hmac::sign(key, &body);
             let value = format!("sha256={}", hex(tag.as_ref()));

@@ -1,7 +1,9 @@
 use async_trait::async_trait;
 use sluice_core::{Envelope, Event, EventChunks, Guarantee, Position, Sink, SinkError};
 
-use super::request::{Answer, Requester};
+use sluice_format::{Encoder, Envelope as Format, Record};
+
+use super::request::{Answer, Request, Requester};
 use super::{HttpMode, HttpSinkConfig};
 use crate::registry::SinkSettings;
 use crate::template::{Template, percent_encode};
@@ -12,11 +14,18 @@ pub struct HttpSink {
     requester: Option<Requester>,
     /// The last position the receiver acknowledged in this process.
     held: Option<Position>,
+    bodies: Bodies,
 }
 
 impl HttpSink {
     pub fn new(config: HttpSinkConfig) -> Self {
-        Self { url: Template::parse(&config.url), requester: None, held: None, config }
+        let bodies = Bodies {
+            mode: config.mode,
+            envelope: config.format.envelope,
+            encoder: Encoder::new(&config.format, HttpSinkConfig::CARRIER),
+            records: Vec::new(),
+        };
+        Self { url: Template::parse(&config.url), requester: None, held: None, bodies, config }
     }
 }
 
@@ -65,7 +74,7 @@ impl Sink for HttpSink {
                     }
                     end += 1;
                 }
-                deliver(requester, self.config.mode, &url, &chunk[start..end], &mut self.held).await?;
+                deliver(requester, &mut self.bodies, &url, &chunk[start..end], &mut self.held).await?;
                 start = end;
             }
         }
@@ -89,51 +98,123 @@ impl Sink for HttpSink {
         let mut url = String::new();
         self.url.render_escaped(event, &mut url, percent_encode);
         let mut unused = None;
-        deliver(requester, self.config.mode, &url, std::slice::from_ref(event), &mut unused).await
+        deliver(requester, &mut self.bodies, &url, std::slice::from_ref(event), &mut unused).await
     }
 }
 
-/// Sends `events` (all for `url`) as one request. When the receiver
-/// refuses a request of several events, they are sent again one by one, so
-/// only the event it refuses is rejected.
+/// Sends `events` (all for `url`): one request in batch mode, one per
+/// record in single mode. When the receiver refuses a request of several
+/// events, they are sent again one by one, so only the event it refuses is
+/// rejected.
 async fn deliver(
     requester: &Requester,
-    mode: HttpMode,
+    bodies: &mut Bodies,
     url: &str,
     events: &[Event],
     held: &mut Option<Position>,
 ) -> Result<(), SinkError> {
     let Some(last) = events.last() else { return Ok(()) };
-    let (body, key) = encode(mode, events)?;
-    match requester.send(url, body, &key, &last.position.to_string()).await? {
-        Answer::Delivered => {
+    let position = last.position.to_string();
+    let mut refused = None;
+    for request in bodies.requests(events)? {
+        if let Answer::Refused(detail) = requester.send(url, request, &position).await? {
+            refused = Some(detail);
+            break;
+        }
+    }
+    match refused {
+        None => {
             *held = Some(last.position.clone());
             Ok(())
         }
-        Answer::Refused(detail) if events.len() == 1 => Err(SinkError::Rejected {
+        Some(detail) if events.len() == 1 => Err(SinkError::Rejected {
             detail: format!("the receiver refused the event: {detail}"),
             position: last.position.clone(),
         }),
-        Answer::Refused(_) => {
+        Some(_) => {
             for event in events {
-                let (body, key) = encode(mode, std::slice::from_ref(event))?;
-                match requester.send(url, body, &key, &event.position.to_string()).await? {
-                    Answer::Delivered => *held = Some(event.position.clone()),
-                    Answer::Refused(detail) => {
+                let position = event.position.to_string();
+                for request in bodies.requests(std::slice::from_ref(event))? {
+                    if let Answer::Refused(detail) = requester.send(url, request, &position).await? {
                         return Err(SinkError::Rejected {
                             detail: format!("the receiver refused the event: {detail}"),
                             position: event.position.clone(),
                         });
                     }
                 }
+                *held = Some(event.position.clone());
             }
             Ok(())
         }
     }
 }
 
-/// The request body and its `Idempotency-Key`.
-fn encode(mode: HttpMode, events: &[Event]) -> Result<(Vec<u8>, String), SinkError> {
+/// Turns events into request bodies in the sink's format.
+struct Bodies {
+    mode: HttpMode,
+    envelope: Format,
+    encoder: Encoder,
+    records: Vec<Record>,
+}
+
+impl Bodies {
+    /// The requests that carry `events`. The native envelope keeps its
+    /// shape: an event, or an array of them. Other formats send each record
+    /// alone in single mode, or their values as one JSON array in batch
+    /// mode; an event the format leaves out sends nothing.
+    fn requests(&mut self, events: &[Event]) -> Result<Vec<Request>, SinkError> {
+        if self.envelope == Format::Native {
+            return native(self.mode, events).map(|request| vec![request]);
+        }
+        let mut requests = Vec::new();
+        let mut batch: Vec<(String, Vec<u8>)> = Vec::new();
+        for event in events {
+            let event_id = event.id().to_string();
+            self.records.clear();
+            crate::encoded::encode(&mut self.encoder, "http sink", event, &event_id, &mut self.records)?;
+            for (index, record) in self.records.drain(..).enumerate() {
+                let key = crate::encoded::record_id(&event_id, index).into_owned();
+                let value = record.value.unwrap_or_default();
+                match self.mode {
+                    HttpMode::Batch => batch.push((key, value)),
+                    HttpMode::Single => requests.push(single(self.envelope, key, value, record.headers)),
+                }
+            }
+        }
+        if let (Some((first, _)), Some((last, _))) = (batch.first(), batch.last()) {
+            let key = if batch.len() == 1 { first.clone() } else { format!("{first}..{last}") };
+            let mut body = Vec::with_capacity(batch.iter().map(|(_, v)| v.len() + 1).sum::<usize>() + 2);
+            for (i, (_, value)) in batch.iter().enumerate() {
+                body.push(if i == 0 { b'[' } else { b',' });
+                body.extend_from_slice(value);
+            }
+            body.push(b']');
+            let content_type = match self.envelope {
+                Format::Cloudevents => "application/cloudevents-batch+json",
+                _ => "application/json",
+            };
+            requests.push(Request { body, key, content_type, headers: Vec::new() });
+        }
+        Ok(requests)
+    }
+}
+
+/// One record as a request of its own: a structured CloudEvent says so in
+/// its content type; a binary one carries its attributes as `ce-` headers.
+fn single(envelope: Format, key: String, body: Vec<u8>, attributes: Vec<(String, Vec<u8>)>) -> Request {
+    let binary = !attributes.is_empty();
+    let content_type = match envelope {
+        Format::Cloudevents if !binary => "application/cloudevents+json",
+        _ => "application/json",
+    };
+    // The content type is the sink's to set; the binding's header for the
+    // attribute says the same thing.
+    let headers = attributes.into_iter().filter(|(name, _)| !name.eq_ignore_ascii_case("content-type")).collect();
+    Request { body, key, content_type, headers }
+}
+
+/// The native request body and its `Idempotency-Key`.
+fn native(mode: HttpMode, events: &[Event]) -> Result<Request, SinkError> {
     let envelopes: Vec<Envelope> = events.iter().map(Envelope::new).collect();
     let encoded = match mode {
         HttpMode::Single => serde_json::to_vec(&envelopes[0]),
@@ -148,5 +229,5 @@ fn encode(mode: HttpMode, events: &[Event]) -> Result<(Vec<u8>, String), SinkErr
         [first, .., last] => format!("{}..{}", first.id, last.id),
         [] => String::new(),
     };
-    Ok((body, key))
+    Ok(Request { body, key, content_type: "application/json", headers: Vec::new() })
 }

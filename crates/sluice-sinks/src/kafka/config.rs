@@ -100,7 +100,7 @@ fn default_timeout() -> u64 {
 
 impl KafkaSinkConfig {
     /// Messages have keys and headers.
-    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "kafka", keys: true, headers: true };
+    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "kafka", keys: true, headers: sluice_format::Headers::Kafka };
 }
 
 impl SinkSettings for KafkaSinkConfig {

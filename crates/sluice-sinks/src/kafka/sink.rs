@@ -10,7 +10,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use sluice_core::settings::valid_topic;
 use sluice_core::sync::lock;
 use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError, SliceChunks, failpoint};
-use sluice_format::{Encoder, Record, header_name};
+use sluice_format::{Encoder, Record};
 
 use super::KafkaSinkConfig;
 use super::checkpoint::{ensure_topic, read_position};
@@ -324,8 +324,7 @@ fn kafka_record<'a>(
     let position = event.position.to_string();
     headers = headers.insert(Header { key: "sluice.position", value: Some(position.as_bytes()) });
     for (name, value) in &encoded.headers {
-        let name = if name.starts_with("__debezium") { name.clone() } else { header_name(name, true) };
-        headers = headers.insert(Header { key: &name, value: Some(value.as_slice()) });
+        headers = headers.insert(Header { key: name, value: Some(value.as_slice()) });
     }
     let mut record = FutureRecord::to(topic).headers(headers);
     if let Some(value) = &encoded.value {

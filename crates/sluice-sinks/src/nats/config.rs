@@ -63,9 +63,15 @@ pub struct NatsSinkConfig {
     pub key_file: Option<PathBuf>,
     #[serde(default = "default_timeout")]
     pub timeout_secs: u64,
+    /// The envelope of each message (`format.envelope`).
+    #[serde(default)]
+    pub format: sluice_format::FormatConfig,
 }
 
 impl NatsSinkConfig {
+    /// Messages have headers (binary CloudEvents) but no keys.
+    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "nats", keys: false, headers: sluice_format::Headers::Text };
+
     pub fn subjects(&self) -> Vec<String> {
         self.stream_subjects.clone().unwrap_or_else(|| {
             vec![
@@ -112,6 +118,7 @@ impl SinkSettings for NatsSinkConfig {
         }
         check_template(&c.subject)
             .map_err(|problem| Invalid::new(format!("{at}.subject"), problem, "fix the subject template"))?;
+        c.format.validate(at, Self::CARRIER)?;
         let plain = |s: &str| !s.is_empty() && s.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-');
         if !plain(&c.stream) {
             return Err(Invalid::new(

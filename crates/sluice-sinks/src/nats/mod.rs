@@ -10,6 +10,13 @@
 //! again; and every publish states the sequence it expects the stream to be
 //! at (`Nats-Expected-Last-Sequence`), so another writer is detected and
 //! stops the pipeline instead of interleaving silently.
+//!
+//! An event a format turns into several messages (Debezium's delete and
+//! create of a key change) marks each with `Sluice-Part: <n>/<count>`, and
+//! all but the last with `Sluice-After`, the position before the event. A
+//! stream that ends inside such an event reports that earlier position
+//! and remembers how many parts it holds, so the replay publishes only
+//! the rest.
 
 pub mod config;
 #[cfg(feature = "nats")]

@@ -6,13 +6,21 @@ use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::{self, Context};
 use async_trait::async_trait;
 use bytes::Bytes;
-use sluice_core::{Envelope, EventChunks, Guarantee, Position, Sink, SinkError};
+use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError, failpoint};
+use sluice_format::{Encoder, Record};
 
 use super::NatsSinkConfig;
 use crate::registry::SinkSettings;
 use crate::template::Template;
 
 const POSITION_HEADER: &str = "Sluice-Position";
+/// On each message of an event that makes several (Debezium's delete and
+/// create of a key change): `<n>/<count>`.
+const PART_HEADER: &str = "Sluice-Part";
+/// On each message but the last of such an event: the position of the
+/// event before it (empty for none), where a reopen after a crash between
+/// the messages resumes.
+const AFTER_HEADER: &str = "Sluice-After";
 /// Publishes in flight before the oldest acknowledgement is awaited; well
 /// under the client's own limit of 5,000 pending acks.
 const ACK_WINDOW: usize = 1024;
@@ -25,11 +33,19 @@ pub struct NatsSink {
     /// The stream's last sequence, as far as this sink knows.
     last_sequence: u64,
     held: Option<Position>,
+    encoder: Encoder,
+    records: Vec<Record>,
+    /// An event a crash left half published, and how many of its messages
+    /// the stream holds; those are skipped when it comes again.
+    partial: Option<(Position, usize)>,
 }
 
 impl NatsSink {
     pub fn new(config: NatsSinkConfig) -> Self {
         Self {
+            encoder: Encoder::new(&config.format, NatsSinkConfig::CARRIER),
+            records: Vec::new(),
+            partial: None,
             subject: Template::parse(&config.subject),
             timeout: Duration::from_secs(config.timeout_secs),
             jetstream: None,
@@ -136,12 +152,14 @@ impl Sink for NatsSink {
         let state = stream.info().await.map_err(|e| self.transient("reading the stream", e))?.state.clone();
         self.last_sequence = state.last_sequence;
         self.held = None;
+        self.partial = None;
         if c.exclusive && state.messages > 0 {
             let last = stream
                 .get_raw_message(state.last_sequence)
                 .await
                 .map_err(|e| self.transient("reading the stream's last message", e))?;
-            let text = last.headers.get(POSITION_HEADER).map(|v| v.as_str().to_string()).ok_or_else(|| {
+            let header = |name: &str| last.headers.get(name).map(|v| v.as_str().to_string());
+            let text = header(POSITION_HEADER).ok_or_else(|| {
                 SinkError::permanent(
                     format!(
                         "nats sink {:?}: the last message of stream {:?} (sequence {}) was not written by Sluice",
@@ -150,12 +168,22 @@ impl Sink for NatsSink {
                     "give this sink a stream of its own, or set exclusive: false (at-least-once)",
                 )
             })?;
-            self.held = Some(text.parse().map_err(|e| {
-                SinkError::permanent(
-                    format!("nats sink {:?}: last message holds position {text:?}: {e}", c.id),
-                    "give this sink a stream of its own",
-                )
-            })?);
+            let parse = |text: &str| -> Result<Position, SinkError> {
+                text.parse().map_err(|e| {
+                    SinkError::permanent(
+                        format!("nats sink {:?}: last message holds position {text:?}: {e}", c.id),
+                        "give this sink a stream of its own",
+                    )
+                })
+            };
+            let position = parse(&text)?;
+            match (header(PART_HEADER).as_deref().and_then(part), header(AFTER_HEADER)) {
+                (Some((published, count)), Some(after)) if published < count => {
+                    self.held = if after.is_empty() { None } else { Some(parse(&after)?) };
+                    self.partial = Some((position, published));
+                }
+                _ => self.held = Some(position),
+            }
         }
         self.jetstream = Some(jetstream);
         Ok(self.held.clone())
@@ -167,38 +195,48 @@ impl Sink for NatsSink {
         while let Some(chunk) = events.next_chunk().await? {
             let mut acks = VecDeque::with_capacity(ACK_WINDOW);
             // Published back to back, so each expects the one before it.
-            for (expected, event) in (self.last_sequence..).zip(chunk.iter()) {
+            let mut expected = self.last_sequence;
+            let mut previous = self.held.clone();
+            for event in chunk.iter() {
                 self.subject.render(event, &mut subject);
-                let mut headers = HeaderMap::new();
-                let envelope = Envelope::new(event);
-                headers.insert("Nats-Msg-Id", envelope.id.as_str());
-                headers.insert(POSITION_HEADER, event.position.to_string().as_str());
-                if self.config.exclusive {
-                    headers.insert("Nats-Expected-Last-Sequence", expected.to_string().as_str());
+                let event_id = event.id().to_string();
+                self.records.clear();
+                crate::encoded::encode(&mut self.encoder, "nats sink", event, &event_id, &mut self.records)?;
+                let skip = match self.partial.take() {
+                    Some((position, published)) if position == event.position => published,
+                    _ => 0,
+                };
+                let count = self.records.len();
+                for (index, record) in std::mem::take(&mut self.records).into_iter().enumerate().skip(skip) {
+                    let headers = self.headers(event, &event_id, (index, count), previous.as_ref(), expected, &record);
+                    let payload = Bytes::from(record.value.unwrap_or_default());
+                    let ack = jetstream
+                        .publish_with_headers(subject.clone(), headers, payload)
+                        .await
+                        .map_err(|e| self.transient("publishing", e))?;
+                    expected += 1;
+                    acks.push_back(ack);
+                    if index + 1 < count && failpoint::armed_for("nats.between_parts") {
+                        while let Some(ack) = acks.pop_front() {
+                            self.settle(ack).await?;
+                        }
+                        failpoint::hit("nats.between_parts");
+                    }
+                    // The client holds a publish back once 5,000 acks are
+                    // pending, and an ack is only released when awaited: so
+                    // await the oldest ones as we go, never all at the end.
+                    if acks.len() >= ACK_WINDOW
+                        && let Some(oldest) = acks.pop_front()
+                    {
+                        self.settle(oldest).await?;
+                    }
                 }
-                let payload = serde_json::to_vec(&envelope).map_err(|e| {
-                    SinkError::permanent_from("nats sink: cannot encode an event", "report this as a bug", e)
-                })?;
-                let ack = jetstream
-                    .publish_with_headers(subject.clone(), headers, Bytes::from(payload))
-                    .await
-                    .map_err(|e| self.transient("publishing", e))?;
-                acks.push_back(ack);
-                // The client holds a publish back once 5,000 acks are
-                // pending, and an ack is only released when awaited: so
-                // await the oldest ones as we go, never all at the end.
-                if acks.len() >= ACK_WINDOW
-                    && let Some(oldest) = acks.pop_front()
-                {
-                    self.settle(oldest).await?;
-                }
+                previous = Some(event.position.clone());
             }
             while let Some(ack) = acks.pop_front() {
                 self.settle(ack).await?;
             }
-            if let Some(last) = chunk.last() {
-                self.held = Some(last.position.clone());
-            }
+            self.held = previous;
         }
         Ok(self.held.clone())
     }
@@ -214,6 +252,38 @@ impl Sink for NatsSink {
 }
 
 impl NatsSink {
+    /// The headers of an event's message `part` (index, count): the id the
+    /// server deduplicates by, Sluice's position, the sequence exclusive
+    /// mode expects, and the format's own (binary CloudEvents).
+    fn headers(
+        &self,
+        event: &Event,
+        event_id: &str,
+        part: (usize, usize),
+        previous: Option<&Position>,
+        expected: u64,
+        record: &Record,
+    ) -> HeaderMap {
+        let (index, count) = part;
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-Msg-Id", crate::encoded::record_id(event_id, index).as_ref());
+        headers.insert(POSITION_HEADER, event.position.to_string().as_str());
+        if count > 1 {
+            headers.insert(PART_HEADER, format!("{}/{count}", index + 1).as_str());
+            if index + 1 < count {
+                let after = previous.map(ToString::to_string).unwrap_or_default();
+                headers.insert(AFTER_HEADER, after.as_str());
+            }
+        }
+        if self.config.exclusive {
+            headers.insert("Nats-Expected-Last-Sequence", expected.to_string().as_str());
+        }
+        for (name, value) in &record.headers {
+            headers.insert(name.as_str(), String::from_utf8_lossy(value).as_ref());
+        }
+        headers
+    }
+
     async fn settle(&mut self, ack: PublishAckFuture) -> Result<(), SinkError> {
         match tokio::time::timeout(self.timeout, ack).await {
             Ok(Ok(ack)) => self.last_sequence = self.last_sequence.max(ack.sequence),
@@ -231,4 +301,10 @@ impl NatsSink {
         }
         Ok(())
     }
+}
+
+/// `Sluice-Part`'s `<n>/<count>`.
+fn part(text: &str) -> Option<(usize, usize)> {
+    let (published, count) = text.split_once('/')?;
+    Some((published.parse().ok()?, count.parse().ok()?))
 }

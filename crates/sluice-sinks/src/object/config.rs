@@ -64,8 +64,10 @@ pub struct S3SinkConfig {
     pub secret_access_key: Secret,
     #[serde(default)]
     pub session_token: Secret,
+    /// `parquet` or `jsonl`, or a block that also names the envelope of
+    /// JSON Lines files: `{ file: jsonl, envelope: debezium, ... }`.
     #[serde(default)]
-    pub format: FileFormat,
+    pub format: ObjectFormat,
     /// Parquet: `snappy` (default), `zstd`, `none`. JSON Lines: `none`
     /// (default), `gzip`, `zstd`.
     pub compression: Option<Compression>,
@@ -89,6 +91,38 @@ pub enum FileFormat {
     Jsonl,
 }
 
+/// The files' format, and the envelope each JSON line is written in.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ObjectFormat {
+    pub file: FileFormat,
+    pub envelope: sluice_format::FormatConfig,
+}
+
+impl ObjectFormat {
+    /// Lines have neither keys nor headers.
+    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "s3", keys: false, headers: sluice_format::Headers::None };
+}
+
+/// `parquet`, `jsonl`, or `{ file, envelope, <envelope options> }`.
+impl<'de> Deserialize<'de> for ObjectFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        use serde_json::Value;
+        let file = |value: Value| FileFormat::deserialize(value).map_err(D::Error::custom);
+        match Value::deserialize(deserializer)? {
+            text @ Value::String(_) => Ok(Self { file: file(text)?, envelope: Default::default() }),
+            Value::Object(mut block) => {
+                let file = block.remove("file").map(file).transpose()?.unwrap_or(FileFormat::Jsonl);
+                let envelope = sluice_format::FormatConfig::deserialize(Value::Object(block)).map_err(D::Error::custom)?;
+                Ok(Self { file, envelope })
+            }
+            other => Err(D::Error::custom(format!(
+                "expected `parquet`, `jsonl` or a block {{ file: jsonl, envelope: ... }}, found {other}"
+            ))),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Compression {
@@ -101,7 +135,7 @@ pub enum Compression {
 impl S3SinkConfig {
     /// The compression in effect: the configured one or the format's default.
     pub fn compression(&self) -> Compression {
-        self.compression.unwrap_or(match self.format {
+        self.compression.unwrap_or(match self.format.file {
             FileFormat::Parquet => Compression::Snappy,
             FileFormat::Jsonl => Compression::None,
         })
@@ -139,14 +173,22 @@ impl SinkSettings for S3SinkConfig {
                 "write folders separated by '/', without a leading '/', '.' or '..'",
             ));
         }
-        let allowed: &[Compression] = match c.format {
+        c.format.envelope.validate(at, ObjectFormat::CARRIER)?;
+        if c.format.file == FileFormat::Parquet && c.format.envelope.envelope != sluice_format::Envelope::Native {
+            return Err(Invalid::new(
+                format!("{at}.format.envelope"),
+                "Parquet files hold the native event's columns, not another envelope",
+                "set format.file: jsonl, or remove envelope",
+            ));
+        }
+        let allowed: &[Compression] = match c.format.file {
             FileFormat::Parquet => &[Compression::None, Compression::Snappy, Compression::Zstd],
             FileFormat::Jsonl => &[Compression::None, Compression::Gzip, Compression::Zstd],
         };
         if !allowed.contains(&c.compression()) {
             return Err(Invalid::new(
                 format!("{at}.compression"),
-                format!("{:?} does not apply to {:?} files", c.compression(), c.format),
+                format!("{:?} does not apply to {:?} files", c.compression(), c.format.file),
                 "parquet takes none, snappy or zstd; jsonl takes none, gzip or zstd",
             ));
         }

@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use sluice_core::{Envelope, Event, SinkError};
+use sluice_core::SinkError;
 
 use super::Compression;
 
@@ -48,12 +48,10 @@ impl JsonlFile {
         Ok(Self { output, line: Vec::new() })
     }
 
-    pub fn push(&mut self, event: &Event) -> Result<(), SinkError> {
+    /// Appends one encoded record as a line.
+    pub fn push(&mut self, value: &[u8]) -> Result<(), SinkError> {
         self.line.clear();
-        serde_json::to_writer(&mut self.line, &Envelope::new(event)).map_err(|e| SinkError::Rejected {
-            detail: format!("cannot encode the event as JSON: {e}"),
-            position: event.position.clone(),
-        })?;
+        self.line.extend_from_slice(value);
         self.line.push(b'\n');
         let written = match &mut self.output {
             Output::Plain(out) => out.write_all(&self.line),

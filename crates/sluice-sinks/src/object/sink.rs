@@ -58,6 +58,9 @@ pub struct ObjectSink {
     /// Everything at or below this is in committed files.
     durable: Option<Position>,
     next_file: u64,
+    /// The envelope of JSON lines.
+    encoder: sluice_format::Encoder,
+    records: Vec<sluice_format::Record>,
 }
 
 impl ObjectSink {
@@ -70,6 +73,8 @@ impl ObjectSink {
             None => data_dir.join("s3").join(pipeline).join(&config.id),
         };
         Self {
+            encoder: sluice_format::Encoder::new(&config.format.envelope, super::ObjectFormat::CARRIER),
+            records: Vec::new(),
             config,
             target: None,
             staging,
@@ -83,7 +88,7 @@ impl ObjectSink {
 
     fn extension(&self) -> &'static str {
         use super::Compression::*;
-        match (self.config.format, self.config.compression()) {
+        match (self.config.format.file, self.config.compression()) {
             (FileFormat::Parquet, _) => "parquet",
             (FileFormat::Jsonl, Gzip) => "jsonl.gz",
             (FileFormat::Jsonl, Zstd) => "jsonl.zst",
@@ -117,7 +122,7 @@ impl ObjectSink {
         self.next_file += 1;
         let staged = self.staging.join(format!("{}.staged", self.next_file));
         let compression = self.config.compression();
-        let writer = match self.config.format {
+        let writer = match self.config.format.file {
             FileFormat::Jsonl => JsonlFile::create(&staged, compression).map(Writer::Jsonl),
             FileFormat::Parquet => ParquetFile::create(&staged, compression).map(|f| Writer::Parquet(Box::new(f))),
         }
@@ -299,7 +304,16 @@ impl Sink for ObjectSink {
                 }
                 let Some(file) = self.open.get_mut(&key) else { continue };
                 match &mut file.writer {
-                    Writer::Jsonl(writer) => writer.push(event)?,
+                    Writer::Jsonl(writer) => {
+                        self.records.clear();
+                        self.encoder.encode(event, &mut self.records).map_err(|e| SinkError::Rejected {
+                            detail: format!("s3 sink {:?}: {e}", self.config.id),
+                            position: event.position.clone(),
+                        })?;
+                        for record in &self.records {
+                            writer.push(record.value.as_deref().unwrap_or_default())?;
+                        }
+                    }
                     Writer::Parquet(writer) => writer.push(event)?,
                 }
                 file.last = event.position.clone();

@@ -45,6 +45,15 @@ pub struct RedisSinkConfig {
     /// that authenticate clients by certificate (`tls-auth-clients yes`).
     pub cert_file: Option<PathBuf>,
     pub key_file: Option<PathBuf>,
+    /// The envelope of each entry's `payload` (`format.envelope`).
+    #[serde(default)]
+    pub format: sluice_format::FormatConfig,
+}
+
+impl RedisSinkConfig {
+    /// Stream entries have a `key` field but no compaction, so a
+    /// tombstone would mean nothing; they carry no headers.
+    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "redis", keys: false, headers: sluice_format::Headers::None };
 }
 
 fn default_stream() -> String {
@@ -70,6 +79,7 @@ impl SinkSettings for RedisSinkConfig {
         }
         check_template(&c.stream)
             .map_err(|problem| Invalid::new(format!("{at}.stream"), problem, "fix the stream template"))?;
+        c.format.validate(at, Self::CARRIER)?;
         if let Some(maxlen) = c.maxlen {
             // Redis reads MAXLEN as a signed 64-bit count.
             check_range(at, "maxlen", maxlen, 1, i64::MAX as u64, "entries (leave it out to keep every entry)")?;

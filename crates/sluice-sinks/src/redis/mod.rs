@@ -9,7 +9,9 @@
 //! position order.
 //!
 //! Every entry has the fields `id` (event id), `key` (the primary key as
-//! JSON), `op` and `payload` (the JSON envelope). Durable means acknowledged
+//! JSON, or the format's key), `op` and `payload` (the event in the sink's
+//! format; an event of several records is several entries, appended by the
+//! same script call). Durable means acknowledged
 //! by Redis; what survives a Redis crash is up to its persistence settings
 //! (`appendonly yes` with `appendfsync always` for no loss).
 

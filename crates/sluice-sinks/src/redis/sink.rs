@@ -2,15 +2,18 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
-use sluice_core::{Envelope, Event, EventChunks, Guarantee, Position, Sink, SinkError};
+use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError};
+use sluice_format::{Encoder, Record};
 
 use super::RedisSinkConfig;
 use crate::registry::SinkSettings;
 use crate::template::{Template, default_key};
 
 /// KEYS[1] = checkpoint key, KEYS[2..] = streams. ARGV[1] = new checkpoint
-/// (`sortkey|position`), ARGV[2] = MAXLEN or "", ARGV[3] = event count,
-/// then per event: sort key, stream index (into KEYS), id, key, op, payload.
+/// (`sortkey|position`), ARGV[2] = MAXLEN or "", ARGV[3] = entry count,
+/// then per entry: sort key, stream index (into KEYS), id, key, op, payload.
+/// The entries of one event share its sort key, so the script appends all
+/// of them or none.
 const APPEND: &str = r#"
 local stored = redis.call('GET', KEYS[1])
 local stored_sort = ''
@@ -45,6 +48,15 @@ pub struct RedisSink {
     script: redis::Script,
     conn: Option<MultiplexedConnection>,
     held: Option<Position>,
+    encoder: Encoder,
+    records: Vec<Record>,
+}
+
+/// One stream entry's fields, as the script and XADD take them.
+struct Entry {
+    id: String,
+    key: Vec<u8>,
+    payload: Vec<u8>,
 }
 
 impl RedisSink {
@@ -81,6 +93,8 @@ impl RedisSink {
             script: redis::Script::new(APPEND),
             conn: None,
             held: None,
+            encoder: Encoder::new(&config.format, RedisSinkConfig::CARRIER),
+            records: Vec::new(),
             config,
         }
     }
@@ -103,6 +117,28 @@ impl RedisSink {
             ),
             _ => SinkError::transient_from(format!("redis sink {:?}: {context}: {e}", self.config.id), e),
         }
+    }
+
+    /// The entries of `event`: one per record of its format (none for an
+    /// event the format leaves out). The `key` field is the format's key
+    /// where it defines one (Debezium), else the primary key as JSON.
+    fn entries(&mut self, event: &Event, out: &mut Vec<Entry>) -> Result<(), SinkError> {
+        let event_id = event.id().to_string();
+        self.records.clear();
+        crate::encoded::encode(&mut self.encoder, "redis sink", event, &event_id, &mut self.records)?;
+        let own_keys = !self.encoder.defines_keys();
+        for (index, record) in self.records.drain(..).enumerate() {
+            let mut key = record.key.unwrap_or_default();
+            if own_keys && let Some(row) = &event.key {
+                default_key(row, &mut key);
+            }
+            out.push(Entry {
+                id: crate::encoded::record_id(&event_id, index).into_owned(),
+                key,
+                payload: record.value.unwrap_or_default(),
+            });
+        }
+        Ok(())
     }
 
     async fn call<T>(
@@ -188,16 +224,16 @@ impl Sink for RedisSink {
     async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
         let mut conn = self.conn.clone().ok_or_else(|| SinkError::transient("redis sink is not open"))?;
         let maxlen = self.config.maxlen.map(|m| m.to_string()).unwrap_or_default();
-        let (mut stream, mut key) = (String::new(), Vec::new());
+        let mut stream = String::new();
+        let mut entries = Vec::new();
         while let Some(chunk) = events.next_chunk().await? {
             let Some(last) = chunk.last() else { continue };
             let mut streams: Vec<String> = Vec::new();
-            let mut invocation = self.script.prepare_invoke();
-            invocation.key(&self.checkpoint_key);
             let mut args: Vec<Vec<u8>> = Vec::with_capacity(3 + chunk.len() * 6);
             args.push(format!("{}|{}", last.position.sort_key(), last.position).into_bytes());
             args.push(maxlen.clone().into_bytes());
-            args.push(chunk.len().to_string().into_bytes());
+            args.push(Vec::new());
+            let mut count = 0usize;
             for event in chunk {
                 self.stream.render(event, &mut stream);
                 let index = match streams.iter().position(|s| *s == stream) {
@@ -207,21 +243,22 @@ impl Sink for RedisSink {
                         streams.len() - 1
                     }
                 };
-                match &event.key {
-                    Some(row) => default_key(row, &mut key),
-                    None => key.clear(),
+                entries.clear();
+                self.entries(event, &mut entries)?;
+                let sort_key = event.position.sort_key().into_bytes();
+                for entry in entries.drain(..) {
+                    args.push(sort_key.clone());
+                    args.push((index + 2).to_string().into_bytes());
+                    args.push(entry.id.into_bytes());
+                    args.push(entry.key);
+                    args.push(event.op.code().as_bytes().to_vec());
+                    args.push(entry.payload);
+                    count += 1;
                 }
-                args.push(event.position.sort_key().into_bytes());
-                args.push((index + 2).to_string().into_bytes());
-                let envelope = Envelope::new(event);
-                let payload = serde_json::to_vec(&envelope).map_err(|e| {
-                    SinkError::permanent_from("redis sink: cannot encode an event", "report this as a bug", e)
-                })?;
-                args.push(envelope.id.into_bytes());
-                args.push(key.clone());
-                args.push(event.op.code().as_bytes().to_vec());
-                args.push(payload);
             }
+            args[2] = count.to_string().into_bytes();
+            let mut invocation = self.script.prepare_invoke();
+            invocation.key(&self.checkpoint_key);
             for name in &streams {
                 invocation.key(name);
             }
@@ -249,22 +286,20 @@ impl Sink for RedisSink {
             self.open().await?;
         }
         let mut conn = self.conn.clone().ok_or_else(|| SinkError::transient("redis sink is not open"))?;
-        let (mut stream, mut key) = (String::new(), Vec::new());
+        let mut stream = String::new();
         self.stream.render(event, &mut stream);
-        if let Some(row) = &event.key {
-            default_key(row, &mut key);
+        let mut entries = Vec::new();
+        self.entries(event, &mut entries)?;
+        for entry in entries {
+            let mut command = redis::cmd("XADD");
+            command.arg(&stream);
+            if let Some(maxlen) = self.config.maxlen {
+                command.arg("MAXLEN").arg("~").arg(maxlen);
+            }
+            command.arg("*").arg("id").arg(&entry.id).arg("key").arg(entry.key).arg("op").arg(event.op.code());
+            command.arg("payload").arg(entry.payload);
+            let _id: String = self.call("appending", command.query_async(&mut conn)).await?;
         }
-        let envelope = Envelope::new(event);
-        let payload = serde_json::to_vec(&envelope)
-            .map_err(|e| SinkError::permanent_from("redis sink: cannot encode an event", "report this as a bug", e))?;
-        let mut command = redis::cmd("XADD");
-        command.arg(&stream);
-        if let Some(maxlen) = self.config.maxlen {
-            command.arg("MAXLEN").arg("~").arg(maxlen);
-        }
-        command.arg("*").arg("id").arg(&envelope.id).arg("key").arg(key).arg("op").arg(event.op.code());
-        command.arg("payload").arg(payload);
-        let _id: String = self.call("appending", command.query_async(&mut conn)).await?;
         Ok(())
     }
 }

@@ -177,3 +177,99 @@ pub fn compare_topics(theirs: &[Value], skip: impl Fn(&str) -> bool) {
         }
     }
 }
+
+/// The other sinks that write bytes, in the schemaless Debezium envelope:
+/// Redis (one stream), NATS (one subject), an HTTP receiver (batch mode)
+/// and S3 JSON Lines in a local folder. Each must hold what the
+/// schemaless file holds, which is compared with Debezium itself.
+pub fn byte_sinks(prefix: &str, receiver: &str, lake: &Path) -> String {
+    let format = format!("envelope: debezium, topic_prefix: {prefix}, truncate: include");
+    format!(
+        "      - type: redis\n        config: {{ id: redis, url: \"{redis}\", stream: {prefix}, checkpoint_key: \"{prefix}:checkpoint\", format: {{ {format} }} }}\n      - type: nats\n        config: {{ id: nats, url: \"{nats}\", stream: {prefix}, subject: {prefix}.events, format: {{ {format} }} }}\n      - type: http\n        config: {{ id: http, url: \"{receiver}\", mode: batch, format: {{ {format} }} }}\n      - type: s3\n        config: {{ id: lake, local: {lake}, format: {{ file: jsonl, {format} }} }}\n",
+        redis = env("SLUICE_TEST_REDIS_URL"),
+        nats = env("SLUICE_TEST_NATS_URL"),
+        lake = lake.display(),
+    )
+}
+
+/// Every payload of a Redis stream, in stream order.
+pub fn redis_payloads(stream: &str) -> Vec<Value> {
+    let mut conn = redis::Client::open(env("SLUICE_TEST_REDIS_URL")).unwrap().get_connection().unwrap();
+    let entries: Vec<(String, Vec<(String, String)>)> =
+        redis::cmd("XRANGE").arg(stream).arg("-").arg("+").query(&mut conn).unwrap();
+    let payload = |fields: &[(String, String)]| fields.iter().find(|(k, _)| k == "payload").unwrap().1.clone();
+    entries.iter().map(|(_, fields)| serde_json::from_str(&payload(fields)).unwrap()).collect()
+}
+
+/// Every message of a JetStream stream: its headers and its body as JSON.
+pub fn nats_messages(stream: &str) -> Vec<(BTreeMap<String, String>, Value)> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let context = async_nats::jetstream::new(async_nats::connect(env("SLUICE_TEST_NATS_URL")).await.unwrap());
+        let Ok(mut handle) = context.get_stream(stream).await else { return Vec::new() };
+        let last = handle.info().await.unwrap().state.last_sequence;
+        let mut messages = Vec::new();
+        for sequence in 1..=last {
+            let message = handle.get_raw_message(sequence).await.unwrap();
+            let headers = message
+                .headers
+                .iter()
+                .map(|(name, values)| {
+                    (name.to_string(), values.iter().map(|v| v.as_str()).collect::<Vec<_>>().join(","))
+                })
+                .collect();
+            messages.push((headers, serde_json::from_slice(&message.payload).unwrap()));
+        }
+        messages
+    })
+}
+
+/// Asserts that each byte sink of [`byte_sinks`] holds the values of the
+/// schemaless file: in order for the streams and the receiver, as a set
+/// for the lake (whose files are per table).
+pub fn compare_byte_sinks(plain: &Path, prefix: &str, receiver: &super::receiver::Receiver, lake: &Path) {
+    let expected: Vec<Value> = std::fs::read_to_string(plain)
+        .unwrap()
+        .lines()
+        .map(|l| masked_plain(serde_json::from_str(l).unwrap()))
+        .collect();
+    let nats: Vec<Value> = nats_messages(prefix).into_iter().map(|(_, body)| body).collect();
+    let http: Vec<Value> = receiver.delivered().iter().flat_map(super::receiver::Request::events).collect();
+    for (sink, got) in [("redis", redis_payloads(prefix)), ("nats", nats), ("http", http)] {
+        let got: Vec<Value> = got.into_iter().map(masked_plain).collect();
+        assert_eq!(
+            got.len(),
+            expected.len(),
+            "the {sink} sink holds {} events, the file {}",
+            got.len(),
+            expected.len()
+        );
+        for (i, (ours, file)) in got.iter().zip(&expected).enumerate() {
+            assert_same(&format!("{sink} event {i}"), ours, file);
+        }
+    }
+    let mut lake_lines: Vec<String> = super::lake::local_files(lake)
+        .iter()
+        .flat_map(|(_, bytes)| {
+            String::from_utf8(bytes.clone()).unwrap().lines().map(str::to_string).collect::<Vec<_>>()
+        })
+        .map(|line| masked_plain(serde_json::from_str(&line).unwrap()).to_string())
+        .collect();
+    let mut file_lines: Vec<String> = expected.iter().map(Value::to_string).collect();
+    lake_lines.sort();
+    file_lines.sort();
+    assert_eq!(lake_lines, file_lines, "the lake's JSON lines are the file's");
+}
+
+/// Waits until Redis, NATS and the receiver hold `count` events each.
+pub fn wait_for_byte_sinks(prefix: &str, receiver: &super::receiver::Receiver, count: usize) {
+    super::wait_until(Duration::from_secs(60), "the byte sinks' events", || {
+        let http: usize = receiver.delivered().iter().map(|r| r.events().len()).sum();
+        redis_payloads(prefix).len() >= count && nats_messages(prefix).len() >= count && http >= count
+    });
+}
+
+/// [`masked`] for a value without the schema wrapper.
+pub fn masked_plain(value: Value) -> Value {
+    masked(serde_json::json!({ "payload": value }))["payload"].take()
+}
