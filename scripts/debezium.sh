@@ -2,21 +2,28 @@
 # Debezium embedded, to compare Sluice's Debezium-format output with
 # Debezium's own (scripts/debezium/Capture.java).
 #
-#   scripts/debezium.sh fetch [pg|mariadb]      fetch the jars from Maven Central and build
+#   scripts/debezium.sh fetch [pg|mariadb|jdbc] fetch the jars from Maven Central and build
 #                                               capture.jar when missing; print the classpath(s)
 #   scripts/debezium.sh classpath pg|mariadb    print the classpath (after fetch)
 #   scripts/debezium.sh run pg|mariadb <engine.properties> [Capture options]
 #                                               fetch if needed, then run the capture
+#   scripts/debezium.sh connect <worker.properties> <connector.properties>
+#                                               fetch if needed, then run Kafka Connect
+#                                               standalone (in this process) with
+#                                               Debezium's JDBC sink connector
 #
 # PostgreSQL uses Debezium 3.6.1.Final; MariaDB uses 3.5.0.Final, the last
-# release of debezium-connector-mariadb. The jars live in
-# ${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/debezium-3.6.1 and debezium-mariadb-3.5.0.
+# release of debezium-connector-mariadb; the JDBC sink is 3.6.0.Final (Maven
+# Central serves no 3.6.1.Final of it) in Kafka Connect 4.3.0. The jars live
+# in ${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/debezium-3.6.1,
+# debezium-mariadb-3.5.0 and debezium-jdbc-3.6.0.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}"
 PG_DIR="$CACHE/debezium-3.6.1"
 MARIADB_DIR="$CACHE/debezium-mariadb-3.5.0"
+JDBC_DIR="$CACHE/debezium-jdbc-3.6.0"
 SOURCE="$HERE/debezium/Capture.java"
 JAVA_OPTS=(-Xmx768m)
 
@@ -28,20 +35,22 @@ set_dir() {
   case "$1" in
     pg) echo "$PG_DIR" ;;
     mariadb) echo "$MARIADB_DIR" ;;
-    *) die "unknown set '$1' (pg or mariadb)" ;;
+    jdbc) echo "$JDBC_DIR" ;;
+    *) die "unknown set '$1' (pg, mariadb or jdbc)" ;;
   esac
 }
 set_pom() {
   case "$1" in
     pg) echo "$HERE/debezium/pom.xml" ;;
     mariadb) echo "$HERE/debezium/mariadb/pom.xml" ;;
+    jdbc) echo "$HERE/debezium/jdbc/pom.xml" ;;
   esac
 }
 
 classpath() {
   local dir
   dir=$(set_dir "$1")
-  echo "$dir/libs/*:$dir/capture.jar"
+  if [ "$1" = jdbc ]; then echo "$dir/libs/*"; else echo "$dir/libs/*:$dir/capture.jar"; fi
 }
 
 # Copies the jars of set $1 (once) and compiles capture.jar (when missing or
@@ -64,7 +73,7 @@ fetch_set() {
     touch "$dir/libs.tmp/.complete"
     mv "$dir/libs.tmp" "$dir/libs"
   fi
-  if [ ! -f "$dir/capture.jar" ] || [ "$SOURCE" -nt "$dir/capture.jar" ]; then
+  if [ "$set" != jdbc ] && { [ ! -f "$dir/capture.jar" ] || [ "$SOURCE" -nt "$dir/capture.jar" ]; }; then
     log "compiling Capture.java into $dir/capture.jar"
     rm -rf "$dir/classes"
     mkdir -p "$dir/classes"
@@ -83,7 +92,7 @@ cmd=${1:-}
 case "$cmd" in
   fetch)
     sets=("$@")
-    [ ${#sets[@]} -gt 0 ] || sets=(pg mariadb)
+    [ ${#sets[@]} -gt 0 ] || sets=(pg mariadb jdbc)
     for set in "${sets[@]}"; do
       set_dir "$set" >/dev/null
       fetch_set "$set"
@@ -106,8 +115,13 @@ case "$cmd" in
     fetch_set "$set"
     exec java "${JAVA_OPTS[@]}" -cp "$(classpath "$set")" Capture "$@"
     ;;
+  connect)
+    [ $# -eq 2 ] || die "usage: $0 connect <worker.properties> <connector.properties>"
+    fetch_set jdbc
+    exec java "${JAVA_OPTS[@]}" -cp "$JDBC_DIR/libs/*" org.apache.kafka.connect.cli.ConnectStandalone "$@"
+    ;;
   *)
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 64
     ;;
 esac
