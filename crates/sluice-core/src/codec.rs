@@ -371,6 +371,25 @@ mod tests {
     }
 
     #[test]
+    fn snapshot_marks_round_trip() {
+        use crate::schema::{Origin, SnapshotMark};
+        let marks = [
+            SnapshotMark::Row,
+            SnapshotMark::FirstInTable,
+            SnapshotMark::LastInTable,
+            SnapshotMark::First,
+            SnapshotMark::Last,
+            SnapshotMark::Incremental,
+        ];
+        for mark in marks {
+            let event = Event { origin: Origin::Snapshot(mark), ..sample() };
+            let mut bytes = Vec::new();
+            encode(&event, &mut bytes);
+            assert_eq!(decode(&mut bytes.as_slice()).unwrap().origin, event.origin);
+        }
+    }
+
+    #[test]
     fn truncated_input_is_incomplete_and_garbage_is_refused() {
         let mut bytes = Vec::new();
         encode(&sample(), &mut bytes);

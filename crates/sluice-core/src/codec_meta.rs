@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::codec::{CodecError, put_len, put_str, put_value, take_array, take_count, take_str, take_u8, take_value};
-use crate::schema::{ColumnSchema, ColumnType, Origin, TableSchema};
+use crate::schema::{ColumnSchema, ColumnType, Origin, SnapshotMark, TableSchema};
 
 /// Array types nest at most this deep in a decoded schema.
 const MAX_TYPE_DEPTH: usize = 8;
@@ -208,6 +208,10 @@ pub(crate) fn put_origin(out: &mut Vec<u8>, origin: &Origin) {
             put_opt(out, *thread);
             put_str(out, gtid.as_deref().unwrap_or(""));
         }
+        Origin::Snapshot(mark) => {
+            out.push(3);
+            out.push(*mark as u8);
+        }
     }
 }
 
@@ -233,6 +237,15 @@ pub(crate) fn take_origin(input: &mut &[u8]) -> Result<Origin, CodecError> {
             let gtid = (!gtid.is_empty()).then(|| Arc::from(gtid));
             Origin::Mysql { server_id, file, pos, row, thread, gtid, mariadb }
         }
+        3 => Origin::Snapshot(match take_u8(input)? {
+            0 => SnapshotMark::Row,
+            1 => SnapshotMark::FirstInTable,
+            2 => SnapshotMark::LastInTable,
+            3 => SnapshotMark::First,
+            4 => SnapshotMark::Last,
+            5 => SnapshotMark::Incremental,
+            _ => return Err(CodecError::Invalid("unknown snapshot mark")),
+        }),
         _ => return Err(CodecError::Invalid("unknown origin")),
     })
 }

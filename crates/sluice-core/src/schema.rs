@@ -91,12 +91,33 @@ impl TableSchema {
     }
 }
 
+/// Where a snapshot row falls, as Debezium's `source.snapshot` tells it.
+/// The marks of an initial snapshot rank as Debezium resolves a row that
+/// is several at once (the only row of the last table is `Last`): the
+/// greater wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum SnapshotMark {
+    /// Any other row of an initial snapshot.
+    #[default]
+    Row,
+    FirstInTable,
+    LastInTable,
+    /// The first row of the snapshot.
+    First,
+    /// The last row of the snapshot.
+    Last,
+    /// A row read by an incremental snapshot, between log events.
+    Incremental,
+}
+
 /// Where in the source's log an event was read, beyond its position.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum Origin {
-    /// Nothing more than the position: generators, snapshots.
+    /// Nothing more than the position: generators.
     #[default]
     None,
+    /// A row read by a snapshot, and where it falls in it.
+    Snapshot(SnapshotMark),
     /// A PostgreSQL change: the LSN of its own WAL record, and the commit
     /// LSN of the transaction the stream finished before it.
     Postgres { lsn: u64, last_commit_lsn: Option<u64> },

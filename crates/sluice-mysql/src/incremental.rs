@@ -215,7 +215,7 @@ impl ChunkReader for Reader {
                 tx_end: false,
                 commit_time_us: 0,
                 schema: Some(plan.declared.clone()),
-                origin: sluice_core::schema::Origin::None,
+                origin: sluice_core::schema::Origin::Snapshot(sluice_core::schema::SnapshotMark::Incremental),
             });
             if key.is_some() {
                 *after = key;

@@ -173,7 +173,7 @@ impl ChunkReader for Reader {
                 tx_end: false,
                 commit_time_us: 0,
                 schema: Some(plan.schema.clone()),
-                origin: sluice_core::schema::Origin::None,
+                origin: sluice_core::schema::Origin::Snapshot(sluice_core::schema::SnapshotMark::Incremental),
             });
             if parts.is_some() {
                 *after = parts;

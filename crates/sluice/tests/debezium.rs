@@ -173,3 +173,75 @@ fn the_mariadb_debezium_envelope_matches_debezium_field_by_field() {
     compare_byte_sinks(&dir.path().join("plain.jsonl"), &prefix, &receiver, &lake);
     compare_topics(&theirs, |_| false);
 }
+
+/// An initial snapshot's `source.snapshot` marks, against Debezium's own
+/// snapshot of the same tables (one of them empty, one with one row):
+/// `first`, `true`, `last_in_data_collection`, `first_in_data_collection`
+/// and `last`, on the same rows, in the same order.
+#[test]
+fn the_snapshot_marks_match_debeziums() {
+    let db = "debezium_snapshot";
+    let prefix = unique("dbzsnap");
+    fresh_database(db);
+    sql(
+        db,
+        "CREATE TABLE a_three (id int PRIMARY KEY); INSERT INTO a_three VALUES (1), (2), (3);
+         CREATE TABLE b_empty (id int PRIMARY KEY);
+         CREATE TABLE c_one (id int PRIMARY KEY); INSERT INTO c_one VALUES (1);
+         CREATE TABLE d_two (id int PRIMARY KEY); INSERT INTO d_two VALUES (1), (2);",
+    );
+    sql(db, &format!("CREATE PUBLICATION debezium_{db} FOR ALL TABLES"));
+    sql(db, &format!("SELECT pg_create_logical_replication_slot('debezium_{db}', 'pgoutput')"));
+    let dir = tempfile::tempdir().unwrap();
+    let properties = format!(
+        "name=snapshot\nconnector.class=io.debezium.connector.postgresql.PostgresConnector\n\
+         offset.storage=org.apache.kafka.connect.storage.FileOffsetBackingStore\n\
+         offset.storage.file.filename={offsets}\noffset.flush.interval.ms=0\n\
+         database.hostname={host}\ndatabase.port={port}\ndatabase.user={user}\ndatabase.password={password}\n\
+         database.dbname={db}\ntopic.prefix={prefix}\nplugin.name=pgoutput\nslot.name=debezium_{db}\n\
+         publication.name=debezium_{db}\npublication.autocreate.mode=disabled\nsnapshot.mode=initial\n",
+        offsets = dir.path().join("debezium.offsets").display(),
+        host = pg_env("SLUICE_TEST_PG_HOST"),
+        port = pg_env("SLUICE_TEST_PG_PORT"),
+        user = pg_env("SLUICE_TEST_PG_USER"),
+        password = pg_env("SLUICE_TEST_PG_PASSWORD"),
+    );
+    let marks = |records: Vec<serde_json::Value>| -> Vec<(String, i64, String)> {
+        records
+            .iter()
+            .map(|r| {
+                let payload = if r["payload"].is_object() { &r["payload"] } else { r };
+                (
+                    payload["source"]["table"].as_str().unwrap().to_string(),
+                    payload["after"]["id"].as_i64().unwrap(),
+                    payload["source"]["snapshot"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let theirs: Vec<serde_json::Value> = debezium_records(dir.path(), "pg", &properties, &[])
+        .into_iter()
+        .filter(|r| !r["value"].is_null())
+        .map(|r| r["value"].clone())
+        .collect();
+    let theirs = marks(theirs);
+    assert_eq!(theirs.len(), 6, "Debezium's snapshot: {theirs:?}");
+    for mark in ["first", "last_in_data_collection", "last"] {
+        assert!(theirs.iter().any(|(_, _, m)| m == mark), "no {mark} in Debezium's snapshot: {theirs:?}");
+    }
+
+    let config = format!(
+        "pipelines:\n  - name: pg\n    source:\n      type: postgres\n      config: {{ id: {db}, host: 127.0.0.1, port: {port}, database: {db}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", ssl_mode: verify-full, ca_file: {ca}, tables: [public.*], snapshot: {{ mode: initial }} }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: snapshot.jsonl, format: {{ envelope: debezium, topic_prefix: {prefix} }} }}\n",
+        port = pg_env("SLUICE_TEST_PG_PORT"),
+        user = pg_env("SLUICE_TEST_PG_USER"),
+        ca = pg_env("SLUICE_TEST_PG_CA"),
+    );
+    let config = write_config(dir.path(), &config);
+    let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    let out = dir.path().join("snapshot.jsonl");
+    wait_until(Duration::from_secs(60), "the snapshot", || line_count(&out) >= 6);
+    stop(child, dir.path());
+    let ours: Vec<serde_json::Value> =
+        std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(marks(ours), theirs);
+}

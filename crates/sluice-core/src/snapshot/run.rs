@@ -22,6 +22,7 @@ use super::SnapshotPos;
 use super::progress;
 use crate::error::SourceError;
 use crate::event::Event;
+use crate::schema::{Origin, SnapshotMark};
 
 /// Rows of one table, or why reading failed.
 pub type Chunk = Result<Vec<Event>, SourceError>;
@@ -137,15 +138,28 @@ async fn emit(
     let started = Instant::now();
     let mut checked = Instant::now();
     let mut all_rows: u64 = 0;
+    // The last chunk read, sent once the next one comes or the snapshot
+    // ends: only then is it known whether its last row ends a table or the
+    // snapshot, which the row's mark says.
+    let mut held: Option<Vec<Event>> = None;
     for (done, (table, mut queue)) in queues.into_iter().enumerate() {
         let table_started = Instant::now();
         let mut rows: u64 = 0;
         loop {
             let chunk = queue.recv().await;
             let at_end = chunk.is_none();
-            if let Some(chunk) = chunk {
+            if at_end && rows > 0 {
+                mark(held.as_mut().and_then(|events| events.last_mut()), SnapshotMark::LastInTable);
+            }
+            if let Some(mut chunk) = chunk {
                 let failed = chunk.is_err();
                 let count = chunk.as_ref().map_or(0, |events| events.len() as u64);
+                if let Ok(events) = &mut chunk
+                    && rows == 0
+                {
+                    let first = if all_rows == 0 { SnapshotMark::First } else { SnapshotMark::FirstInTable };
+                    mark(events.first_mut(), first);
+                }
                 rows += count;
                 all_rows += count;
                 progress::Reading {
@@ -158,7 +172,21 @@ async fn emit(
                     started: table_started.into_std(),
                 }
                 .show();
-                if out.send(chunk).await.is_err() || failed {
+                let ready = match chunk {
+                    Ok(events) => held.replace(events).map(Ok),
+                    Err(err) => {
+                        if let Some(events) = held.take() {
+                            let _ = out.send(Ok(events)).await;
+                        }
+                        Some(Err(err))
+                    }
+                };
+                if let Some(ready) = ready
+                    && out.send(ready).await.is_err()
+                {
+                    return;
+                }
+                if failed {
                     return;
                 }
             }
@@ -173,6 +201,9 @@ async fn emit(
                     if at_end { "snapshot of table done" } else { "snapshot progress" },
                 );
                 if let Err(err) = guard.check(eta).await {
+                    if let Some(events) = held.take() {
+                        let _ = out.send(Ok(events)).await;
+                    }
                     let _ = out.send(Err(err)).await;
                     return;
                 }
@@ -183,6 +214,18 @@ async fn emit(
         }
         rows_left = rows_left.saturating_sub(table.estimated_rows().max(rows));
         info!(tables_done = done + 1, tables = total, rows = all_rows, "snapshot progress over all tables");
+    }
+    if let Some(mut events) = held {
+        mark(events.last_mut(), SnapshotMark::Last);
+        let _ = out.send(Ok(events)).await;
+    }
+}
+
+/// Raises a snapshot row's mark to `to` where that ranks higher, as
+/// Debezium resolves a row that is first and last at once.
+fn mark(event: Option<&mut Event>, to: SnapshotMark) {
+    if let Some(Event { origin: Origin::Snapshot(mark), .. }) = event {
+        *mark = (*mark).max(to);
     }
 }
 
@@ -255,7 +298,7 @@ mod tests {
             tx_end: true,
             commit_time_us: 0,
             schema: None,
-            origin: crate::schema::Origin::None,
+            origin: crate::schema::Origin::Snapshot(SnapshotMark::Row),
         }
     }
 
@@ -332,6 +375,33 @@ mod tests {
             assert!(error.is_none());
             assert_eq!(positions.len(), 7 + 8 + 9 + 10 + 11, "{readers} readers");
             assert!(positions.windows(2).all(|w| w[0] < w[1]), "{readers} readers: out of order");
+        }
+    }
+
+    /// Debezium's marks: `first` for the snapshot's first row, `last` for
+    /// its last, each other table's first and last row, and an empty table
+    /// or a one-row table in between.
+    #[tokio::test]
+    async fn rows_are_marked_first_and_last_of_their_table_and_of_the_snapshot() {
+        use SnapshotMark::*;
+        let table = |name: &str, rows: i64| Table { name: Arc::from(name), rows };
+        let cases = [
+            (vec![table("a", 3), table("b", 0), table("c", 1), table("d", 4), table("e", 0)], {
+                vec![First, Row, LastInTable, LastInTable, FirstInTable, Row, Row, Last]
+            }),
+            (vec![table("a", 1)], vec![Last]),
+            (vec![table("a", 2), table("b", 1)], vec![First, LastInTable, Last]),
+        ];
+        for (tables, expected) in cases {
+            let mut run = Run::spawn("s".into(), vec![Reader { fail_on: None }], tables, None, Arc::new(Guard(None)));
+            let mut marks = Vec::new();
+            while let Some(chunk) = run.next().await {
+                for event in chunk.unwrap() {
+                    let Origin::Snapshot(mark) = event.origin else { panic!("not a snapshot row") };
+                    marks.push(mark);
+                }
+            }
+            assert_eq!(marks, expected);
         }
     }
 

@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use sluice_core::schema::SnapshotMark;
 use sluice_core::{Event, Op, Origin, Position};
 
 use crate::json;
@@ -65,8 +66,13 @@ pub fn schema(event: &Event) -> String {
 }
 
 fn snapshot(event: &Event) -> &'static str {
-    match event.op {
-        Op::Read => "true",
+    match (&event.origin, event.op) {
+        (Origin::Snapshot(SnapshotMark::First), _) => "first",
+        (Origin::Snapshot(SnapshotMark::FirstInTable), _) => "first_in_data_collection",
+        (Origin::Snapshot(SnapshotMark::LastInTable), _) => "last_in_data_collection",
+        (Origin::Snapshot(SnapshotMark::Last), _) => "last",
+        (Origin::Snapshot(SnapshotMark::Incremental), _) => "incremental",
+        (_, Op::Read) => "true",
         _ => "false",
     }
 }

@@ -99,3 +99,20 @@ fn truncates_are_skipped_unless_included_and_schemas_wrap_the_payload() {
     assert_eq!(value["payload"]["source"]["sequence"], "[\"128\",\"144\"]");
     assert!(records[0].key.is_none());
 }
+
+#[test]
+fn snapshot_rows_carry_their_mark_and_log_events_false() {
+    use sluice_core::schema::SnapshotMark;
+    let cases = [
+        (Op::Read, Origin::Snapshot(SnapshotMark::First), "first"),
+        (Op::Read, Origin::Snapshot(SnapshotMark::Row), "true"),
+        (Op::Read, Origin::Snapshot(SnapshotMark::LastInTable), "last_in_data_collection"),
+        (Op::Read, Origin::Snapshot(SnapshotMark::Incremental), "incremental"),
+        (Op::Insert, Origin::Postgres { lsn: 0x90, last_commit_lsn: None }, "false"),
+    ];
+    for (op, origin, expected) in cases {
+        let event = Event { origin, ..event(op, None, row(1, "1.00")) };
+        let records = encode(DebeziumSettings::default(), &event).unwrap();
+        assert_eq!(json(&records[0].value)["source"]["snapshot"], expected);
+    }
+}
