@@ -319,6 +319,18 @@ mod tests {
                 thread: Some(12),
                 gtid: Some("0-3-9".into()),
                 mariadb: true,
+                tx: Some(crate::tx_place::TxPlace {
+                    before: crate::tx_place::TxCounts { rows: 3, truncates: 1, messages: 2 },
+                    table_before: crate::tx_place::TxCounts { rows: 1, truncates: 0, messages: 0 },
+                    totals: Some(
+                        vec![(
+                            "public.orders".into(),
+                            crate::tx_place::TxCounts { rows: 5, truncates: 1, messages: 0 },
+                        )]
+                        .into(),
+                    ),
+                    commit_end: Some(0x1234),
+                }),
             },
         }
     }

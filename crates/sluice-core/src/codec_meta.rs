@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::codec::{CodecError, put_len, put_str, put_value, take_array, take_count, take_str, take_u8, take_value};
 use crate::schema::{ColumnSchema, ColumnType, Origin, SnapshotMark, TableSchema};
+use crate::tx_place::{TxCounts, TxPlace};
 
 /// Array types nest at most this deep in a decoded schema.
 const MAX_TYPE_DEPTH: usize = 8;
@@ -187,7 +188,7 @@ fn take_labels(input: &mut &[u8]) -> Result<Vec<Arc<str>>, CodecError> {
 pub(crate) fn put_origin(out: &mut Vec<u8>, origin: &Origin) {
     match origin {
         Origin::None => out.push(0),
-        Origin::Postgres { lsn, last_commit_lsn } => {
+        Origin::Postgres { lsn, last_commit_lsn, tx } => {
             out.push(1);
             out.extend_from_slice(&lsn.to_le_bytes());
             match last_commit_lsn {
@@ -197,8 +198,9 @@ pub(crate) fn put_origin(out: &mut Vec<u8>, origin: &Origin) {
                     out.extend_from_slice(&commit.to_le_bytes());
                 }
             }
+            put_tx_place(out, tx.as_ref());
         }
-        Origin::Mysql { server_id, file, pos, row, thread, gtid, mariadb } => {
+        Origin::Mysql { server_id, file, pos, row, thread, gtid, mariadb, tx } => {
             out.push(2);
             out.push(u8::from(*mariadb));
             out.extend_from_slice(&server_id.to_le_bytes());
@@ -207,6 +209,7 @@ pub(crate) fn put_origin(out: &mut Vec<u8>, origin: &Origin) {
             out.extend_from_slice(&row.to_le_bytes());
             put_opt(out, *thread);
             put_str(out, gtid.as_deref().unwrap_or(""));
+            put_tx_place(out, tx.as_ref());
         }
         Origin::Snapshot(mark) => {
             out.push(3);
@@ -224,7 +227,7 @@ pub(crate) fn take_origin(input: &mut &[u8]) -> Result<Origin, CodecError> {
                 0 => None,
                 _ => Some(u64::from_le_bytes(take_array(input)?)),
             };
-            Origin::Postgres { lsn, last_commit_lsn }
+            Origin::Postgres { lsn, last_commit_lsn, tx: take_tx_place(input)? }
         }
         2 => {
             let mariadb = take_flag(input)? == 1;
@@ -235,7 +238,7 @@ pub(crate) fn take_origin(input: &mut &[u8]) -> Result<Origin, CodecError> {
             let thread = take_opt(input)?;
             let gtid = take_str(input)?;
             let gtid = (!gtid.is_empty()).then(|| Arc::from(gtid));
-            Origin::Mysql { server_id, file, pos, row, thread, gtid, mariadb }
+            Origin::Mysql { server_id, file, pos, row, thread, gtid, mariadb, tx: take_tx_place(input)? }
         }
         3 => Origin::Snapshot(match take_u8(input)? {
             0 => SnapshotMark::Row,
@@ -248,4 +251,68 @@ pub(crate) fn take_origin(input: &mut &[u8]) -> Result<Origin, CodecError> {
         }),
         _ => return Err(CodecError::Invalid("unknown origin")),
     })
+}
+
+fn put_counts(out: &mut Vec<u8>, counts: &TxCounts) {
+    for n in [counts.rows, counts.truncates, counts.messages] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+}
+
+fn take_counts(input: &mut &[u8]) -> Result<TxCounts, CodecError> {
+    let mut next = || take_array(input).map(u32::from_le_bytes);
+    Ok(TxCounts { rows: next()?, truncates: next()?, messages: next()? })
+}
+
+fn put_tx_place(out: &mut Vec<u8>, place: Option<&TxPlace>) {
+    let Some(place) = place else {
+        out.push(0);
+        return;
+    };
+    out.push(1);
+    put_counts(out, &place.before);
+    put_counts(out, &place.table_before);
+    match &place.totals {
+        None => out.push(0),
+        Some(totals) => {
+            out.push(1);
+            out.extend_from_slice(&(totals.len() as u32).to_le_bytes());
+            for (table, counts) in totals.iter() {
+                put_str(out, table);
+                put_counts(out, counts);
+            }
+        }
+    }
+    match place.commit_end {
+        None => out.push(0),
+        Some(lsn) => {
+            out.push(1);
+            out.extend_from_slice(&lsn.to_le_bytes());
+        }
+    }
+}
+
+fn take_tx_place(input: &mut &[u8]) -> Result<Option<TxPlace>, CodecError> {
+    if take_flag(input)? == 0 {
+        return Ok(None);
+    }
+    let before = take_counts(input)?;
+    let table_before = take_counts(input)?;
+    let totals = match take_flag(input)? {
+        0 => None,
+        _ => {
+            let count = u32::from_le_bytes(take_array(input)?) as usize;
+            let mut totals = Vec::with_capacity(count.min(1024));
+            for _ in 0..count {
+                let table: Arc<str> = Arc::from(take_str(input)?);
+                totals.push((table, take_counts(input)?));
+            }
+            Some(totals.into())
+        }
+    };
+    let commit_end = match take_flag(input)? {
+        0 => None,
+        _ => Some(u64::from_le_bytes(take_array(input)?)),
+    };
+    Ok(Some(TxPlace { before, table_before, totals, commit_end }))
 }

@@ -100,6 +100,18 @@ impl Event {
         EventId::new(&self.source_id, &self.position)
     }
 
+    /// An update that moves its row to another primary key, which
+    /// Debezium writes as a delete and a create.
+    pub fn changes_key(&self) -> bool {
+        let (Op::Update, Some(schema), Some(before), Some(after)) = (self.op, &self.schema, &self.before, &self.after)
+        else {
+            return false;
+        };
+        schema.primary_key.iter().filter_map(|&i| schema.columns.get(i)).any(|column| {
+            matches!((before.get(&column.name), after.get(&column.name)), (Some(old), Some(new)) if old != new)
+        })
+    }
+
     /// A rough size used by the batcher's byte limit.
     pub fn approx_byte_size(&self) -> usize {
         let rows = [&self.key, &self.before, &self.after];

@@ -20,6 +20,7 @@ pub mod snapshot;
 pub mod source;
 pub mod sync;
 pub mod time;
+pub mod tx_place;
 pub mod value;
 
 pub use checkpoint::{CheckpointKey, CheckpointStore};
@@ -32,4 +33,5 @@ pub use schema::{ColumnSchema, ColumnType, Origin, TableSchema};
 pub use sink::{EventChunks, Sink, SliceChunks, collect_chunks};
 pub use snapshot::SnapshotPos;
 pub use source::{AckWatermark, LogStats, Source, SourceStatus};
+pub use tx_place::{TxCounter, TxCounts, TxPlace};
 pub use value::{Columns, JsonText, Row, Value};

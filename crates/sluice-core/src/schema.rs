@@ -5,6 +5,7 @@
 //! Debezium envelope, Avro) can describe a column as the database declared
 //! it (`numeric(12,2)`, `timestamp(3)`), which a value alone cannot tell.
 
+use crate::tx_place::TxPlace;
 use std::sync::Arc;
 
 use crate::value::Value;
@@ -120,7 +121,8 @@ pub enum Origin {
     Snapshot(SnapshotMark),
     /// A PostgreSQL change: the LSN of its own WAL record, and the commit
     /// LSN of the transaction the stream finished before it.
-    Postgres { lsn: u64, last_commit_lsn: Option<u64> },
+    /// `tx` is its place in its transaction (none outside one).
+    Postgres { lsn: u64, last_commit_lsn: Option<u64>, tx: Option<TxPlace> },
     /// A MySQL or MariaDB row: the binlog file and offset of its row
     /// event, and the server and thread that wrote it.
     /// `mariadb` tells MariaDB (whose Debezium connector is `mariadb`) from MySQL.
@@ -132,5 +134,6 @@ pub enum Origin {
         thread: Option<u32>,
         gtid: Option<Arc<str>>,
         mariadb: bool,
+        tx: Option<TxPlace>,
     },
 }

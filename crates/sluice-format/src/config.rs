@@ -43,6 +43,8 @@ pub struct FormatConfig {
     pub truncate: Option<Include>,
     /// Debezium: logical decoding messages; default include.
     pub messages: Option<Include>,
+    /// Debezium: `provide.transaction.metadata`; default false.
+    pub transaction_metadata: Option<bool>,
     /// CloudEvents: structured (one JSON object) or binary (attributes in headers).
     pub mode: Option<CloudEventsMode>,
     /// CloudEvents: the `source` attribute; default `/sluice/<source id>`.
@@ -74,7 +76,7 @@ pub enum Headers {
 }
 
 impl FormatConfig {
-    fn debezium_options(&self) -> [(&'static str, bool); 9] {
+    fn debezium_options(&self) -> [(&'static str, bool); 10] {
         [
             ("schemas", self.schemas.is_some()),
             ("topic_prefix", self.topic_prefix.is_some()),
@@ -85,6 +87,7 @@ impl FormatConfig {
             ("unavailable_value", self.unavailable_value.is_some()),
             ("truncate", self.truncate.is_some()),
             ("messages", self.messages.is_some()),
+            ("transaction_metadata", self.transaction_metadata.is_some()),
         ]
     }
 
@@ -166,6 +169,7 @@ impl FormatConfig {
             unavailable_value: self.unavailable_value.clone().unwrap_or(defaults.unavailable_value),
             truncate: self.truncate.unwrap_or(defaults.truncate),
             messages: self.messages.unwrap_or(defaults.messages),
+            transaction_metadata: self.transaction_metadata.unwrap_or(defaults.transaction_metadata),
         }
     }
 

@@ -38,6 +38,9 @@ pub enum RecordKind {
     Change,
     /// The tombstone that follows a delete (Debezium).
     Tombstone,
+    /// A transaction's BEGIN or END (Debezium's transaction metadata),
+    /// which Kafka carries on a topic of its own.
+    Transaction,
 }
 
 /// Why an event cannot be written in a format. The event goes to the dead
@@ -73,6 +76,15 @@ impl Encoder {
     /// True for the native envelope, whose sinks keep their own keys.
     pub fn is_native(&self) -> bool {
         matches!(self.kind, Kind::Native)
+    }
+
+    /// Where a record of kind [`RecordKind::Transaction`] goes on a sink
+    /// with topics: Debezium's `<prefix>.transaction`.
+    pub fn transaction_topic(&self, event: &Event) -> Option<String> {
+        match &self.kind {
+            Kind::Debezium(encoder) => Some(encoder.transaction_topic(event)),
+            _ => None,
+        }
     }
 
     /// Whether the format sets every record's key (Debezium: a keyless

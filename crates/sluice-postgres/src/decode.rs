@@ -59,6 +59,8 @@ pub struct Decoder {
     types: HashMap<u32, PgType>,
     tx: Option<Transaction>,
     held: Option<Event>,
+    /// Places each event in its transaction for Debezium's metadata.
+    counter: sluice_core::TxCounter,
     /// The WAL position of the message being applied.
     message_lsn: u64,
     /// The commit LSN of the last transaction the stream finished.
@@ -78,6 +80,7 @@ impl Decoder {
             types: HashMap::new(),
             tx: None,
             held: None,
+            counter: Default::default(),
             message_lsn: 0,
             last_commit_lsn: None,
         }
@@ -137,7 +140,10 @@ impl Decoder {
                 self.last_commit_lsn = Some(end_lsn);
                 if let Some(mut last) = self.held.take() {
                     last.tx_end = true;
-                    out.push(last);
+                    self.push(last, out);
+                    if let Some(Event { origin: Origin::Postgres { tx: Some(place), .. }, .. }) = out.last_mut() {
+                        place.commit_end = Some(end_lsn);
+                    }
                 }
                 self.tx = None;
             }
@@ -268,12 +274,18 @@ impl Decoder {
             tx_end: false,
             commit_time_us,
             schema: Some(info.schema.clone()),
-            origin: Origin::Postgres { lsn: self.message_lsn, last_commit_lsn: self.last_commit_lsn },
+            origin: Origin::Postgres { lsn: self.message_lsn, last_commit_lsn: self.last_commit_lsn, tx: None },
         };
         if let Some(previous) = self.held.replace(event) {
-            out.push(previous);
+            self.push(previous, out);
         }
         Ok(())
+    }
+
+    /// Hands on an event whose `tx_end` is final, placed in its transaction.
+    fn push(&mut self, mut event: Event, out: &mut Vec<Event>) {
+        self.counter.stamp(&mut event);
+        out.push(event);
     }
 
     fn message(
@@ -310,12 +322,12 @@ impl Decoder {
             tx_end,
             commit_time_us,
             schema: None,
-            origin: Origin::Postgres { lsn, last_commit_lsn: self.last_commit_lsn },
+            origin: Origin::Postgres { lsn, last_commit_lsn: self.last_commit_lsn, tx: None },
         };
         if tx_end {
-            out.push(event);
+            self.push(event, out);
         } else if let Some(previous) = self.held.replace(event) {
-            out.push(previous);
+            self.push(previous, out);
         }
         Ok(())
     }

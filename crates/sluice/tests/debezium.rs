@@ -44,7 +44,7 @@ fn run_pg(database: &str, script: &str) {
 /// sinks that write bytes, of a test.
 fn sinks(prefix: &str, receiver: &Receiver, lake: &std::path::Path) -> String {
     format!(
-        "      - type: file\n        config: {{ id: file, path: debezium.jsonl, format: {{ envelope: debezium, schemas: true, topic_prefix: {prefix}, truncate: include }} }}\n      - type: file\n        config: {{ id: plain, path: plain.jsonl, format: {{ envelope: debezium, topic_prefix: {prefix}, truncate: include }} }}\n      - type: kafka\n        config: {{ id: kafka, brokers: \"{brokers}\", topic: \"{prefix}.${{table}}\", format: {{ envelope: debezium, schemas: true, topic_prefix: {prefix}, truncate: include }} }}\n",
+        "      - type: file\n        config: {{ id: file, path: debezium.jsonl, format: {{ envelope: debezium, schemas: true, topic_prefix: {prefix}, truncate: include, transaction_metadata: true }} }}\n      - type: file\n        config: {{ id: plain, path: plain.jsonl, format: {{ envelope: debezium, topic_prefix: {prefix}, truncate: include, transaction_metadata: true }} }}\n      - type: kafka\n        config: {{ id: kafka, brokers: \"{brokers}\", topic: \"{prefix}.${{table}}\", format: {{ envelope: debezium, schemas: true, topic_prefix: {prefix}, truncate: include, transaction_metadata: true }} }}\n",
         brokers = env("SLUICE_TEST_KAFKA_BROKERS"),
     ) + &byte_sinks(prefix, &receiver.url("/events"), lake)
 }
@@ -67,6 +67,7 @@ fn the_postgres_debezium_envelope_matches_debezium_field_by_field() {
     let config = write_config(dir.path(), &config);
     let tables = ["all_types", "nokey_full", "full_ident", "toasty", "multi_pk"];
     create_topics(&tables.map(|t| format!("{prefix}.public.{t}")));
+    create_topics(&[format!("{prefix}.transaction")]);
     let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
     // Sluice creates its publication and slot at start; the workload must
     // come after them, and after Debezium's.
@@ -91,7 +92,7 @@ fn the_postgres_debezium_envelope_matches_debezium_field_by_field() {
          database.hostname={host}\ndatabase.port={port}\ndatabase.user={user}\ndatabase.password={password}\n\
          database.dbname={db}\ntopic.prefix={prefix}\nplugin.name=pgoutput\nslot.name=debezium_{db}\n\
          publication.name=debezium_{db}\npublication.autocreate.mode=disabled\nsnapshot.mode=no_data\n\
-         skipped.operations=none\n",
+         skipped.operations=none\nprovide.transaction.metadata=true\n",
         offsets = dir.path().join("debezium.offsets").display(),
         host = pg_env("SLUICE_TEST_PG_HOST"),
         port = pg_env("SLUICE_TEST_PG_PORT"),
@@ -141,6 +142,7 @@ fn the_mariadb_debezium_envelope_matches_debezium_field_by_field() {
     );
     let config = write_config(dir.path(), &config);
     create_topics(&["all_types", "nokey", "multi_pk"].map(|t| format!("{prefix}.{db}.{t}")));
+    create_topics(&[format!("{prefix}.transaction")]);
     let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
 
     let properties = format!(
@@ -151,7 +153,7 @@ fn the_mariadb_debezium_envelope_matches_debezium_field_by_field() {
          database.server.id=54321\ndatabase.ssl.mode=disable\ndatabase.include.list={db}\ntopic.prefix={prefix}\n\
          schema.history.internal=io.debezium.storage.file.history.FileSchemaHistory\n\
          schema.history.internal.file.filename={history}\ninclude.schema.changes=false\nsnapshot.mode=recovery\n\
-         skipped.operations=none\n",
+         skipped.operations=none\nprovide.transaction.metadata=true\n",
         offsets = dir.path().join("debezium.offsets").display(),
         history = dir.path().join("debezium.history").display(),
         port = env("SLUICE_TEST_MY_PORT"),

@@ -6,6 +6,7 @@ mod settings;
 mod source;
 #[cfg(test)]
 mod tests;
+mod transaction;
 mod types;
 mod values;
 
@@ -48,14 +49,55 @@ impl Encoder {
         self.settings.topic_prefix.as_deref().unwrap_or(&event.source_id)
     }
 
+    /// The topic of BEGIN and END records: Debezium's `<prefix>.transaction`.
+    pub fn transaction_topic(&self, event: &Event) -> String {
+        format!("{}.transaction", self.prefix(event))
+    }
+
     pub fn encode(&mut self, event: &Event, out: &mut Vec<Record>) -> Result<(), FormatError> {
+        let place = if self.settings.transaction_metadata { transaction::place(event) } else { None };
+        let Some(place) = place else { return self.encode_event(event, out, None) };
+        let written = transaction::Written {
+            truncates: self.settings.truncate == Include::Include,
+            messages: self.settings.messages == Include::Include,
+        };
+        let id = transaction::id(event, None);
+        let (order, opens) = written.order(place);
+        if written.event(event) && opens {
+            let value = transaction::begin(event, &id);
+            out.push(self.transaction_record(&id, value));
+        }
+        self.encode_event(event, out, Some((&id, order)))?;
+        if let Some((end_id, value)) = transaction::end(event, place, written) {
+            out.push(self.transaction_record(&end_id, value));
+        }
+        Ok(())
+    }
+
+    fn transaction_record(&self, id: &str, value: String) -> Record {
+        Record {
+            kind: RecordKind::Transaction,
+            key: Some(self.wrap(transaction::KEY_SCHEMA, transaction::key(id))),
+            value: Some(self.wrap(transaction::VALUE_SCHEMA, value)),
+            headers: Vec::new(),
+        }
+    }
+
+    /// The records of one event; `tx` is its transaction id and order
+    /// when transaction metadata is on.
+    fn encode_event(
+        &mut self,
+        event: &Event,
+        out: &mut Vec<Record>,
+        tx: Option<(&str, transaction::Order)>,
+    ) -> Result<(), FormatError> {
         let refuse =
             |why: String| FormatError(format!("event {} cannot be written as Debezium's: {why}", event.position));
         match event.op {
             Op::Schema => return Ok(()),
             Op::Truncate if self.settings.truncate == Include::Skip => return Ok(()),
             Op::Message if self.settings.messages == Include::Skip => return Ok(()),
-            Op::Message => return self.message(event, out).map_err(refuse),
+            Op::Message => return self.message(event, out, tx).map_err(refuse),
             _ => {}
         }
         let schema =
@@ -78,12 +120,15 @@ impl Encoder {
             // A new primary key is a new row to a keyed consumer: Debezium
             // writes a delete of the old key, its tombstone, and a create.
             let new_header = vec![("__debezium.newkey".to_string(), new.clone().into_bytes())];
-            let delete = self.change(event, table, "d", event.before.as_ref(), None).map_err(refuse)?;
+            let delete = self.change(event, table, "d", (event.before.as_ref(), None), tx).map_err(refuse)?;
             out.push(self.record(RecordKind::Change, table, Some(old), Some(delete), new_header.clone()));
             if tombstones {
                 out.push(self.record(RecordKind::Tombstone, table, Some(old), None, new_header));
             }
-            let create = self.change(event, table, "c", None, event.after.as_ref()).map_err(refuse)?;
+            // The create is the key change's second record.
+            let next =
+                tx.map(|(id, order)| (id, transaction::Order { total: order.total + 1, table: order.table + 1 }));
+            let create = self.change(event, table, "c", (None, event.after.as_ref()), next).map_err(refuse)?;
             let old_header = vec![("__debezium.oldkey".to_string(), old.clone().into_bytes())];
             out.push(self.record(RecordKind::Change, table, Some(new), Some(create), old_header));
             return Ok(());
@@ -93,8 +138,8 @@ impl Encoder {
             Op::Truncate => None,
             _ => new_key,
         };
-        let payload =
-            self.change(event, table, event.op.code(), event.before.as_ref(), event.after.as_ref()).map_err(refuse)?;
+        let images = (event.before.as_ref(), event.after.as_ref());
+        let payload = self.change(event, table, event.op.code(), images, tx).map_err(refuse)?;
         out.push(self.record(RecordKind::Change, table, key.as_ref(), Some(payload), Vec::new()));
         if event.op == Op::Delete && tombstones {
             out.push(self.record(RecordKind::Tombstone, table, key.as_ref(), None, Vec::new()));
@@ -124,8 +169,8 @@ impl Encoder {
         event: &Event,
         table: &Table,
         op: &str,
-        before: Option<&Row>,
-        after: Option<&Row>,
+        (before, after): (Option<&Row>, Option<&Row>),
+        tx: Option<(&str, transaction::Order)>,
     ) -> Result<String, String> {
         let mut payload = String::with_capacity(256);
         payload.push_str("{\"before\":");
@@ -134,10 +179,12 @@ impl Encoder {
         self.row(&mut payload, after, table)?;
         payload.push_str(",\"source\":");
         source::write(&mut payload, event, self.prefix(event));
+        payload.push_str(",\"transaction\":");
+        write_transaction(&mut payload, tx);
         let now_us = sluice_core::time::now_us();
         let _ = write!(
             payload,
-            ",\"transaction\":null,\"op\":\"{op}\",\"ts_ms\":{},\"ts_us\":{},\"ts_ns\":{}}}",
+            ",\"op\":\"{op}\",\"ts_ms\":{},\"ts_us\":{},\"ts_ns\":{}}}",
             now_us.div_euclid(1000),
             now_us,
             now_us.saturating_mul(1000)
@@ -237,7 +284,12 @@ impl Encoder {
     }
 
     /// A logical decoding message, on Debezium's `<prefix>.message` shape.
-    fn message(&self, event: &Event, out: &mut Vec<Record>) -> Result<(), String> {
+    fn message(
+        &self,
+        event: &Event,
+        out: &mut Vec<Record>,
+        tx: Option<(&str, transaction::Order)>,
+    ) -> Result<(), String> {
         let row = event.after.as_ref().ok_or("a message without content")?;
         let prefix = row.get("prefix").map(|v| v.text().into_owned()).unwrap_or_default();
         let content = match row.get("content") {
@@ -249,7 +301,9 @@ impl Encoder {
         let now_us = sluice_core::time::now_us();
         let _ = write!(payload, "\"ts_ms\":{},\"source\":", now_us.div_euclid(1000));
         source::write(&mut payload, event, self.prefix(event));
-        payload.push_str(",\"transaction\":null,\"message\":{\"prefix\":");
+        payload.push_str(",\"transaction\":");
+        write_transaction(&mut payload, tx);
+        payload.push_str(",\"message\":{\"prefix\":");
         json::push_str(&mut payload, &prefix);
         payload.push_str(",\"content\":");
         values::write(&mut payload, &Value::Bytes(content), &types::Conv::Binary(BinaryHandling::Bytes), "")?;
@@ -269,6 +323,13 @@ impl Encoder {
             headers: Vec::new(),
         });
         Ok(())
+    }
+}
+
+fn write_transaction(out: &mut String, tx: Option<(&str, transaction::Order)>) {
+    match tx {
+        Some((id, order)) => transaction::block(out, id, order),
+        None => out.push_str("null"),
     }
 }
 

@@ -27,6 +27,9 @@ pub struct DebeziumSettings {
     pub truncate: Include,
     /// Logical decoding messages (`op: m`).
     pub messages: Include,
+    /// Debezium's `provide.transaction.metadata`: each change's
+    /// `transaction` block, and BEGIN and END records.
+    pub transaction_metadata: bool,
 }
 
 impl Default for DebeziumSettings {
@@ -41,6 +44,7 @@ impl Default for DebeziumSettings {
             unavailable_value: DEFAULT_UNAVAILABLE_VALUE.to_string(),
             truncate: Include::Skip,
             messages: Include::Include,
+            transaction_metadata: false,
         }
     }
 }

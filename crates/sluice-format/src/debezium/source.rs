@@ -101,7 +101,7 @@ fn timestamps(out: &mut String, event: &Event) {
 
 fn postgres(out: &mut String, event: &Event) {
     let (lsn, last_commit) = match &event.origin {
-        Origin::Postgres { lsn, last_commit_lsn } => (Some(*lsn), *last_commit_lsn),
+        Origin::Postgres { lsn, last_commit_lsn, .. } => (Some(*lsn), *last_commit_lsn),
         _ => match event.position.base() {
             Position::Postgres { commit_lsn, .. } => (Some(commit_lsn.0), None),
             _ => (None, None),

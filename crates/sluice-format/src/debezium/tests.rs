@@ -41,7 +41,7 @@ fn event(op: Op, before: Option<Row>, after: Option<Row>) -> Event {
         tx_end: true,
         commit_time_us: 1_700_000_000_000_000,
         schema: Some(schema()),
-        origin: Origin::Postgres { lsn: 0x90, last_commit_lsn: Some(0x80) },
+        origin: Origin::Postgres { lsn: 0x90, last_commit_lsn: Some(0x80), tx: None },
     }
 }
 
@@ -108,11 +108,52 @@ fn snapshot_rows_carry_their_mark_and_log_events_false() {
         (Op::Read, Origin::Snapshot(SnapshotMark::Row), "true"),
         (Op::Read, Origin::Snapshot(SnapshotMark::LastInTable), "last_in_data_collection"),
         (Op::Read, Origin::Snapshot(SnapshotMark::Incremental), "incremental"),
-        (Op::Insert, Origin::Postgres { lsn: 0x90, last_commit_lsn: None }, "false"),
+        (Op::Insert, Origin::Postgres { lsn: 0x90, last_commit_lsn: None, tx: None }, "false"),
     ];
     for (op, origin, expected) in cases {
         let event = Event { origin, ..event(op, None, row(1, "1.00")) };
         let records = encode(DebeziumSettings::default(), &event).unwrap();
         assert_eq!(json(&records[0].value)["source"]["snapshot"], expected);
     }
+}
+
+/// With transaction metadata on: a BEGIN before the transaction's first
+/// written record, each change numbered (a key change is two), an END with
+/// the counts, and a skipped truncate left out of every number.
+#[test]
+fn transaction_metadata_numbers_what_is_written() {
+    use sluice_core::TxCounter;
+    let settings = DebeziumSettings { transaction_metadata: true, ..DebeziumSettings::default() };
+    let mut counter = TxCounter::default();
+    let mut events = vec![
+        event(Op::Truncate, None, None),
+        event(Op::Insert, None, row(1, "1.00")),
+        event(Op::Update, row(1, "1.00"), row(2, "1.00")),
+    ];
+    for (i, event) in events.iter_mut().enumerate() {
+        event.tx_end = i == 2;
+        counter.stamp(event);
+    }
+    let mut encoder = Encoder::new(settings);
+    let mut records = Vec::new();
+    for event in &events {
+        encoder.encode(event, &mut records).unwrap();
+    }
+    let values: Vec<serde_json::Value> = records.iter().map(|r| json(&r.value)).collect();
+    let kinds: Vec<RecordKind> = records.iter().map(|r| r.kind).collect();
+    use RecordKind::{Change, Tombstone, Transaction};
+    assert_eq!(kinds, [Transaction, Change, Change, Tombstone, Change, Transaction]);
+    assert_eq!(values[0]["status"], "BEGIN");
+    assert_eq!(values[0]["id"], "7:144");
+    let orders: Vec<(i64, i64)> = [1, 2, 4]
+        .iter()
+        .map(|&i| {
+            let block = &values[i]["transaction"];
+            (block["total_order"].as_i64().unwrap(), block["data_collection_order"].as_i64().unwrap())
+        })
+        .collect();
+    assert_eq!(orders, [(1, 1), (2, 2), (3, 3)], "the skipped truncate takes no number");
+    assert_eq!(values[5]["status"], "END");
+    assert_eq!(values[5]["event_count"], 3);
+    assert_eq!(values[5]["data_collections"], serde_json::json!([{"data_collection": "public.orders", "event_count": 3}]));
 }

@@ -59,6 +59,8 @@ pub(crate) struct Reader {
     pub(crate) maria_state: MariaState,
     pub(crate) tx: Option<Transaction>,
     pub(crate) held: Option<Event>,
+    /// Places each event in its transaction for Debezium's metadata.
+    counter: sluice_core::TxCounter,
     /// The server adds CRC32 checksums to events.
     pub(crate) checksum: bool,
     /// A format description event arrived, so the reader knows the checksum.
@@ -269,6 +271,7 @@ impl Reader {
     fn commit(&mut self, out: &mut Vec<Event>) {
         if let Some(mut last) = self.held.take() {
             last.tx_end = true;
+            self.counter.stamp(&mut last);
             out.push(last);
         }
         if let Some(tx) = self.tx.take()
@@ -288,7 +291,8 @@ impl Reader {
     }
 
     fn emit(&mut self, event: Event, out: &mut Vec<Event>) {
-        if let Some(previous) = self.held.replace(event) {
+        if let Some(mut previous) = self.held.replace(event) {
+            self.counter.stamp(&mut previous);
             out.push(previous);
         }
     }
@@ -370,6 +374,7 @@ impl MyStream {
             maria_state,
             tx: None,
             held: None,
+            counter: Default::default(),
             mariadb,
             declared: std::collections::HashMap::new(),
             checksum,

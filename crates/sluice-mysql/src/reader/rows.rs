@@ -226,6 +226,7 @@ impl Reader {
             thread: None,
             gtid,
             mariadb: self.mariadb,
+            tx: None,
         }
     }
 

@@ -172,8 +172,10 @@ impl Bodies {
             let event_id = event.id().to_string();
             self.records.clear();
             crate::encoded::encode(&mut self.encoder, "http sink", event, &event_id, &mut self.records)?;
-            for (index, record) in self.records.drain(..).enumerate() {
-                let key = crate::encoded::record_id(&event_id, index).into_owned();
+            let keys: Vec<String> = (0..self.records.len())
+                .map(|index| crate::encoded::record_id(&event_id, &self.records, index).into_owned())
+                .collect();
+            for (key, record) in keys.into_iter().zip(self.records.drain(..)) {
                 let value = record.value.unwrap_or_default();
                 match self.mode {
                     HttpMode::Batch => batch.push((key, value)),

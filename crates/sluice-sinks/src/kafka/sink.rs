@@ -10,7 +10,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use sluice_core::settings::valid_topic;
 use sluice_core::sync::lock;
 use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError, SliceChunks, failpoint};
-use sluice_format::{Encoder, Record};
+use sluice_format::{Encoder, Record, RecordKind};
 
 use super::KafkaSinkConfig;
 use super::checkpoint::{ensure_topic, read_position};
@@ -187,19 +187,18 @@ impl KafkaSink {
                 lock(&self.encoder)
                     .encode_with_id(event, &event_id, &mut records)
                     .map_err(|e| SinkError::Rejected { detail: format!("kafka: {e}"), position: event.position.clone() })?;
+                let mut transaction_topic = None;
                 for (index, encoded) in records.iter().enumerate() {
-                    // One event may make several messages (Debezium's delete,
-                    // tombstone and create of a key change): each needs an id
-                    // of its own, or a consumer dropping repeats by id would
-                    // drop the later ones.
-                    let suffixed;
-                    let id = if index == 0 {
-                        event_id.as_str()
-                    } else {
-                        suffixed = format!("{event_id}/{index}");
-                        &suffixed
+                    let id = crate::encoded::record_id(&event_id, &records, index);
+                    // BEGIN and END go to Debezium's transaction topic.
+                    let topic = match encoded.kind {
+                        RecordKind::Transaction => transaction_topic
+                            .get_or_insert_with(|| lock(&self.encoder).transaction_topic(event).unwrap_or_default())
+                            .as_str(),
+                        _ => topic.as_str(),
                     };
-                    let record = kafka_record(&topic, event, id, encoded, (own_keys && native_key).then_some(key.as_slice()));
+                    let native = (own_keys && native_key).then_some(key.as_slice());
+                    let record = kafka_record(topic, event, &id, encoded, native);
                     self.send(&producer, record, event, &mut pending).await?;
                 }
             }

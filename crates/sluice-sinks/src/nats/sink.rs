@@ -207,8 +207,11 @@ impl Sink for NatsSink {
                     _ => 0,
                 };
                 let count = self.records.len();
+                let ids: Vec<String> = (0..count)
+                    .map(|index| crate::encoded::record_id(&event_id, &self.records, index).into_owned())
+                    .collect();
                 for (index, record) in std::mem::take(&mut self.records).into_iter().enumerate().skip(skip) {
-                    let headers = self.headers(event, &event_id, (index, count), previous.as_ref(), expected, &record);
+                    let headers = self.headers(event, &ids[index], (index, count), previous.as_ref(), expected, &record);
                     let payload = Bytes::from(record.value.unwrap_or_default());
                     let ack = jetstream
                         .publish_with_headers(subject.clone(), headers, payload)
@@ -258,7 +261,7 @@ impl NatsSink {
     fn headers(
         &self,
         event: &Event,
-        event_id: &str,
+        id: &str,
         part: (usize, usize),
         previous: Option<&Position>,
         expected: u64,
@@ -266,7 +269,7 @@ impl NatsSink {
     ) -> HeaderMap {
         let (index, count) = part;
         let mut headers = HeaderMap::new();
-        headers.insert("Nats-Msg-Id", crate::encoded::record_id(event_id, index).as_ref());
+        headers.insert("Nats-Msg-Id", id);
         headers.insert(POSITION_HEADER, event.position.to_string().as_str());
         if count > 1 {
             headers.insert(PART_HEADER, format!("{}/{count}", index + 1).as_str());

@@ -127,13 +127,16 @@ impl RedisSink {
         self.records.clear();
         crate::encoded::encode(&mut self.encoder, "redis sink", event, &event_id, &mut self.records)?;
         let own_keys = !self.encoder.defines_keys();
-        for (index, record) in self.records.drain(..).enumerate() {
+        let ids: Vec<String> = (0..self.records.len())
+            .map(|index| crate::encoded::record_id(&event_id, &self.records, index).into_owned())
+            .collect();
+        for (id, record) in ids.into_iter().zip(self.records.drain(..)) {
             let mut key = record.key.unwrap_or_default();
             if own_keys && let Some(row) = &event.key {
                 default_key(row, &mut key);
             }
             out.push(Entry {
-                id: crate::encoded::record_id(&event_id, index).into_owned(),
+                id,
                 key,
                 payload: record.value.unwrap_or_default(),
             });

@@ -55,8 +55,18 @@ pub fn assert_same(what: &str, ours: &Value, theirs: &Value) {
     assert!(differences.is_empty(), "{what} differs from Debezium's:\n  {}", differences.join("\n  "));
 }
 
+/// How Debezium names a logical decoding message's data collection in its
+/// transaction END record: a Java object's identity hash, which no run
+/// repeats (`…LogicalDecodingMessageId@5cd76cd4`). Sluice names the
+/// message prefix; this is the one value the comparison lets differ.
+const MESSAGE_COLLECTION: &str =
+    "io.debezium.connector.postgresql.LogicalDecodingMessageMonitor$LogicalDecodingMessageId@";
+
 /// The paths where two JSON values differ, with both sides.
 fn differ(path: &str, ours: &Value, theirs: &Value, out: &mut Vec<String>) {
+    if path.ends_with(".data_collection") && theirs.as_str().is_some_and(|t| t.starts_with(MESSAGE_COLLECTION)) {
+        return;
+    }
     match (ours, theirs) {
         (Value::Object(a), Value::Object(b)) => {
             let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
@@ -122,6 +132,35 @@ pub fn kafka_topic(topic: &str) -> Vec<(Value, Value, BTreeMap<String, String>)>
     records
 }
 
+/// A value's payload, with or without the schema wrapper.
+fn payload(value: &Value) -> &Value {
+    if value["schema"].is_object() { &value["payload"] } else { value }
+}
+
+/// Leaves out of Sluice's values the END records of transactions Debezium
+/// wrote no END for. That is the one record the comparison lets Sluice
+/// add: Debezium's MySQL and MariaDB connectors end a transaction on its
+/// XID event, which a `TRUNCATE` (a statement logged on its own) lacks, so
+/// Debezium opens that transaction and never closes it. Any other END
+/// Debezium lacks stays, and fails the comparison.
+fn without_truncate_ends(ours: Vec<Value>, theirs: &[Value]) -> Vec<Value> {
+    let theirs: Vec<&Value> = theirs.iter().filter(|r| !r["value"].is_null()).map(|r| payload(&r["value"])).collect();
+    let ended: std::collections::BTreeSet<&str> =
+        theirs.iter().filter(|p| p["status"] == "END").filter_map(|p| p["id"].as_str()).collect();
+    let truncates_only = |id: &str| {
+        let ops: Vec<&Value> = theirs.iter().filter(|p| p["transaction"]["id"] == id).map(|p| &p["op"]).collect();
+        !ops.is_empty() && ops.iter().all(|op| *op == "t")
+    };
+    ours.into_iter()
+        .filter(|value| {
+            let p = payload(value);
+            let extra =
+                p["status"] == "END" && p["id"].as_str().is_some_and(|id| !ended.contains(id) && truncates_only(id));
+            !extra
+        })
+        .collect()
+}
+
 /// Compares a file of Sluice's values (schemas on) with Debezium's values
 /// in log order, and the schemaless file with Debezium's payloads.
 pub fn compare_files(schemas: &Path, plain: &Path, theirs: &[Value]) {
@@ -129,6 +168,7 @@ pub fn compare_files(schemas: &Path, plain: &Path, theirs: &[Value]) {
     for (path, wrapped) in [(schemas, true), (plain, false)] {
         let text = std::fs::read_to_string(path).unwrap();
         let ours: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let ours = without_truncate_ends(ours, theirs);
         assert_eq!(
             ours.len(),
             values.len(),
@@ -155,7 +195,9 @@ pub fn compare_topics(theirs: &[Value], skip: impl Fn(&str) -> bool) {
     topics.dedup();
     for topic in topics.into_iter().filter(|t| !skip(t)) {
         let expected: Vec<&Value> = theirs.iter().filter(|r| r["topic"] == topic).collect();
-        let got = kafka_topic(topic);
+        let mut got = kafka_topic(topic);
+        let kept = without_truncate_ends(got.iter().map(|(_, value, _)| value.clone()).collect(), theirs);
+        got.retain(|(_, value, _)| kept.contains(value));
         assert_eq!(
             got.len(),
             expected.len(),
@@ -183,7 +225,7 @@ pub fn compare_topics(theirs: &[Value], skip: impl Fn(&str) -> bool) {
 /// and S3 JSON Lines in a local folder. Each must hold what the
 /// schemaless file holds, which is compared with Debezium itself.
 pub fn byte_sinks(prefix: &str, receiver: &str, lake: &Path) -> String {
-    let format = format!("envelope: debezium, topic_prefix: {prefix}, truncate: include");
+    let format = format!("envelope: debezium, topic_prefix: {prefix}, truncate: include, transaction_metadata: true");
     format!(
         "      - type: redis\n        config: {{ id: redis, url: \"{redis}\", stream: {prefix}, checkpoint_key: \"{prefix}:checkpoint\", format: {{ {format} }} }}\n      - type: nats\n        config: {{ id: nats, url: \"{nats}\", stream: {prefix}, subject: {prefix}.events, format: {{ {format} }} }}\n      - type: http\n        config: {{ id: http, url: \"{receiver}\", mode: batch, format: {{ {format} }} }}\n      - type: s3\n        config: {{ id: lake, local: {lake}, format: {{ file: jsonl, {format} }} }}\n",
         redis = env("SLUICE_TEST_REDIS_URL"),
