@@ -30,7 +30,7 @@ pub use event::{Envelope, Event, EventId, Op};
 pub use guarantee::Guarantee;
 pub use position::{BinlogPos, Lsn, Position, PositionParseError, binlog_file_index, or_start};
 pub use schema::{ColumnSchema, ColumnType, Origin, TableSchema};
-pub use sink::{EventChunks, Sink, SliceChunks, collect_chunks};
+pub use sink::{EventChunks, SharedValue, SharedWork, Sink, SliceChunks, collect_chunks};
 pub use snapshot::SnapshotPos;
 pub use source::{AckWatermark, LogStats, Source, SourceStatus};
 pub use tx_place::{TxCounter, TxCounts, TxPlace};

@@ -1,6 +1,10 @@
 //! The sink contract.
 
+use std::any::Any;
+use std::sync::{Arc, Mutex, Weak};
+
 use async_trait::async_trait;
+use tokio::sync::OnceCell;
 
 use crate::error::SinkError;
 use crate::event::Event;
@@ -94,6 +98,41 @@ pub trait EventChunks: Send {
 
     /// How many events the write holds in all.
     fn event_count(&self) -> usize;
+
+    /// Work every sink writing these same events can share, and where
+    /// they start in their batch (part of what the work is keyed by);
+    /// `None` where nothing is shared.
+    fn shared(&self) -> Option<(Arc<SharedWork>, u64)> {
+        None
+    }
+}
+
+/// What a sink may share with the others writing the same batch.
+pub type SharedValue = Arc<dyn Any + Send + Sync>;
+
+/// Work on a batch's events that every sink writing them can share, such
+/// as their encoding in one format: the first sink to ask does it, and the
+/// others take the result while any of them still holds it. Nothing is
+/// kept for a sink that comes later, so a slow sink's buffer holds no more
+/// than the events.
+#[derive(Debug, Default)]
+pub struct SharedWork {
+    entries: Mutex<Vec<(u64, Weak<OnceCell<SharedValue>>)>>,
+}
+
+impl SharedWork {
+    /// The cell of `key`: filled already if another sink holds it, else
+    /// empty, for the caller to fill. Keep it while using its value.
+    pub fn cell(&self, key: u64) -> Arc<OnceCell<SharedValue>> {
+        let mut entries = crate::sync::lock(&self.entries);
+        entries.retain(|(_, cell)| cell.strong_count() > 0);
+        if let Some(cell) = entries.iter().filter(|(k, _)| *k == key).find_map(|(_, cell)| cell.upgrade()) {
+            return cell;
+        }
+        let cell = Arc::new(OnceCell::new());
+        entries.push((key, Arc::downgrade(&cell)));
+        cell
+    }
 }
 
 /// A write whose events are all in one slice.

@@ -52,6 +52,17 @@ pub struct FormatError(pub String);
 /// Encodes events in one sink's format.
 pub struct Encoder {
     kind: Kind,
+    /// The format and carrier in full: two encoders with the same identity
+    /// write the same records, so sinks may share them.
+    identity: String,
+}
+
+/// The records of a run of events, one entry per event, and the identity
+/// of the encoder that made them.
+#[derive(Debug)]
+pub struct Encoded {
+    pub identity: String,
+    pub events: Vec<Result<Vec<Record>, FormatError>>,
 }
 
 enum Kind {
@@ -70,7 +81,25 @@ impl Encoder {
                 Kind::CloudEvents(cloudevents::Encoder::new(config.cloudevents(), carrier.headers))
             }
         };
-        Self { kind }
+        // The carrier's name changes nothing the encoder writes.
+        let identity = format!("{config:?} keys={} headers={:?}", carrier.keys, carrier.headers);
+        Self { kind, identity }
+    }
+
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// The records of each of `events`.
+    pub fn encode_all(&mut self, events: &[Event]) -> Encoded {
+        let events = events
+            .iter()
+            .map(|event| {
+                let mut out = Vec::new();
+                self.encode(event, &mut out).map(|()| out)
+            })
+            .collect();
+        Encoded { identity: self.identity.clone(), events }
     }
 
     /// True for the native envelope, whose sinks keep their own keys.

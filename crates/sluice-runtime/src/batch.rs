@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use sluice_config::BatchConfig;
-use sluice_core::{Event, EventChunks, Op, Position, SinkError};
+use sluice_core::{Event, EventChunks, Op, Position, SharedWork, SinkError};
 use tokio::time::{Duration, Instant};
 
 use crate::latency::Latency;
@@ -56,6 +56,8 @@ pub struct Batch {
     /// every sink writer's latency record.
     commit_runs: Vec<(i64, u64)>,
     body: Body,
+    /// What the sink writers of this batch share (its encodings).
+    shared: Arc<SharedWork>,
 }
 
 #[derive(Debug)]
@@ -93,6 +95,7 @@ impl Batch {
             last_commit_us,
             commit_runs,
             body,
+            shared: Arc::default(),
         }
     }
 
@@ -165,6 +168,7 @@ impl Batch {
             last_commit_us: self.last_commit_us,
             commit_runs: self.commit_runs.clone(),
             body: Body::Spilled(file),
+            shared: Arc::default(),
         }))
     }
 
@@ -182,15 +186,20 @@ impl Batch {
         if position.is_some_and(|p| *p >= self.last) {
             return Ok(None);
         }
+        let mut shared = None;
         let source = match &self.body {
             Body::Memory(events) => {
                 let start = position.map_or(0, |p| events.partition_point(|e| e.position <= *p));
+                shared = Some((self.shared.clone(), start as u64));
                 Source::Memory(Some(&events[start..]))
             }
+            // A spilled batch is read chunk by chunk by each sink: nothing
+            // is shared, so nothing of it has to stay in memory.
             Body::Spilled(file) => Source::Spilled { reader: Box::new(file.reader()?), buf: Vec::new() },
         };
         Ok(Some(BatchChunks {
             source,
+            shared,
             after: position.cloned(),
             last: self.last.clone(),
             event_count: self.event_count(),
@@ -201,6 +210,7 @@ impl Batch {
 /// The events of one batch after a sink's position, chunk by chunk.
 pub struct BatchChunks<'a> {
     source: Source<'a>,
+    shared: Option<(Arc<SharedWork>, u64)>,
     after: Option<Position>,
     last: Position,
     event_count: usize,
@@ -239,6 +249,10 @@ impl EventChunks for BatchChunks<'_> {
 
     fn last_position(&self) -> &Position {
         &self.last
+    }
+
+    fn shared(&self) -> Option<(Arc<SharedWork>, u64)> {
+        self.shared.clone()
     }
 
     /// For a spilled batch with a position inside it, an upper bound.

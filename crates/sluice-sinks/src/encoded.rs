@@ -1,14 +1,107 @@
-//! What the network sinks share in turning events into their format's
-//! records.
+//! Turning events into a sink's format: once per batch for every sink that
+//! writes the same events in the same format, and ids for each record.
 
 use std::borrow::Cow;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
-use sluice_core::{Event, SinkError};
-use sluice_format::{Encoder, Record, RecordKind};
+use sluice_core::{Event, SharedValue, SharedWork, SinkError};
+use sluice_format::{Carrier, Encoded, Encoder, FormatConfig, Record, RecordKind};
+use tokio::sync::OnceCell;
 
-/// Appends `event`'s records to `out`; an event the format cannot
-/// represent is rejected, so it goes to the dead letter queue with the
-/// reason instead of being changed.
+/// A sink's encoder, which shares its work on a batch with the other sinks
+/// writing the batch in the same format.
+pub(crate) struct SharedEncoder {
+    encoder: Encoder,
+    key: u64,
+    /// Names the sink in rejections: `file sink "out"`.
+    sink: String,
+}
+
+/// The records of a chunk of events, this sink's or shared.
+pub(crate) enum Encoding {
+    Own(Encoded),
+    Shared(Arc<OnceCell<SharedValue>>),
+}
+
+impl Encoding {
+    fn encoded(&self) -> Option<&Encoded> {
+        match self {
+            Encoding::Own(encoded) => Some(encoded),
+            Encoding::Shared(cell) => cell.get().and_then(|value| value.downcast_ref::<Encoded>()),
+        }
+    }
+
+    /// The records of the chunk's event at `index`; an event the format
+    /// cannot represent is rejected, so it goes to the dead letter queue
+    /// with the reason instead of being changed.
+    pub(crate) fn records<'a>(
+        &'a self,
+        sink: &SharedEncoder,
+        index: usize,
+        event: &Event,
+    ) -> Result<&'a [Record], SinkError> {
+        let missing =
+            || SinkError::transient(format!("{}: an encoded batch is missing event {}", sink.sink, event.position));
+        match self.encoded().and_then(|encoded| encoded.events.get(index)).ok_or_else(missing)? {
+            Ok(records) => Ok(records),
+            Err(e) => {
+                Err(SinkError::Rejected { detail: format!("{}: {e}", sink.sink), position: event.position.clone() })
+            }
+        }
+    }
+}
+
+impl SharedEncoder {
+    pub(crate) fn new(config: &FormatConfig, carrier: Carrier, sink: String) -> Self {
+        let encoder = Encoder::new(config, carrier);
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        encoder.identity().hash(&mut hasher);
+        Self { key: hasher.finish(), encoder, sink }
+    }
+
+    /// The encoder itself, for one event at a time.
+    #[cfg_attr(not(any(feature = "kafka", feature = "redis", feature = "nats", feature = "http")), allow(dead_code))]
+    pub(crate) fn encoder(&mut self) -> &mut Encoder {
+        &mut self.encoder
+    }
+
+    pub(crate) fn is_native(&self) -> bool {
+        self.encoder.is_native()
+    }
+
+    #[cfg_attr(not(any(feature = "kafka", feature = "redis", feature = "nats", feature = "http")), allow(dead_code))]
+    pub(crate) fn defines_keys(&self) -> bool {
+        self.encoder.defines_keys()
+    }
+
+    #[cfg_attr(not(any(feature = "kafka", feature = "redis", feature = "nats", feature = "http")), allow(dead_code))]
+    pub(crate) fn transaction_topic(&self, event: &Event) -> Option<String> {
+        self.encoder.transaction_topic(event)
+    }
+
+    /// The records of every event of `chunk`. Where the write is shared
+    /// (`shared`, from [`sluice_core::EventChunks::shared`]), the first
+    /// sink of this format to get here encodes, and the others take its
+    /// records.
+    pub(crate) async fn chunk(&mut self, shared: Option<&(Arc<SharedWork>, u64)>, chunk: &[Event]) -> Encoding {
+        let Some((work, offset)) = shared else { return Encoding::Own(self.encoder.encode_all(chunk)) };
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (self.key, *offset, chunk.len()).hash(&mut hasher);
+        let cell = work.cell(hasher.finish());
+        let encoder = &mut self.encoder;
+        cell.get_or_init(|| async { Arc::new(encoder.encode_all(chunk)) as SharedValue }).await;
+        // A different format that hashed alike would have other records:
+        // check the identity rather than trust the hash.
+        let same =
+            cell.get().and_then(|v| v.downcast_ref::<Encoded>()).is_some_and(|e| e.identity == self.encoder.identity());
+        if same { Encoding::Shared(cell) } else { Encoding::Own(self.encoder.encode_all(chunk)) }
+    }
+}
+
+/// Appends `event`'s records to `out`, for a sink encoding one event at a
+/// time (a dead letter sent again); a format error rejects the event.
+#[cfg_attr(not(any(feature = "kafka", feature = "redis", feature = "nats", feature = "http")), allow(dead_code))]
 pub(crate) fn encode(
     encoder: &mut Encoder,
     sink: &str,
@@ -27,6 +120,7 @@ pub(crate) fn encode(
 /// consumer dropping repeats by id would drop the later ones. The event's
 /// first change keeps the event id; a BEGIN or END is `<id>/begin` or
 /// `<id>/end`.
+#[cfg_attr(not(any(feature = "kafka", feature = "redis", feature = "nats", feature = "http")), allow(dead_code))]
 pub(crate) fn record_id<'a>(event_id: &'a str, records: &[Record], index: usize) -> Cow<'a, str> {
     let changes_before = records[..index].iter().filter(|r| r.kind != RecordKind::Transaction).count();
     match records[index].kind {

@@ -5,7 +5,6 @@
 //! is refused only when built ([`NotBuilt`]).
 
 pub mod buffer;
-#[cfg(any(feature = "kafka", feature = "redis", feature = "nats", feature = "http", feature = "s3"))]
 mod encoded;
 mod preflight;
 mod registry;

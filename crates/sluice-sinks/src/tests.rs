@@ -202,3 +202,37 @@ async fn the_null_sink_reports_the_last_position_and_keeps_nothing() {
     assert_eq!(sink.open().await.unwrap(), None);
     assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "the null sink writes nothing");
 }
+
+/// Sinks of the same format encode a batch once: the second takes the
+/// first one's records while it holds them; another format encodes its
+/// own; and nothing is kept once no sink holds it.
+#[tokio::test]
+async fn sinks_of_one_format_share_a_batchs_encoding() {
+    use crate::encoded::{Encoding, SharedEncoder};
+    use sluice_core::SharedWork;
+    use std::sync::Arc;
+    let events: Vec<Event> = (0..3).map(|seq| event(1, seq)).collect();
+    let work = (Arc::new(SharedWork::default()), 0u64);
+    let carrier = crate::FileSinkConfig::CARRIER;
+    let (mut a, mut b) = (
+        SharedEncoder::new(&cloudevents(), carrier, "a".into()),
+        SharedEncoder::new(&cloudevents(), carrier, "b".into()),
+    );
+    let mut native = SharedEncoder::new(&sluice_format::FormatConfig::default(), carrier, "n".into());
+    let cell = |encoding: &Encoding| match encoding {
+        Encoding::Shared(cell) => cell.clone(),
+        Encoding::Own(_) => panic!("a batch write is shared"),
+    };
+    let first = a.chunk(Some(&work), &events).await;
+    let second = b.chunk(Some(&work), &events).await;
+    assert!(Arc::ptr_eq(&cell(&first), &cell(&second)), "the second sink encoded again");
+    let other = native.chunk(Some(&work), &events).await;
+    assert!(!Arc::ptr_eq(&cell(&first), &cell(&other)), "another format took these records");
+    assert_eq!(first.records(&a, 2, &events[2]).unwrap(), second.records(&b, 2, &events[2]).unwrap());
+    // Another place in the batch is other work.
+    let later = b.chunk(Some(&(work.0.clone(), 1)), &events[1..]).await;
+    assert!(!Arc::ptr_eq(&cell(&first), &cell(&later)));
+    drop((first, second, other, later));
+    let again = a.chunk(Some(&work), &events).await;
+    assert_eq!(Arc::strong_count(&cell(&again)), 2, "a record set no sink held was kept");
+}

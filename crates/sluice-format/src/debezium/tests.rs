@@ -155,5 +155,8 @@ fn transaction_metadata_numbers_what_is_written() {
     assert_eq!(orders, [(1, 1), (2, 2), (3, 3)], "the skipped truncate takes no number");
     assert_eq!(values[5]["status"], "END");
     assert_eq!(values[5]["event_count"], 3);
-    assert_eq!(values[5]["data_collections"], serde_json::json!([{"data_collection": "public.orders", "event_count": 3}]));
+    assert_eq!(
+        values[5]["data_collections"],
+        serde_json::json!([{"data_collection": "public.orders", "event_count": 3}])
+    );
 }

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use sluice_core::{EventChunks, Guarantee, Position, Sink, SinkError};
 
-use sluice_format::{Encoder, FormatConfig, Record, RecordKind};
+use sluice_format::{FormatConfig, RecordKind};
+
+use crate::encoded::SharedEncoder;
 
 use super::mark::{recover_marked, write_mark};
 use super::recover::{Tail, recover};
@@ -15,8 +17,7 @@ use super::recover::{Tail, recover};
 pub struct FileSink {
     id: String,
     path: PathBuf,
-    encoder: Encoder,
-    records: Vec<Record>,
+    encoder: SharedEncoder,
     /// Behind a mutex that a blocking write holds until it finishes, so a
     /// recovery after a timed-out write waits for that write instead of
     /// racing it.
@@ -31,11 +32,11 @@ impl FileSink {
     }
 
     pub fn with_format(id: impl Into<String>, path: impl Into<PathBuf>, format: &FormatConfig) -> Self {
+        let id = id.into();
         Self {
-            id: id.into(),
+            encoder: SharedEncoder::new(format, super::FileSinkConfig::CARRIER, format!("file sink {id:?}")),
+            id,
             path: path.into(),
-            encoder: Encoder::new(format, super::FileSinkConfig::CARRIER),
-            records: Vec::new(),
             file: Arc::new(Mutex::new(None)),
             held: None,
             buf: Vec::new(),
@@ -141,16 +142,14 @@ impl Sink for FileSink {
 
     async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
         let last = events.last_position().clone();
+        let shared = events.shared();
         self.buf.clear();
         while let Some(chunk) = events.next_chunk().await? {
-            for event in chunk {
-                self.records.clear();
-                self.encoder.encode(event, &mut self.records).map_err(|e| SinkError::Rejected {
-                    detail: format!("file sink {:?}: {e}", self.id),
-                    position: event.position.clone(),
-                })?;
+            let encoding = self.encoder.chunk(shared.as_ref(), chunk).await;
+            for (index, event) in chunk.iter().enumerate() {
                 // Lines have no keys, so a tombstone has nothing to name.
-                for record in self.records.iter().filter(|r| r.kind != RecordKind::Tombstone) {
+                let records = encoding.records(&self.encoder, index, event)?;
+                for record in records.iter().filter(|r| r.kind != RecordKind::Tombstone) {
                     self.buf.extend_from_slice(record.value.as_deref().unwrap_or(b"null"));
                     self.buf.push(b'\n');
                 }

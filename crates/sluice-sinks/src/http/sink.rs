@@ -1,7 +1,9 @@
 use async_trait::async_trait;
 use sluice_core::{Envelope, Event, EventChunks, Guarantee, Position, Sink, SinkError};
 
-use sluice_format::{Encoder, Envelope as Format, Record};
+use sluice_format::Envelope as Format;
+
+use crate::encoded::{Encoding, SharedEncoder};
 
 use super::request::{Answer, Request, Requester};
 use super::{HttpMode, HttpSinkConfig};
@@ -22,8 +24,8 @@ impl HttpSink {
         let bodies = Bodies {
             mode: config.mode,
             envelope: config.format.envelope,
-            encoder: Encoder::new(&config.format, HttpSinkConfig::CARRIER),
-            records: Vec::new(),
+            encoder: SharedEncoder::new(&config.format, HttpSinkConfig::CARRIER, format!("http sink {:?}", config.id)),
+            chunk: None,
         };
         Self { url: Template::parse(&config.url), requester: None, held: None, bodies, config }
     }
@@ -62,7 +64,11 @@ impl Sink for HttpSink {
             HttpMode::Batch => self.config.batch_max_events,
         };
         let (mut url, mut next_url) = (String::new(), String::new());
+        let shared = events.shared();
         while let Some(chunk) = events.next_chunk().await? {
+            if self.bodies.envelope != Format::Native {
+                self.bodies.chunk = Some(self.bodies.encoder.chunk(shared.as_ref(), chunk).await);
+            }
             let mut start = 0;
             while start < chunk.len() {
                 self.url.render_escaped(&chunk[start], &mut url, percent_encode);
@@ -74,10 +80,11 @@ impl Sink for HttpSink {
                     }
                     end += 1;
                 }
-                deliver(requester, &mut self.bodies, &url, &chunk[start..end], &mut self.held).await?;
+                deliver(requester, &mut self.bodies, &url, (&chunk[start..end], Some(start)), &mut self.held).await?;
                 start = end;
             }
         }
+        self.bodies.chunk = None;
         Ok(self.held.clone())
     }
 
@@ -98,7 +105,7 @@ impl Sink for HttpSink {
         let mut url = String::new();
         self.url.render_escaped(event, &mut url, percent_encode);
         let mut unused = None;
-        deliver(requester, &mut self.bodies, &url, std::slice::from_ref(event), &mut unused).await
+        deliver(requester, &mut self.bodies, &url, (std::slice::from_ref(event), None), &mut unused).await
     }
 }
 
@@ -110,13 +117,13 @@ async fn deliver(
     requester: &Requester,
     bodies: &mut Bodies,
     url: &str,
-    events: &[Event],
+    (events, at): (&[Event], Option<usize>),
     held: &mut Option<Position>,
 ) -> Result<(), SinkError> {
     let Some(last) = events.last() else { return Ok(()) };
     let position = last.position.to_string();
     let mut refused = None;
-    for request in bodies.requests(events)? {
+    for request in bodies.requests(events, at)? {
         if let Answer::Refused(detail) = requester.send(url, request, &position).await? {
             refused = Some(detail);
             break;
@@ -132,9 +139,9 @@ async fn deliver(
             position: last.position.clone(),
         }),
         Some(_) => {
-            for event in events {
+            for (i, event) in events.iter().enumerate() {
                 let position = event.position.to_string();
-                for request in bodies.requests(std::slice::from_ref(event))? {
+                for request in bodies.requests(std::slice::from_ref(event), at.map(|at| at + i))? {
                     if let Answer::Refused(detail) = requester.send(url, request, &position).await? {
                         return Err(SinkError::Rejected {
                             detail: format!("the receiver refused the event: {detail}"),
@@ -153,8 +160,10 @@ async fn deliver(
 struct Bodies {
     mode: HttpMode,
     envelope: Format,
-    encoder: Encoder,
-    records: Vec<Record>,
+    encoder: SharedEncoder,
+    /// The records of the chunk being written, shared with the other
+    /// sinks of the same format.
+    chunk: Option<Encoding>,
 }
 
 impl Bodies {
@@ -162,24 +171,33 @@ impl Bodies {
     /// shape: an event, or an array of them. Other formats send each record
     /// alone in single mode, or their values as one JSON array in batch
     /// mode; an event the format leaves out sends nothing.
-    fn requests(&mut self, events: &[Event]) -> Result<Vec<Request>, SinkError> {
+    ///
+    /// `at` is where `events` start in the chunk being written, whose
+    /// records are at hand; without it (a dead letter sent again) each
+    /// event is encoded here.
+    fn requests(&mut self, events: &[Event], at: Option<usize>) -> Result<Vec<Request>, SinkError> {
         if self.envelope == Format::Native {
             return native(self.mode, events).map(|request| vec![request]);
         }
         let mut requests = Vec::new();
         let mut batch: Vec<(String, Vec<u8>)> = Vec::new();
-        for event in events {
+        let mut own = Vec::new();
+        for (i, event) in events.iter().enumerate() {
             let event_id = event.id().to_string();
-            self.records.clear();
-            crate::encoded::encode(&mut self.encoder, "http sink", event, &event_id, &mut self.records)?;
-            let keys: Vec<String> = (0..self.records.len())
-                .map(|index| crate::encoded::record_id(&event_id, &self.records, index).into_owned())
-                .collect();
-            for (key, record) in keys.into_iter().zip(self.records.drain(..)) {
-                let value = record.value.unwrap_or_default();
+            let records = match (&self.chunk, at) {
+                (Some(chunk), Some(at)) => chunk.records(&self.encoder, at + i, event)?,
+                _ => {
+                    own.clear();
+                    crate::encoded::encode(self.encoder.encoder(), "http sink", event, &event_id, &mut own)?;
+                    &own[..]
+                }
+            };
+            for (index, record) in records.iter().enumerate() {
+                let key = crate::encoded::record_id(&event_id, records, index).into_owned();
+                let value = record.value.clone().unwrap_or_default();
                 match self.mode {
                     HttpMode::Batch => batch.push((key, value)),
-                    HttpMode::Single => requests.push(single(self.envelope, key, value, record.headers)),
+                    HttpMode::Single => requests.push(single(self.envelope, key, value, record.headers.clone())),
                 }
             }
         }

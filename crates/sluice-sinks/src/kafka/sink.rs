@@ -8,9 +8,10 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use sluice_core::settings::valid_topic;
-use sluice_core::sync::lock;
 use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError, SliceChunks, failpoint};
-use sluice_format::{Encoder, Record, RecordKind};
+use sluice_format::{Record, RecordKind};
+
+use crate::encoded::SharedEncoder;
 
 use super::KafkaSinkConfig;
 use super::checkpoint::{ensure_topic, read_position};
@@ -28,7 +29,9 @@ pub struct KafkaSink {
     key: Option<Template>,
     /// Behind a lock only because `produce` takes `&self`; one writer task
     /// owns the sink, so it is never contended.
-    encoder: std::sync::Mutex<Encoder>,
+    /// Held through a write, which encodes each chunk once for every sink
+    /// of the same format.
+    encoder: tokio::sync::Mutex<SharedEncoder>,
     timeout: Duration,
     producer: Option<FutureProducer<Watched>>,
     /// Refusals librdkafka reports on its own, kept by the producer's context.
@@ -44,7 +47,7 @@ impl KafkaSink {
             checkpoint_key: format!("{source_id}::sink::{}", config.id),
             topic: Template::parse(&config.topic),
             key: config.key.as_deref().map(Template::parse),
-            encoder: std::sync::Mutex::new(Encoder::new(&config.format, KafkaSinkConfig::CARRIER)),
+            encoder: tokio::sync::Mutex::new(SharedEncoder::new(&config.format, KafkaSinkConfig::CARRIER, "kafka".into())),
             timeout: Duration::from_secs(config.timeout_secs),
             pipeline: pipeline.to_string(),
             transactional_id,
@@ -153,10 +156,12 @@ impl KafkaSink {
         let producer = self.producer()?;
         let mut pending = VecDeque::new();
         let (mut topic, mut key, mut key_text) = (String::new(), Vec::new(), String::new());
-        let mut records: Vec<Record> = Vec::new();
-        let own_keys = !lock(&self.encoder).defines_keys();
+        let shared = events.shared();
+        let mut encoder = self.encoder.lock().await;
+        let own_keys = !encoder.defines_keys();
         while let Some(chunk) = events.next_chunk().await? {
-            for event in chunk {
+            let encoding = encoder.chunk(shared.as_ref(), chunk).await;
+            for (index, event) in chunk.iter().enumerate() {
                 self.topic.render(event, &mut topic);
                 if !valid_topic(&topic) {
                     return Err(SinkError::Rejected {
@@ -182,18 +187,15 @@ impl KafkaSink {
                     }
                     (None, None) => false,
                 };
-                records.clear();
+                let records = encoding.records(&encoder, index, event)?;
                 let event_id = event.id().to_string();
-                lock(&self.encoder)
-                    .encode_with_id(event, &event_id, &mut records)
-                    .map_err(|e| SinkError::Rejected { detail: format!("kafka: {e}"), position: event.position.clone() })?;
                 let mut transaction_topic = None;
                 for (index, encoded) in records.iter().enumerate() {
-                    let id = crate::encoded::record_id(&event_id, &records, index);
+                    let id = crate::encoded::record_id(&event_id, records, index);
                     // BEGIN and END go to Debezium's transaction topic.
                     let topic = match encoded.kind {
                         RecordKind::Transaction => transaction_topic
-                            .get_or_insert_with(|| lock(&self.encoder).transaction_topic(event).unwrap_or_default())
+                            .get_or_insert_with(|| encoder.transaction_topic(event).unwrap_or_default())
                             .as_str(),
                         _ => topic.as_str(),
                     };

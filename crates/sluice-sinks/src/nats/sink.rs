@@ -7,7 +7,9 @@ use async_nats::jetstream::{self, Context};
 use async_trait::async_trait;
 use bytes::Bytes;
 use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError, failpoint};
-use sluice_format::{Encoder, Record};
+use sluice_format::Record;
+
+use crate::encoded::SharedEncoder;
 
 use super::NatsSinkConfig;
 use crate::registry::SinkSettings;
@@ -33,8 +35,7 @@ pub struct NatsSink {
     /// The stream's last sequence, as far as this sink knows.
     last_sequence: u64,
     held: Option<Position>,
-    encoder: Encoder,
-    records: Vec<Record>,
+    encoder: SharedEncoder,
     /// An event a crash left half published, and how many of its messages
     /// the stream holds; those are skipped when it comes again.
     partial: Option<(Position, usize)>,
@@ -43,8 +44,7 @@ pub struct NatsSink {
 impl NatsSink {
     pub fn new(config: NatsSinkConfig) -> Self {
         Self {
-            encoder: Encoder::new(&config.format, NatsSinkConfig::CARRIER),
-            records: Vec::new(),
+            encoder: SharedEncoder::new(&config.format, NatsSinkConfig::CARRIER, format!("nats sink {:?}", config.id)),
             partial: None,
             subject: Template::parse(&config.subject),
             timeout: Duration::from_secs(config.timeout_secs),
@@ -192,27 +192,26 @@ impl Sink for NatsSink {
     async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
         let jetstream = self.jetstream.clone().ok_or_else(|| SinkError::transient("nats sink is not open"))?;
         let mut subject = String::new();
+        let shared = events.shared();
         while let Some(chunk) = events.next_chunk().await? {
+            let encoding = self.encoder.chunk(shared.as_ref(), chunk).await;
             let mut acks = VecDeque::with_capacity(ACK_WINDOW);
             // Published back to back, so each expects the one before it.
             let mut expected = self.last_sequence;
             let mut previous = self.held.clone();
-            for event in chunk.iter() {
+            for (at, event) in chunk.iter().enumerate() {
                 self.subject.render(event, &mut subject);
                 let event_id = event.id().to_string();
-                self.records.clear();
-                crate::encoded::encode(&mut self.encoder, "nats sink", event, &event_id, &mut self.records)?;
+                let records = encoding.records(&self.encoder, at, event)?;
                 let skip = match self.partial.take() {
                     Some((position, published)) if position == event.position => published,
                     _ => 0,
                 };
-                let count = self.records.len();
-                let ids: Vec<String> = (0..count)
-                    .map(|index| crate::encoded::record_id(&event_id, &self.records, index).into_owned())
-                    .collect();
-                for (index, record) in std::mem::take(&mut self.records).into_iter().enumerate().skip(skip) {
-                    let headers = self.headers(event, &ids[index], (index, count), previous.as_ref(), expected, &record);
-                    let payload = Bytes::from(record.value.unwrap_or_default());
+                let count = records.len();
+                for (index, record) in records.iter().enumerate().skip(skip) {
+                    let id = crate::encoded::record_id(&event_id, records, index);
+                    let headers = self.headers(event, &id, (index, count), previous.as_ref(), expected, record);
+                    let payload = Bytes::copy_from_slice(record.value.as_deref().unwrap_or_default());
                     let ack = jetstream
                         .publish_with_headers(subject.clone(), headers, payload)
                         .await

@@ -59,8 +59,7 @@ pub struct ObjectSink {
     durable: Option<Position>,
     next_file: u64,
     /// The envelope of JSON lines.
-    encoder: sluice_format::Encoder,
-    records: Vec<sluice_format::Record>,
+    encoder: crate::encoded::SharedEncoder,
 }
 
 impl ObjectSink {
@@ -73,8 +72,11 @@ impl ObjectSink {
             None => data_dir.join("s3").join(pipeline).join(&config.id),
         };
         Self {
-            encoder: sluice_format::Encoder::new(&config.format.envelope, super::ObjectFormat::CARRIER),
-            records: Vec::new(),
+            encoder: crate::encoded::SharedEncoder::new(
+                &config.format.envelope,
+                super::ObjectFormat::CARRIER,
+                format!("s3 sink {:?}", config.id),
+            ),
             config,
             target: None,
             staging,
@@ -278,8 +280,13 @@ impl Sink for ObjectSink {
     }
 
     async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
+        let shared = events.shared();
         while let Some(chunk) = events.next_chunk().await? {
-            for event in chunk {
+            let encoding = match self.config.format.file {
+                FileFormat::Jsonl => Some(self.encoder.chunk(shared.as_ref(), chunk).await),
+                FileFormat::Parquet => None,
+            };
+            for (at, event) in chunk.iter().enumerate() {
                 let key: PartitionKey = (event.table.clone(), event.commit_time_us.div_euclid(MICROS_PER_DAY));
                 if self.held(&key, event).await? {
                     self.accepted = Some(event.position.clone());
@@ -305,12 +312,10 @@ impl Sink for ObjectSink {
                 let Some(file) = self.open.get_mut(&key) else { continue };
                 match &mut file.writer {
                     Writer::Jsonl(writer) => {
-                        self.records.clear();
-                        self.encoder.encode(event, &mut self.records).map_err(|e| SinkError::Rejected {
-                            detail: format!("s3 sink {:?}: {e}", self.config.id),
-                            position: event.position.clone(),
+                        let encoding = encoding.as_ref().ok_or_else(|| {
+                            SinkError::transient(format!("s3 sink {:?}: a JSON Lines file without lines", self.config.id))
                         })?;
-                        for record in &self.records {
+                        for record in encoding.records(&self.encoder, at, event)? {
                             writer.push(record.value.as_deref().unwrap_or_default())?;
                         }
                     }

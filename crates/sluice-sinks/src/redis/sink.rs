@@ -3,7 +3,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError};
-use sluice_format::{Encoder, Record};
+use sluice_format::Record;
+
+use crate::encoded::SharedEncoder;
 
 use super::RedisSinkConfig;
 use crate::registry::SinkSettings;
@@ -48,8 +50,7 @@ pub struct RedisSink {
     script: redis::Script,
     conn: Option<MultiplexedConnection>,
     held: Option<Position>,
-    encoder: Encoder,
-    records: Vec<Record>,
+    encoder: SharedEncoder,
 }
 
 /// One stream entry's fields, as the script and XADD take them.
@@ -57,6 +58,21 @@ struct Entry {
     id: String,
     key: Vec<u8>,
     payload: Vec<u8>,
+}
+
+/// The entries of `event`: one per record of its format (none for an
+/// event the format leaves out). The `key` field is the format's key where
+/// it defines one (Debezium), else the primary key as JSON.
+fn entries(event: &Event, records: &[Record], own_keys: bool, out: &mut Vec<Entry>) {
+    let event_id = event.id().to_string();
+    for (index, record) in records.iter().enumerate() {
+        let mut key = record.key.clone().unwrap_or_default();
+        if own_keys && let Some(row) = &event.key {
+            default_key(row, &mut key);
+        }
+        let id = crate::encoded::record_id(&event_id, records, index).into_owned();
+        out.push(Entry { id, key, payload: record.value.clone().unwrap_or_default() });
+    }
 }
 
 impl RedisSink {
@@ -93,8 +109,7 @@ impl RedisSink {
             script: redis::Script::new(APPEND),
             conn: None,
             held: None,
-            encoder: Encoder::new(&config.format, RedisSinkConfig::CARRIER),
-            records: Vec::new(),
+            encoder: SharedEncoder::new(&config.format, RedisSinkConfig::CARRIER, format!("redis sink {:?}", config.id)),
             config,
         }
     }
@@ -119,30 +134,6 @@ impl RedisSink {
         }
     }
 
-    /// The entries of `event`: one per record of its format (none for an
-    /// event the format leaves out). The `key` field is the format's key
-    /// where it defines one (Debezium), else the primary key as JSON.
-    fn entries(&mut self, event: &Event, out: &mut Vec<Entry>) -> Result<(), SinkError> {
-        let event_id = event.id().to_string();
-        self.records.clear();
-        crate::encoded::encode(&mut self.encoder, "redis sink", event, &event_id, &mut self.records)?;
-        let own_keys = !self.encoder.defines_keys();
-        let ids: Vec<String> = (0..self.records.len())
-            .map(|index| crate::encoded::record_id(&event_id, &self.records, index).into_owned())
-            .collect();
-        for (id, record) in ids.into_iter().zip(self.records.drain(..)) {
-            let mut key = record.key.unwrap_or_default();
-            if own_keys && let Some(row) = &event.key {
-                default_key(row, &mut key);
-            }
-            out.push(Entry {
-                id,
-                key,
-                payload: record.value.unwrap_or_default(),
-            });
-        }
-        Ok(())
-    }
 
     async fn call<T>(
         &self,
@@ -228,8 +219,11 @@ impl Sink for RedisSink {
         let mut conn = self.conn.clone().ok_or_else(|| SinkError::transient("redis sink is not open"))?;
         let maxlen = self.config.maxlen.map(|m| m.to_string()).unwrap_or_default();
         let mut stream = String::new();
-        let mut entries = Vec::new();
+        let mut entries_of = Vec::new();
+        let shared = events.shared();
+        let own_keys = !self.encoder.defines_keys();
         while let Some(chunk) = events.next_chunk().await? {
+            let encoding = self.encoder.chunk(shared.as_ref(), chunk).await;
             let Some(last) = chunk.last() else { continue };
             let mut streams: Vec<String> = Vec::new();
             let mut args: Vec<Vec<u8>> = Vec::with_capacity(3 + chunk.len() * 6);
@@ -237,7 +231,7 @@ impl Sink for RedisSink {
             args.push(maxlen.clone().into_bytes());
             args.push(Vec::new());
             let mut count = 0usize;
-            for event in chunk {
+            for (at, event) in chunk.iter().enumerate() {
                 self.stream.render(event, &mut stream);
                 let index = match streams.iter().position(|s| *s == stream) {
                     Some(index) => index,
@@ -246,10 +240,10 @@ impl Sink for RedisSink {
                         streams.len() - 1
                     }
                 };
-                entries.clear();
-                self.entries(event, &mut entries)?;
+                entries_of.clear();
+                entries(event, encoding.records(&self.encoder, at, event)?, own_keys, &mut entries_of);
                 let sort_key = event.position.sort_key().into_bytes();
-                for entry in entries.drain(..) {
+                for entry in entries_of.drain(..) {
                     args.push(sort_key.clone());
                     args.push((index + 2).to_string().into_bytes());
                     args.push(entry.id.into_bytes());
@@ -291,9 +285,12 @@ impl Sink for RedisSink {
         let mut conn = self.conn.clone().ok_or_else(|| SinkError::transient("redis sink is not open"))?;
         let mut stream = String::new();
         self.stream.render(event, &mut stream);
-        let mut entries = Vec::new();
-        self.entries(event, &mut entries)?;
-        for entry in entries {
+        let mut records = Vec::new();
+        let id = event.id().to_string();
+        crate::encoded::encode(self.encoder.encoder(), "redis sink", event, &id, &mut records)?;
+        let mut entries_of = Vec::new();
+        entries(event, &records, !self.encoder.defines_keys(), &mut entries_of);
+        for entry in entries_of {
             let mut command = redis::cmd("XADD");
             command.arg(&stream);
             if let Some(maxlen) = self.config.maxlen {

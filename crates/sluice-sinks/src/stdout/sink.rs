@@ -1,13 +1,12 @@
 use async_trait::async_trait;
 use sluice_core::{EventChunks, Guarantee, Position, Sink, SinkError};
-use sluice_format::{Encoder, FormatConfig, Record, RecordKind};
+use sluice_format::{FormatConfig, RecordKind};
 use tokio::io::AsyncWriteExt;
 
 pub struct StdoutSink {
     id: String,
     guarantee: Guarantee,
-    encoder: Encoder,
-    records: Vec<Record>,
+    encoder: crate::encoded::SharedEncoder,
     out: tokio::io::Stdout,
     buf: Vec<u8>,
     written: Option<Position>,
@@ -15,11 +14,15 @@ pub struct StdoutSink {
 
 impl StdoutSink {
     pub fn new(id: impl Into<String>, format: &FormatConfig, guarantee: Guarantee) -> Self {
+        let id = id.into();
         Self {
-            id: id.into(),
+            encoder: crate::encoded::SharedEncoder::new(
+                format,
+                super::StdoutSinkConfig::CARRIER,
+                format!("stdout sink {id:?}"),
+            ),
+            id,
             guarantee,
-            encoder: Encoder::new(format, super::StdoutSinkConfig::CARRIER),
-            records: Vec::new(),
             out: tokio::io::stdout(),
             buf: Vec::new(),
             written: None,
@@ -48,16 +51,14 @@ impl Sink for StdoutSink {
     async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
         let last = events.last_position().clone();
         let io = |e| SinkError::transient_from("stdout sink: write failed", e);
+        let shared = events.shared();
         while let Some(chunk) = events.next_chunk().await? {
             self.buf.clear();
-            for event in chunk {
-                self.records.clear();
-                self.encoder.encode(event, &mut self.records).map_err(|e| SinkError::Rejected {
-                    detail: format!("stdout sink {:?}: {e}", self.id),
-                    position: event.position.clone(),
-                })?;
+            let encoding = self.encoder.chunk(shared.as_ref(), chunk).await;
+            for (index, event) in chunk.iter().enumerate() {
                 // Lines have no keys, so a tombstone has nothing to name.
-                for record in self.records.iter().filter(|r| r.kind != RecordKind::Tombstone) {
+                let records = encoding.records(&self.encoder, index, event)?;
+                for record in records.iter().filter(|r| r.kind != RecordKind::Tombstone) {
                     self.buf.extend_from_slice(record.value.as_deref().unwrap_or(b"null"));
                     self.buf.push(b'\n');
                 }
