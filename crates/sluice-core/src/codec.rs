@@ -348,6 +348,8 @@ mod tests {
             ColumnType::Set { labels: vec!["x".into()] },
             ColumnType::Bits { length: 5 },
             ColumnType::Year,
+            ColumnType::Xml,
+            ColumnType::Money,
         ];
         let columns = types
             .into_iter()

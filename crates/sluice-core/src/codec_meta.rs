@@ -142,6 +142,8 @@ fn put_type(out: &mut Vec<u8>, ty: &ColumnType) {
         }
         ColumnType::Bits { length } => precision(out, 21, *length),
         ColumnType::Year => out.push(22),
+        ColumnType::Xml => out.push(23),
+        ColumnType::Money => out.push(24),
     }
 }
 
@@ -172,6 +174,8 @@ fn take_type(input: &mut &[u8], depth: usize) -> Result<ColumnType, CodecError> 
         20 => ColumnType::Set { labels: take_labels(input)? },
         21 => ColumnType::Bits { length: precision(input)? },
         22 => ColumnType::Year,
+        23 => ColumnType::Xml,
+        24 => ColumnType::Money,
         _ => return Err(CodecError::Invalid("unknown column type")),
     })
 }

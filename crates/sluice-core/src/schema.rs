@@ -60,6 +60,10 @@ pub enum ColumnType {
     },
     /// A MySQL `YEAR`.
     Year,
+    /// PostgreSQL's `xml`, carried as its text.
+    Xml,
+    /// PostgreSQL's `money`, carried as its text (`$1,234.50`).
+    Money,
     Array(Box<ColumnType>),
     /// Any other type, carried as its text form.
     Other,

@@ -130,6 +130,11 @@ pub fn column_type(oid: u32, typmod: i32, enum_labels: Option<Vec<Arc<str>>>) ->
         1114 => ColumnType::Timestamp { precision: fraction() },
         1184 => ColumnType::TimestampTz { precision: fraction() },
         1186 => ColumnType::Interval,
+        142 => ColumnType::Xml,
+        790 => ColumnType::Money,
+        // Debezium maps bit(1) to a boolean and longer bit strings to Bits.
+        1560 if typmod == 1 => ColumnType::Bool,
+        1560 | 1562 if typmod > 0 => ColumnType::Bits { length: typmod as u32 },
         _ => match (array_element(oid), enum_labels) {
             (Some(element), labels) => ColumnType::Array(Box::new(column_type(element, typmod, labels))),
             (None, Some(labels)) => ColumnType::Enum { labels },

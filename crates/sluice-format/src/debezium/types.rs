@@ -118,6 +118,9 @@ pub fn field(ty: &ColumnType, modes: &Modes) -> Field {
             field
         }
         ColumnType::Year => named("int32", "io.debezium.time.Year", Conv::Int),
+        ColumnType::Xml => named("string", "io.debezium.data.Xml", Conv::Text),
+        // Debezium's `money.fraction.digits` default.
+        ColumnType::Money => decimal(None, Some(2), modes.decimal),
         ColumnType::Array(element) => {
             let item = field(element, modes);
             let conv = Conv::Array(Box::new(item.conv.clone()));

@@ -34,6 +34,15 @@ pub fn write(out: &mut String, value: &Value, conv: &Conv, unavailable: &str) ->
             let bytes = u.to_le_bytes();
             binary(out, &bytes[..(*length as usize).div_ceil(8).clamp(1, 8)], BinaryHandling::Bytes);
         }
+        // PostgreSQL's bit strings arrive as their text, most significant bit first.
+        (Value::Text(bits), Conv::Bool) if bits == "0" || bits == "1" => {
+            out.push_str(if bits == "1" { "true" } else { "false" })
+        }
+        (Value::Text(bits), Conv::Bits { .. }) => binary(out, &bit_string_bytes(bits)?, BinaryHandling::Bytes),
+        // PostgreSQL's money arrives as its text, in the server's currency format.
+        (Value::Text(money), conv @ (Conv::DecimalBytes { .. } | Conv::DecimalString | Conv::DecimalDouble)) => {
+            decimal(out, &money_decimal(money)?, conv)?
+        }
         (Value::Int(i), Conv::Int) => {
             let _ = write!(out, "{i}");
         }
@@ -141,6 +150,30 @@ fn decimal(out: &mut String, text: &str, conv: &Conv) -> Result<(), String> {
         other => return Err(format!("a decimal does not fit the column's Debezium type ({other:?})")),
     }
     Ok(())
+}
+
+/// A bit string (`1010000011`) as Debezium's `Bits`: the number it
+/// spells, little-endian, one byte per eight bits or part of them.
+fn bit_string_bytes(bits: &str) -> Result<Vec<u8>, String> {
+    let mut bytes = vec![0u8; bits.len().div_ceil(8).max(1)];
+    for (i, bit) in bits.bytes().rev().enumerate() {
+        match bit {
+            b'1' => bytes[i / 8] |= 1 << (i % 8),
+            b'0' => {}
+            _ => return Err(format!("bit string {bits:?} holds something other than 0 and 1")),
+        }
+    }
+    Ok(bytes)
+}
+
+/// A money text (`$1,234.50`, `-$3.00`, `($3.00)`) as a plain decimal.
+fn money_decimal(money: &str) -> Result<String, String> {
+    let negative = money.contains('-') || money.starts_with('(');
+    let digits: String = money.chars().filter(|c| c.is_ascii_digit() || *c == '.').collect();
+    if digits.is_empty() || digits.matches('.').count() > 1 {
+        return Err(format!("money {money:?} is not an amount"));
+    }
+    Ok(if negative { format!("-{digits}") } else { digits })
 }
 
 /// The unscaled value of a decimal as Java's `BigInteger.toByteArray`
@@ -307,6 +340,17 @@ mod tests {
 
     fn hex(text: &str, scale: Option<u32>) -> String {
         unscaled(text, scale).unwrap().1.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn bit_strings_and_money_texts_convert_or_are_refused() {
+        assert_eq!(bit_string_bytes("1010000011").unwrap(), [0x83, 0x02]);
+        assert_eq!(bit_string_bytes("101").unwrap(), [0x05]);
+        assert!(bit_string_bytes("10x").is_err());
+        assert_eq!(money_decimal("$1,234.50").unwrap(), "1234.50");
+        assert_eq!(money_decimal("-$3.00").unwrap(), "-3.00");
+        assert_eq!(money_decimal("($3.00)").unwrap(), "-3.00");
+        assert!(money_decimal("$").is_err());
     }
 
     #[test]
