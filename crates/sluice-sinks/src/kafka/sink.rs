@@ -174,7 +174,9 @@ impl KafkaSink {
                         position: event.position.clone(),
                     });
                 }
+                // A format that defines keys (Debezium) leaves the sink's own unused.
                 let native_key = match (&self.key, &event.key) {
+                    _ if !own_keys => false,
                     (Some(template), _) => {
                         template.render(event, &mut key_text);
                         key.clear();
