@@ -14,7 +14,7 @@ use common::debezium::{
     byte_sinks, compare_byte_sinks, compare_files, compare_topics, create_topics, debezium_records, wait_for_byte_sinks,
 };
 use common::my::{my_exec, my_sql};
-use common::pg::{fresh_database, params, pg_env, sql, stop};
+use common::pg::{drop_slots, fresh_database, params, pg_env, sql, stop};
 use common::receiver::Receiver;
 use common::*;
 
@@ -111,6 +111,7 @@ fn the_postgres_debezium_envelope_matches_debezium_field_by_field() {
     // Messages go to Debezium's `<prefix>.message` topic; the Kafka sink's
     // topic template names them by their prefix instead.
     compare_topics(&theirs, |topic| topic.ends_with(".message"));
+    drop_slots(db);
 }
 
 /// False once the log says the run failed, so the test shows why at once.
@@ -246,4 +247,5 @@ fn the_snapshot_marks_match_debeziums() {
     let ours: Vec<serde_json::Value> =
         std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(marks(ours), theirs);
+    drop_slots(db);
 }

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::debezium::create_topics;
-use common::pg::{fresh_database, pg_env, prepare_replication, sql, stop};
+use common::pg::{drop_slots, fresh_database, pg_env, prepare_replication, sql, stop};
 use common::*;
 
 const SETUP: &str = "CREATE TABLE accounts (id int PRIMARY KEY, owner text NOT NULL, balance numeric(12,2), active boolean, opened date, touched timestamptz(6), token uuid, note text);
@@ -103,6 +103,7 @@ fn debeziums_jdbc_sink_replicates_sluices_topics_into_another_database() {
     connect.kill().unwrap();
     connect.wait().unwrap();
     stop(sluice, dir.path());
+    drop_slots(source);
     if waited.is_err() {
         let log = std::fs::read_to_string(dir.path().join("connect.log")).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(60).collect();

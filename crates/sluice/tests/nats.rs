@@ -77,7 +77,7 @@ fn a_transaction_larger_than_the_clients_pending_ack_limit_is_published() {
 #[test]
 fn a_kill_between_the_messages_of_one_event_neither_repeats_nor_loses_one() {
     use common::debezium::nats_messages;
-    use common::pg::{fresh_database, pipeline, prepare_replication, sql, stop};
+    use common::pg::{drop_slots, fresh_database, pipeline, prepare_replication, sql, stop};
     let db = "nats_parts";
     let stream = unique("natsp");
     fresh_database(db);
@@ -104,6 +104,7 @@ fn a_kill_between_the_messages_of_one_event_neither_repeats_nor_loses_one() {
     let child = spawn(&["run", "-c", config], dir.path());
     wait_until(Duration::from_secs(60), "every message", || nats_messages(&stream).len() >= 15);
     stop(child, dir.path());
+    drop_slots(db);
     let messages = nats_messages(&stream);
     let parts: Vec<(String, String)> = messages
         .iter()

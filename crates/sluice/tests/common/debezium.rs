@@ -245,25 +245,8 @@ pub fn redis_payloads(stream: &str) -> Vec<Value> {
 
 /// Every message of a JetStream stream: its headers and its body as JSON.
 pub fn nats_messages(stream: &str) -> Vec<(BTreeMap<String, String>, Value)> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
-        let context = async_nats::jetstream::new(async_nats::connect(env("SLUICE_TEST_NATS_URL")).await.unwrap());
-        let Ok(mut handle) = context.get_stream(stream).await else { return Vec::new() };
-        let last = handle.info().await.unwrap().state.last_sequence;
-        let mut messages = Vec::new();
-        for sequence in 1..=last {
-            let message = handle.get_raw_message(sequence).await.unwrap();
-            let headers = message
-                .headers
-                .iter()
-                .map(|(name, values)| {
-                    (name.to_string(), values.iter().map(|v| v.as_str()).collect::<Vec<_>>().join(","))
-                })
-                .collect();
-            messages.push((headers, serde_json::from_slice(&message.payload).unwrap()));
-        }
-        messages
-    })
+    let parse = |payload: Vec<u8>| serde_json::from_slice(&payload).unwrap();
+    super::nats_raw(stream).into_iter().map(|(headers, payload)| (headers, parse(payload))).collect()
 }
 
 /// Asserts that each byte sink of [`byte_sinks`] holds the values of the

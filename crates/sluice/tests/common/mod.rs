@@ -210,17 +210,29 @@ pub fn redis_positions(stream: &str) -> Vec<String> {
 /// The `Sluice-Position` of every message of a JetStream stream, in order
 /// (none when the stream does not exist yet).
 pub fn nats_positions(stream: &str) -> Vec<String> {
+    nats_raw(stream).into_iter().map(|(headers, _)| headers["Sluice-Position"].clone()).collect()
+}
+
+/// Every message of a JetStream stream, in order: its headers (values of
+/// a repeated header joined by commas) and its payload.
+pub fn nats_raw(stream: &str) -> Vec<(std::collections::BTreeMap<String, String>, Vec<u8>)> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let context = async_nats::jetstream::new(async_nats::connect(env("SLUICE_TEST_NATS_URL")).await.unwrap());
         let Ok(mut handle) = context.get_stream(stream).await else { return Vec::new() };
         let last = handle.info().await.unwrap().state.last_sequence;
-        let mut positions = Vec::new();
+        let mut messages = Vec::new();
         for sequence in 1..=last {
-            if let Ok(message) = handle.get_raw_message(sequence).await {
-                positions.push(message.headers.get("Sluice-Position").unwrap().as_str().to_string());
-            }
+            let Ok(message) = handle.get_raw_message(sequence).await else { continue };
+            let headers = message
+                .headers
+                .iter()
+                .map(|(name, values)| {
+                    (name.to_string(), values.iter().map(|v| v.as_str()).collect::<Vec<_>>().join(","))
+                })
+                .collect();
+            messages.push((headers, message.payload.to_vec()));
         }
-        positions
+        messages
     })
 }

@@ -48,6 +48,14 @@ pub fn sql(database: &str, statements: &str) {
 }
 
 pub fn fresh_database(name: &str) {
+    drop_slots(name);
+    sql("postgres", &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+    sql("postgres", &format!("CREATE DATABASE {name}"));
+}
+
+/// Ends the replication of `database` and drops its slots, so a test that
+/// is done holds none of the server's `max_replication_slots`.
+pub fn drop_slots(name: &str) {
     sql(
         "postgres",
         &format!(
@@ -60,8 +68,6 @@ pub fn fresh_database(name: &str) {
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '{name}' AND NOT active"
         ),
     );
-    sql("postgres", &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
-    sql("postgres", &format!("CREATE DATABASE {name}"));
 }
 
 /// Creates the publication and slot up front, so that no row written
