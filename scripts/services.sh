@@ -23,6 +23,11 @@ KAFKA_LIBS="${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/kafka-$KAFKA_VERSION/libs"
 # backend, built from the Go module proxy into the same cache.
 VERSITYGW_VERSION=v1.8.0
 VERSITYGW="${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/versitygw-$VERSITYGW_VERSION/versitygw"
+# The schema registry: Apicurio Registry from Maven Central (the Quarkus
+# layout of its `all` tar.gz), in-memory storage, Confluent-compatible API.
+# 2.6 runs on Java 17; 3.x needs 21.
+REGISTRY_VERSION=2.6.13.Final
+REGISTRY_HOME="${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/apicurio-$REGISTRY_VERSION"
 S3_ACCESS_KEY=sluice-test
 S3_SECRET_KEY=sluice-test-secret
 S3_BUCKET=sluice-test
@@ -58,6 +63,7 @@ install_packages() {
   command -v openssl >/dev/null || missing+=(openssl)
   command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null || missing+=(maven)
+  command -v curl >/dev/null || missing+=(curl)
   command -v go >/dev/null || missing+=(golang-go)
   # The dashboard test drives a real headless Chromium through chromedriver.
   command -v chromedriver >/dev/null || missing+=(chromium chromium-driver)
@@ -370,6 +376,36 @@ start_nats() {
   start_nats_tls
 }
 
+start_registry() {
+  local registry="$DIR/registry" port jar tries=0
+  if [ ! -f "$REGISTRY_HOME/.complete" ]; then
+    log "fetching Apicurio Registry $REGISTRY_VERSION from Maven Central"
+    rm -rf "$REGISTRY_HOME"
+    mvn -q org.apache.maven.plugins:maven-dependency-plugin:3.6.1:unpack \
+      -Dartifact="io.apicurio:apicurio-registry-app:$REGISTRY_VERSION:tar.gz:all" \
+      -DoutputDirectory="$REGISTRY_HOME" >&2
+    touch "$REGISTRY_HOME/.complete"
+  fi
+  jar=$(find "$REGISTRY_HOME" -name '*-runner.jar' | head -1)
+  [ -n "$jar" ] || { log "no runner jar in $REGISTRY_HOME"; exit 1; }
+  port=$(free_port 28081)
+  mkdir -p "$registry"
+  nohup java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    -Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$port" -jar "$jar" > "$registry/registry.log" 2>&1 &
+  echo $! > "$registry/pid"
+  until curl -sf "http://127.0.0.1:$port/apis/ccompat/v7/subjects" >/dev/null 2>&1; do
+    tries=$((tries + 1))
+    if [ "$tries" -gt 600 ] || ! kill -0 "$(cat "$registry/pid")" 2>/dev/null; then
+      tail -30 "$registry/registry.log" >&2; log "the schema registry did not start"; exit 1
+    fi
+    sleep 0.1
+  done
+  echo "export SLUICE_TEST_REGISTRY_URL=http://127.0.0.1:$port/apis/ccompat/v7" >> "$DIR/env"
+  log "apicurio registry $REGISTRY_VERSION on 127.0.0.1:$port (pid $(cat "$registry/pid"))"
+}
+
+stop_registry() { kill_recorded "$DIR/registry"; }
+
 # A second nats-server that wants TLS with a client certificate from the
 # test CA, and a user and password or an NKey. The NKey pair is for these
 # tests only: its seed is no secret.
@@ -489,6 +525,7 @@ case "${1:-}" in
       stop_redis
       stop_nats
       stop_s3
+      stop_registry
     fi
     install_packages
     rm -rf "$DIR"
@@ -503,6 +540,7 @@ case "${1:-}" in
     start_redis
     start_nats
     start_s3
+    start_registry
     echo "$DIR/env"
     ;;
   stop)
@@ -512,6 +550,7 @@ case "${1:-}" in
     stop_redis
     stop_nats
     stop_s3
+    stop_registry
     rm -rf "$DIR"
     ;;
   restart-postgres)
