@@ -381,9 +381,12 @@ start_registry() {
   if [ ! -f "$REGISTRY_HOME/.complete" ]; then
     log "fetching Apicurio Registry $REGISTRY_VERSION from Maven Central"
     rm -rf "$REGISTRY_HOME"
-    mvn -q org.apache.maven.plugins:maven-dependency-plugin:3.6.1:unpack \
+    # Without a pom the plugin keeps its markers under the working
+    # folder: give it one of its own.
+    mkdir -p "$REGISTRY_HOME.markers"
+    (cd "$REGISTRY_HOME.markers" && mvn -q org.apache.maven.plugins:maven-dependency-plugin:3.6.1:unpack \
       -Dartifact="io.apicurio:apicurio-registry-app:$REGISTRY_VERSION:tar.gz:all" \
-      -DoutputDirectory="$REGISTRY_HOME" >&2
+      -DoutputDirectory="$REGISTRY_HOME" -DmarkersDirectory="$REGISTRY_HOME.markers" >&2)
     touch "$REGISTRY_HOME/.complete"
   fi
   jar=$(find "$REGISTRY_HOME" -name '*-runner.jar' | head -1)
