@@ -101,3 +101,17 @@ pub enum StoreError {
     )]
     InUse { path: String },
 }
+
+/// `head` followed by the causes of `e`, joined by ": ": what a network
+/// error's own text leaves out (a refused connection, an unknown
+/// certificate).
+pub fn with_causes(head: String, e: &dyn std::error::Error) -> String {
+    let mut text = head;
+    let mut cause = e.source();
+    while let Some(next) = cause {
+        text.push_str(": ");
+        text.push_str(&next.to_string());
+        cause = next.source();
+    }
+    text
+}

@@ -57,12 +57,23 @@ pub struct Encoder {
     identity: String,
 }
 
-/// The records of a run of events, one entry per event, and the identity
-/// of the encoder that made them.
+/// The records of a run of events in one vector, where each event's are
+/// (or why it has none), and the identity of the encoder that made them.
 #[derive(Debug)]
 pub struct Encoded {
     pub identity: String,
-    pub events: Vec<Result<Vec<Record>, FormatError>>,
+    records: Vec<Record>,
+    events: Vec<Result<std::ops::Range<usize>, FormatError>>,
+}
+
+impl Encoded {
+    /// The records of the event at `index`; `None` past the end.
+    pub fn event(&self, index: usize) -> Option<Result<&[Record], &FormatError>> {
+        Some(match self.events.get(index)? {
+            Ok(range) => Ok(&self.records[range.clone()]),
+            Err(e) => Err(e),
+        })
+    }
 }
 
 enum Kind {
@@ -92,14 +103,21 @@ impl Encoder {
 
     /// The records of each of `events`.
     pub fn encode_all(&mut self, events: &[Event]) -> Encoded {
+        let mut records = Vec::with_capacity(events.len());
         let events = events
             .iter()
             .map(|event| {
-                let mut out = Vec::new();
-                self.encode(event, &mut out).map(|()| out)
+                let start = records.len();
+                match self.encode(event, &mut records) {
+                    Ok(()) => Ok(start..records.len()),
+                    Err(e) => {
+                        records.truncate(start);
+                        Err(e)
+                    }
+                }
             })
             .collect();
-        Encoded { identity: self.identity.clone(), events }
+        Encoded { identity: self.identity.clone(), records, events }
     }
 
     /// True for the native envelope, whose sinks keep their own keys.

@@ -186,13 +186,7 @@ fn segment(subject: &str) -> String {
 
 /// An error with its causes (a refused connection, a timeout).
 fn describe(e: &reqwest::Error) -> String {
-    let mut text = if e.is_timeout() { "timed out".to_string() } else { e.to_string() };
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
+    let text = sluice_core::error::with_causes(if e.is_timeout() { "timed out".to_string() } else { e.to_string() }, e);
     sluice_core::redact::credentials(&text).into_owned()
 }
 

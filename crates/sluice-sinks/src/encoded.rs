@@ -43,7 +43,7 @@ impl Encoding {
     ) -> Result<&'a [Record], SinkError> {
         let missing =
             || SinkError::transient(format!("{}: an encoded batch is missing event {}", sink.sink, event.position));
-        match self.encoded().and_then(|encoded| encoded.events.get(index)).ok_or_else(missing)? {
+        match self.encoded().and_then(|encoded| encoded.event(index)).ok_or_else(missing)? {
             Ok(records) => Ok(records),
             Err(e) => {
                 Err(SinkError::Rejected { detail: format!("{}: {e}", sink.sink), position: event.position.clone() })

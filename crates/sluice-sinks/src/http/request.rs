@@ -59,7 +59,7 @@ impl Requester {
             Ok(answer) => Check::ok("receiver", format!("{shown} answered {} to a HEAD request", answer.status())),
             Err(e) => Check::fail(
                 "receiver",
-                format!("{shown}: {}", sluice_core::redact::credentials(&error_chain(&e))),
+                format!("{shown}: {}", sluice_core::redact::credentials(&sluice_core::error::with_causes(e.to_string(), &e))),
                 "check the url, that the receiver runs, and ca_file, cert_file and key_file",
             ),
         }
@@ -231,29 +231,10 @@ async fn error_body(mut response: reqwest::Response) -> String {
 }
 
 fn describe(e: &reqwest::Error) -> String {
-    let mut text = if e.is_timeout() { "timed out".to_string() } else { e.to_string() };
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    sluice_core::error::with_causes(if e.is_timeout() { "timed out".to_string() } else { e.to_string() }, e)
 }
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// An error with its causes, which say what reqwest's own text leaves out
-/// (a refused connection, an unknown certificate).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(next) = cause {
-        text.push_str(": ");
-        text.push_str(&next.to_string());
-        cause = next.source();
-    }
-    text
-}

@@ -1,3 +1,4 @@
+use std::borrow::Cow;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -53,25 +54,30 @@ pub struct RedisSink {
     encoder: SharedEncoder,
 }
 
-/// One stream entry's fields, as the script and XADD take them.
-struct Entry {
+/// One stream entry's fields, as the script and XADD take them; the key
+/// and payload borrowed from the encoded records where they are there.
+struct Entry<'a> {
     id: String,
-    key: Vec<u8>,
-    payload: Vec<u8>,
+    key: Cow<'a, [u8]>,
+    payload: &'a [u8],
 }
 
 /// The entries of `event`: one per record of its format (none for an
 /// event the format leaves out). The `key` field is the format's key where
 /// it defines one (Debezium), else the primary key as JSON.
-fn entries(event: &Event, records: &[Record], own_keys: bool, out: &mut Vec<Entry>) {
+fn entries<'a>(event: &Event, records: &'a [Record], own_keys: bool, out: &mut Vec<Entry<'a>>) {
     let event_id = event.id().to_string();
     for (index, record) in records.iter().enumerate() {
-        let mut key = record.key.clone().unwrap_or_default();
-        if own_keys && let Some(row) = &event.key {
-            default_key(row, &mut key);
-        }
+        let key = match (&event.key, record.key.as_deref()) {
+            (Some(row), _) if own_keys => {
+                let mut key = Vec::new();
+                default_key(row, &mut key);
+                Cow::Owned(key)
+            }
+            (_, key) => Cow::Borrowed(key.unwrap_or_default()),
+        };
         let id = crate::encoded::record_id(&event_id, records, index).into_owned();
-        out.push(Entry { id, key, payload: record.value.clone().unwrap_or_default() });
+        out.push(Entry { id, key, payload: record.value.as_deref().unwrap_or_default() });
     }
 }
 
@@ -219,17 +225,17 @@ impl Sink for RedisSink {
         let mut conn = self.conn.clone().ok_or_else(|| SinkError::transient("redis sink is not open"))?;
         let maxlen = self.config.maxlen.map(|m| m.to_string()).unwrap_or_default();
         let mut stream = String::new();
-        let mut entries_of = Vec::new();
         let shared = events.shared();
         let own_keys = !self.encoder.defines_keys();
         while let Some(chunk) = events.next_chunk().await? {
             let encoding = self.encoder.chunk(shared.as_ref(), chunk).await;
             let Some(last) = chunk.last() else { continue };
             let mut streams: Vec<String> = Vec::new();
-            let mut args: Vec<Vec<u8>> = Vec::with_capacity(3 + chunk.len() * 6);
-            args.push(format!("{}|{}", last.position.sort_key(), last.position).into_bytes());
-            args.push(maxlen.clone().into_bytes());
-            args.push(Vec::new());
+            let mut args: Vec<Cow<[u8]>> = Vec::with_capacity(3 + chunk.len() * 6);
+            args.push(format!("{}|{}", last.position.sort_key(), last.position).into_bytes().into());
+            args.push(maxlen.as_bytes().into());
+            args.push(Cow::Borrowed(&[]));
+            let mut entries_of = Vec::new();
             let mut count = 0usize;
             for (at, event) in chunk.iter().enumerate() {
                 self.stream.render(event, &mut stream);
@@ -244,23 +250,23 @@ impl Sink for RedisSink {
                 entries(event, encoding.records(&self.encoder, at, event)?, own_keys, &mut entries_of);
                 let sort_key = event.position.sort_key().into_bytes();
                 for entry in entries_of.drain(..) {
-                    args.push(sort_key.clone());
-                    args.push((index + 2).to_string().into_bytes());
-                    args.push(entry.id.into_bytes());
+                    args.push(sort_key.clone().into());
+                    args.push((index + 2).to_string().into_bytes().into());
+                    args.push(entry.id.into_bytes().into());
                     args.push(entry.key);
-                    args.push(event.op.code().as_bytes().to_vec());
-                    args.push(entry.payload);
+                    args.push(event.op.code().as_bytes().into());
+                    args.push(entry.payload.into());
                     count += 1;
                 }
             }
-            args[2] = count.to_string().into_bytes();
+            args[2] = count.to_string().into_bytes().into();
             let mut invocation = self.script.prepare_invoke();
             invocation.key(&self.checkpoint_key);
             for name in &streams {
                 invocation.key(name);
             }
             for arg in &args {
-                invocation.arg(arg.as_slice());
+                invocation.arg(arg.as_ref());
             }
             let _appended: i64 = self.call("appending", invocation.invoke_async(&mut conn)).await?;
             self.held = Some(last.position.clone());
