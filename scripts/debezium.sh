@@ -53,8 +53,9 @@ classpath() {
   if [ "$1" = jdbc ]; then echo "$dir/libs/*"; else echo "$dir/libs/*:$dir/capture.jar"; fi
 }
 
-# Copies the jars of set $1 (once) and compiles capture.jar (when missing or
-# older than Capture.java), under a lock so parallel callers do it once.
+# Copies the jars of set $1 (once, and again when its pom changes) and
+# compiles capture.jar (when missing, as after a fetch, or older than
+# Capture.java), under a lock so parallel callers do it once.
 fetch_set() {
   local set=$1 dir pom
   dir=$(set_dir "$set")
@@ -62,14 +63,15 @@ fetch_set() {
   mkdir -p "$dir"
   exec {lock}>"$dir/.lock"
   flock "$lock"
-  if [ ! -f "$dir/libs/.complete" ]; then
+  if [ ! -f "$dir/libs/.complete" ] || ! cmp -s "$pom" "$dir/libs/.pom.xml"; then
     log "fetching the $set jars from Maven Central into $dir/libs"
-    rm -rf "$dir/libs" "$dir/libs.tmp"
+    rm -rf "$dir/libs" "$dir/libs.tmp" "$dir/capture.jar"
     if ! mvn -q -f "$pom" dependency:copy-dependencies \
       -DoutputDirectory="$dir/libs.tmp" -DincludeScope=runtime >"$dir/mvn.log" 2>&1; then
       cat "$dir/mvn.log" >&2
       die "mvn failed for the $set jars"
     fi
+    cp "$pom" "$dir/libs.tmp/.pom.xml"
     touch "$dir/libs.tmp/.complete"
     mv "$dir/libs.tmp" "$dir/libs"
   fi

@@ -404,6 +404,7 @@ start_registry() {
     sleep 0.1
   done
   echo "export SLUICE_TEST_REGISTRY_URL=http://127.0.0.1:$port/apis/ccompat/v7" >> "$DIR/env"
+  echo "export SLUICE_TEST_REGISTRY_PID_FILE=$registry/pid" >> "$DIR/env"
   log "apicurio registry $REGISTRY_VERSION on 127.0.0.1:$port (pid $(cat "$registry/pid"))"
 }
 

@@ -4,7 +4,7 @@
 //
 //   java -Xmx768m -cp '<libs>/*:<capture.jar>' Capture <engine.properties>
 //        [--max-records N] [--idle-ms M] [--timeout-ms T] [--headers simple|json]
-//        [--set key=value]... [--seed-offset JSON [--seed-partition JSON]]
+//        [--set key=value]... [--seed-offset JSON [--seed-partition JSON]] [--avro]
 //
 // Each line is {"topic":..,"key":..,"value":..,"headers":{name:string}}:
 // key and value are what Kafka's JsonConverter (schemas.enable=true) writes
@@ -13,6 +13,21 @@
 // them, or with --headers json as JsonConverter (schemas.enable=true) does.
 // Properties named capture.converter.X are given to both JsonConverters as X
 // (e.g. capture.converter.decimal.format=NUMERIC) and not to the engine.
+//
+// With --avro each line is instead {"topic":..,"key_schema":..,
+// "value_schema":..,"key":..,"value":..,"headers":{..}}: the Avro schemas
+// that Confluent's AvroConverter would register for the record's Kafka
+// Connect key and value schemas, and the Avro data it would write, as
+// AvroData.fromConnectSchema and fromConnectData make them (Apicurio's port
+// of Confluent's AvroData, io.apicurio:apicurio-registry-utils-converter,
+// with the converter's defaults: connect.meta.data on, enhanced Avro schema
+// support off; capture.converter.X properties go to its AvroDataConfig too).
+// A schema is Avro's Schema.toString() spliced in as JSON, null when the
+// Connect schema is; a datum is Avro's JSON encoding of the value (unions
+// as {"branch": value}, bytes as a string of chars U+0000-U+00FF), null
+// when the value is. No registry is involved. AvroData is found by
+// reflection, so this file compiles against a set without it (mariadb),
+// where --avro fails at start.
 //
 // --seed-offset writes the file of offset.storage.file.filename (replacing
 // it) with that one source offset before the engine starts, under the
@@ -33,11 +48,16 @@ import io.debezium.engine.DebeziumEngine;
 import io.debezium.engine.RecordChangeEvent;
 import io.debezium.engine.format.ChangeEventFormat;
 import java.io.BufferedOutputStream;
+import java.io.ByteArrayOutputStream;
 import java.io.FileInputStream;
 import java.io.FileOutputStream;
 import java.io.ObjectOutputStream;
 import java.io.InputStream;
+import java.io.OutputStream;
 import java.io.PrintStream;
+import java.lang.reflect.Constructor;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
 import java.nio.charset.StandardCharsets;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
@@ -47,6 +67,7 @@ import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import org.apache.kafka.connect.data.Schema;
 import org.apache.kafka.connect.header.Header;
 import org.apache.kafka.connect.json.JsonConverter;
 import org.apache.kafka.connect.source.SourceRecord;
@@ -79,6 +100,7 @@ public final class Capture {
     private final JsonConverter keyConverter = new JsonConverter();
     private final JsonConverter valueConverter = new JsonConverter();
     private final HeaderConverter headerConverter;
+    private final AvroOracle avro;
     private final long maxRecords;
 
     private final Object lock = new Object();
@@ -90,7 +112,7 @@ public final class Capture {
     private volatile String engineMessage;
     private volatile Throwable engineError;
 
-    private Capture(Map<String, String> converterConfig, boolean jsonHeaders, long maxRecords) {
+    private Capture(Map<String, String> converterConfig, boolean jsonHeaders, boolean avro, long maxRecords) {
         // schemas.enable defaults to true; capture.converter.schemas.enable
         // can turn it off (the schemaless form, as a benchmark measures).
         Map<String, Object> key = new HashMap<>(converterConfig);
@@ -113,6 +135,7 @@ public final class Capture {
             simple.configure(Map.of("converter.type", "header"));
             headerConverter = simple;
         }
+        this.avro = avro ? new AvroOracle(converterConfig) : null;
         this.maxRecords = maxRecords;
     }
 
@@ -120,7 +143,7 @@ public final class Capture {
         System.err.println("Capture: " + problem);
         System.err.println("usage: Capture <engine.properties> [--max-records N] [--idle-ms M]"
                 + " [--timeout-ms T] [--headers simple|json] [--set key=value]..."
-                + " [--seed-offset JSON [--seed-partition JSON]]");
+                + " [--seed-offset JSON [--seed-partition JSON]] [--avro]");
         System.exit(64);
     }
 
@@ -136,10 +159,15 @@ public final class Capture {
         long idleMs = 5000;
         long timeoutMs = 120_000;
         boolean jsonHeaders = false;
+        boolean avro = false;
         String seedOffset = null;
         String seedPartition = null;
         for (int i = 1; i < args.length; i++) {
             String arg = args[i];
+            if (arg.equals("--avro")) {
+                avro = true;
+                continue;
+            }
             if (i + 1 >= args.length) {
                 usage("missing the value of " + arg);
             }
@@ -183,7 +211,7 @@ public final class Capture {
         } else if (seedPartition != null) {
             usage("--seed-partition needs --seed-offset");
         }
-        System.exit(new Capture(converterConfig, jsonHeaders, maxRecords).run(props, idleMs, timeoutMs));
+        System.exit(new Capture(converterConfig, jsonHeaders, avro, maxRecords).run(props, idleMs, timeoutMs));
     }
 
     // Writes one offset in the format of Kafka's FileOffsetBackingStore: a
@@ -311,10 +339,20 @@ public final class Capture {
         String topic = record.topic();
         StringBuilder sb = new StringBuilder(512);
         sb.append("{\"topic\":").append(quote(topic));
+        if (avro != null) {
+            avro.append(sb, record);
+            return headers(sb, record);
+        }
         sb.append(",\"key\":").append(json(keyConverter.fromConnectData(topic, record.keySchema(), record.key())));
         sb.append(",\"value\":").append(record.value() == null
                 ? "null"
                 : json(valueConverter.fromConnectData(topic, record.valueSchema(), record.value())));
+        return headers(sb, record);
+    }
+
+    // Appends the headers and closes the line.
+    private String headers(StringBuilder sb, SourceRecord record) {
+        String topic = record.topic();
         sb.append(",\"headers\":{");
         boolean first = true;
         for (Header header : record.headers()) {
@@ -328,6 +366,106 @@ public final class Capture {
         }
         sb.append("}}");
         return sb.toString();
+    }
+
+    // Kafka Connect to Avro as Confluent's AvroConverter does it, through
+    // Apicurio's port of its AvroData, and Avro's JSON encoding of the data.
+    // Everything is reached by reflection (see the top of the file).
+    private static final class AvroOracle {
+        private final Object avroData;
+        private final Method fromConnectSchema;
+        private final Method fromConnectData;
+        private final Class<?> avroSchemaClass;
+        private final Constructor<?> datumWriter;
+        private final Method write;
+        private final Object encoderFactory;
+        private final Method jsonEncoder;
+        private final Method flush;
+
+        AvroOracle(Map<String, String> config) {
+            try {
+                ClassLoader loader = Capture.class.getClassLoader();
+                Class<?> dataClass = Class.forName("io.apicurio.registry.utils.converter.avro.AvroData", true, loader);
+                Class<?> configClass =
+                        Class.forName("io.apicurio.registry.utils.converter.avro.AvroDataConfig", true, loader);
+                avroSchemaClass = Class.forName("org.apache.avro.Schema", true, loader);
+                Object dataConfig = configClass.getConstructor(Map.class).newInstance(new HashMap<>(config));
+                avroData = dataClass.getConstructor(configClass).newInstance(dataConfig);
+                fromConnectSchema = dataClass.getMethod("fromConnectSchema", Schema.class);
+                fromConnectData = dataClass.getMethod("fromConnectData", Schema.class, Object.class);
+                datumWriter = Class.forName("org.apache.avro.generic.GenericDatumWriter", true, loader)
+                        .getConstructor(avroSchemaClass);
+                Class<?> encoderClass = Class.forName("org.apache.avro.io.Encoder", true, loader);
+                write = Class.forName("org.apache.avro.io.DatumWriter", true, loader)
+                        .getMethod("write", Object.class, encoderClass);
+                Class<?> factoryClass = Class.forName("org.apache.avro.io.EncoderFactory", true, loader);
+                encoderFactory = factoryClass.getMethod("get").invoke(null);
+                jsonEncoder = factoryClass.getMethod("jsonEncoder", avroSchemaClass, OutputStream.class);
+                flush = encoderClass.getMethod("flush");
+            } catch (ClassNotFoundException e) {
+                usage("--avro needs Apicurio's AvroData on the classpath (the pg set has it): " + e.getMessage());
+                throw new IllegalStateException(e);
+            } catch (ReflectiveOperationException e) {
+                throw new IllegalStateException("--avro: AvroData is not what Capture expects", e);
+            }
+        }
+
+        // Appends "key_schema", "value_schema", "key" and "value".
+        void append(StringBuilder sb, SourceRecord record) {
+            Object keySchema = schema(record.keySchema(), record.key());
+            Object valueSchema = schema(record.valueSchema(), record.value());
+            sb.append(",\"key_schema\":").append(keySchema == null ? "null" : keySchema.toString());
+            sb.append(",\"value_schema\":").append(valueSchema == null ? "null" : valueSchema.toString());
+            sb.append(",\"key\":").append(datum(record.keySchema(), keySchema, record.key()));
+            sb.append(",\"value\":").append(datum(record.valueSchema(), valueSchema, record.value()));
+        }
+
+        // AvroData.fromConnectSchema: null for no schema and no value; a
+        // value without a schema would take AvroData's Anything schema.
+        private Object schema(Schema schema, Object value) {
+            return schema == null && value == null ? null : invoke(fromConnectSchema, avroData, schema);
+        }
+
+        // AvroData.fromConnectData, unwrapped from its NonRecordContainer
+        // when not a record, written by Avro's JSON encoder.
+        private String datum(Schema schema, Object avroSchema, Object value) {
+            if (value == null) {
+                return "null";
+            }
+            Object datum = invoke(fromConnectData, avroData, schema, value);
+            if (datum != null && datum.getClass().getName().endsWith(".NonRecordContainer")) {
+                try {
+                    datum = datum.getClass().getMethod("getValue").invoke(datum);
+                } catch (ReflectiveOperationException e) {
+                    throw new IllegalStateException(e);
+                }
+            }
+            ByteArrayOutputStream bytes = new ByteArrayOutputStream(256);
+            Object encoder = invoke(jsonEncoder, encoderFactory, avroSchema, bytes);
+            Object writer;
+            try {
+                writer = datumWriter.newInstance(avroSchema);
+            } catch (ReflectiveOperationException e) {
+                throw new IllegalStateException(e);
+            }
+            invoke(write, writer, datum, encoder);
+            invoke(flush, encoder);
+            return new String(bytes.toByteArray(), StandardCharsets.UTF_8).trim();
+        }
+
+        private static Object invoke(Method method, Object target, Object... args) {
+            try {
+                return method.invoke(target, args);
+            } catch (InvocationTargetException e) {
+                Throwable cause = e.getCause();
+                if (cause instanceof RuntimeException) {
+                    throw (RuntimeException) cause;
+                }
+                throw new IllegalStateException(cause);
+            } catch (IllegalAccessException e) {
+                throw new IllegalStateException(e);
+            }
+        }
     }
 
     private static String json(byte[] bytes) {

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use sluice_core::time::format_utc_micros;
 use sluice_core::{Envelope, Event, Op};
 
-use crate::{FormatError, Headers, Record, RecordKind, json};
+use crate::{FormatError, Headers, Record, json};
 
 /// The CloudEvents envelope's options, defaults applied.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,7 +87,7 @@ impl Encoder {
                 let mut value = text.into_bytes();
                 value.extend_from_slice(&data);
                 value.push(b'}');
-                Record { kind: RecordKind::Change, key: None, value: Some(value), headers: Vec::new() }
+                Record::value(value, Vec::new())
             }
             CloudEventsMode::Binary => {
                 let kafka = self.headers == Headers::Kafka;
@@ -95,7 +95,7 @@ impl Encoder {
                     .into_iter()
                     .map(|(name, value)| (header_name(name, kafka), header_value(value, kafka)))
                     .collect();
-                Record { kind: RecordKind::Change, key: None, value: Some(data), headers }
+                Record::value(data, headers)
             }
         };
         out.push(record);

@@ -9,6 +9,7 @@ use sluice_core::settings::Invalid;
 
 use crate::cloudevents::{CloudEventsMode, CloudEventsSettings, DEFAULT_TYPE_PREFIX};
 use crate::debezium::{BinaryHandling, DebeziumSettings, DecimalHandling, Include, TimePrecision};
+use crate::registry::RegistryConfig;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -20,6 +21,42 @@ pub enum Envelope {
     Debezium,
     /// CloudEvents 1.0, with the native event as its data.
     Cloudevents,
+}
+
+/// How a record's key and value become bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    #[default]
+    Json,
+    /// Avro, each datum framed with its schema's registry id.
+    Avro,
+}
+
+/// How a schema's subject in the registry is named, as Confluent's
+/// serializers name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SubjectStrategy {
+    /// `<topic>-key` and `<topic>-value`.
+    #[default]
+    Topic,
+    /// The record's full name: `<prefix>.<schema>.<table>.Envelope`.
+    Record,
+    /// `<topic>-<record full name>`.
+    TopicRecord,
+}
+
+impl SubjectStrategy {
+    /// The subject of a key (`is_key`) or value schema whose record is
+    /// `record`, written to `topic`.
+    pub fn subject(self, topic: &str, record: &str, is_key: bool) -> String {
+        match self {
+            SubjectStrategy::Topic => format!("{topic}-{}", if is_key { "key" } else { "value" }),
+            SubjectStrategy::Record => record.to_string(),
+            SubjectStrategy::TopicRecord => format!("{topic}-{record}"),
+        }
+    }
 }
 
 /// A sink's output format.
@@ -51,6 +88,12 @@ pub struct FormatConfig {
     pub source: Option<String>,
     /// CloudEvents: the start of `type`; default `io.sluice.change`.
     pub type_prefix: Option<String>,
+    /// json (default) or avro, which needs `schema_registry`.
+    pub encoding: Option<Encoding>,
+    /// Avro: the Confluent-compatible registry that holds the schemas.
+    pub schema_registry: Option<RegistryConfig>,
+    /// Avro: how subjects are named; default `topic`.
+    pub subject_strategy: Option<SubjectStrategy>,
 }
 
 /// What a sink can carry besides a value, which decides the formats it
@@ -62,6 +105,8 @@ pub struct Carrier {
     pub keys: bool,
     /// Message headers, and how a binding writes them.
     pub headers: Headers,
+    /// Whether the sink writes Avro records with registry ids.
+    pub avro: bool,
 }
 
 /// A sink's message headers, as CloudEvents' protocol bindings name them.
@@ -139,12 +184,65 @@ impl FormatConfig {
                 ));
             }
         }
+        self.validate_encoding(at, carrier)?;
         for (name, value) in [("source", &self.source), ("type_prefix", &self.type_prefix)] {
             if value.as_deref() == Some("") {
                 return Err(Invalid::new(field(name), "is empty", "remove it for the default, or give a value"));
             }
         }
         Ok(())
+    }
+
+    fn validate_encoding(&self, at: &str, carrier: Carrier) -> Result<(), Invalid> {
+        let field = |name: &str| format!("{at}.format.{name}");
+        if !self.is_avro() {
+            for (name, set) in [
+                ("schema_registry", self.schema_registry.is_some()),
+                ("subject_strategy", self.subject_strategy.is_some()),
+            ] {
+                if set {
+                    return Err(Invalid::new(
+                        field(name),
+                        "applies to encoding: avro only",
+                        "remove it, or set encoding: avro",
+                    ));
+                }
+            }
+            return Ok(());
+        }
+        if !carrier.avro {
+            return Err(Invalid::new(
+                field("encoding"),
+                format!("a {} sink cannot write Avro yet", carrier.name),
+                "use encoding: json on this sink (Avro is written by Kafka sinks)",
+            ));
+        }
+        if self.envelope != Envelope::Debezium {
+            return Err(Invalid::new(
+                field("encoding"),
+                format!("avro takes envelope: debezium, not {:?}", self.envelope_name()),
+                "set envelope: debezium, whose Connect schemas become the Avro schemas",
+            ));
+        }
+        if self.schemas.is_some() {
+            return Err(Invalid::new(
+                field("schemas"),
+                "does not apply to avro, whose schemas live in the registry",
+                "remove it",
+            ));
+        }
+        match &self.schema_registry {
+            None => Err(Invalid::new(
+                field("schema_registry"),
+                "is required by encoding: avro",
+                "add schema_registry: { url: ... } naming a Confluent-compatible registry",
+            )),
+            Some(registry) => registry.validate(&field("schema_registry")),
+        }
+    }
+
+    pub fn is_avro(&self) -> bool {
+        self.encoding == Some(Encoding::Avro)
     }
 
     pub fn envelope_name(&self) -> &'static str {
@@ -170,6 +268,7 @@ impl FormatConfig {
             truncate: self.truncate.unwrap_or(defaults.truncate),
             messages: self.messages.unwrap_or(defaults.messages),
             transaction_metadata: self.transaction_metadata.unwrap_or(defaults.transaction_metadata),
+            schemas_apart: self.is_avro(),
         }
     }
 
@@ -190,8 +289,8 @@ mod tests {
         serde_json::from_str(json).map_err(|e| e.to_string())
     }
 
-    const FILE: Carrier = Carrier { name: "file", keys: false, headers: Headers::None };
-    const KAFKA: Carrier = Carrier { name: "kafka", keys: true, headers: Headers::Kafka };
+    const FILE: Carrier = Carrier { name: "file", keys: false, headers: Headers::None, avro: false };
+    const KAFKA: Carrier = Carrier { name: "kafka", keys: true, headers: Headers::Kafka, avro: true };
 
     #[test]
     fn unknown_options_and_envelopes_are_refused_by_name() {

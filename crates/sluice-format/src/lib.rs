@@ -6,16 +6,24 @@
 //! The native envelope is the default and stays byte for byte what Sluice
 //! always wrote.
 
+#[cfg(feature = "avro")]
+mod avro;
 mod cloudevents;
 mod config;
 pub mod debezium;
 mod json;
+mod registry;
+
+use std::sync::Arc;
 
 use sluice_core::Event;
 
+#[cfg(feature = "avro")]
+pub use avro::AvroSchema;
 pub use cloudevents::{CloudEventsMode, CloudEventsSettings};
-pub use config::{Carrier, Envelope, FormatConfig, Headers};
+pub use config::{Carrier, Encoding, Envelope, FormatConfig, Headers, SubjectStrategy};
 pub use debezium::DebeziumSettings;
+pub use registry::RegistryConfig;
 
 /// What one event becomes on the wire.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +38,25 @@ pub struct Record {
     /// Headers the format asks for, named and encoded for the sink's
     /// binding (CloudEvents binary mode, Debezium's key-change headers).
     pub headers: Vec<(String, Vec<u8>)>,
+    /// The Connect schema of the key and of the value, where the format
+    /// gives them apart from the payloads for an encoding that needs them
+    /// (Avro); `None` otherwise.
+    pub key_schema: Option<Arc<str>>,
+    pub value_schema: Option<Arc<str>>,
+}
+
+impl Record {
+    /// A change record with a value and no key of its own.
+    pub fn value(value: Vec<u8>, headers: Vec<(String, Vec<u8>)>) -> Self {
+        Record {
+            kind: RecordKind::Change,
+            key: None,
+            value: Some(value),
+            headers,
+            key_schema: None,
+            value_schema: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,7 +186,7 @@ impl Encoder {
                 let envelope = sluice_core::Envelope { event, id: id.to_string() };
                 let value = serde_json::to_vec(&envelope)
                     .map_err(|e| FormatError(format!("cannot encode event {}: {e}", event.position)))?;
-                out.push(Record { kind: RecordKind::Change, key: None, value: Some(value), headers: Vec::new() });
+                out.push(Record::value(value, Vec::new()));
                 Ok(())
             }
             Kind::Debezium(encoder) => encoder.encode(event, out),

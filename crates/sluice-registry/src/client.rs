@@ -109,10 +109,33 @@ impl Registry {
     pub async fn compatibility(&self, subject: &str) -> Result<String, RegistryError> {
         let path = format!("/config/{}?defaultToGlobal=true", segment(subject));
         let (status, body) = self.call(reqwest::Method::GET, &path, None).await?;
-        let (status, body) =
-            if status == 404 { self.call(reqwest::Method::GET, "/config", None).await? } else { (status, body) };
+        if status == 404 {
+            return self.global_compatibility().await;
+        }
         match body.get("compatibilityLevel").and_then(Value::as_str) {
             Some(level) if status == 200 => Ok(level.to_string()),
+            _ => Err(self.refused(status, &body)),
+        }
+    }
+
+    /// The registry's own compatibility level; also the cheapest call
+    /// that shows the registry answers and takes the credentials.
+    pub async fn global_compatibility(&self) -> Result<String, RegistryError> {
+        let (status, body) = self.call(reqwest::Method::GET, "/config", None).await?;
+        match body.get("compatibilityLevel").and_then(Value::as_str) {
+            Some(level) if status == 200 => Ok(level.to_string()),
+            _ => Err(self.refused(status, &body)),
+        }
+    }
+
+    /// The schema text of the latest version of `subject`; `None` for a
+    /// subject with no version.
+    pub async fn latest(&self, subject: &str) -> Result<Option<String>, RegistryError> {
+        let path = format!("/subjects/{}/versions/latest", segment(subject));
+        let (status, body) = self.call(reqwest::Method::GET, &path, None).await?;
+        match body.get("schema").and_then(Value::as_str) {
+            _ if status == 404 => Ok(None),
+            Some(schema) if status == 200 => Ok(Some(schema.to_string())),
             _ => Err(self.refused(status, &body)),
         }
     }

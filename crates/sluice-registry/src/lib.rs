@@ -6,12 +6,11 @@
 //! that carries the id in front of each message is [`frame`].
 
 mod client;
-mod config;
 mod error;
 
 pub use client::Registry;
-pub use config::RegistryConfig;
 pub use error::RegistryError;
+pub use sluice_format::RegistryConfig;
 
 /// Confluent's wire format: a zero magic byte, the schema id as four
 /// big-endian bytes, then the encoded datum.

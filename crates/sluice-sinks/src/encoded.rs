@@ -13,6 +13,9 @@ use tokio::sync::OnceCell;
 /// writing the batch in the same format.
 pub(crate) struct SharedEncoder {
     encoder: Encoder,
+    /// Frames records as Avro with registry ids, for `encoding: avro`.
+    #[cfg(feature = "avro")]
+    avro: Option<crate::avro::AvroWriter>,
     key: u64,
     /// Names the sink in rejections: `file sink "out"`.
     sink: String,
@@ -57,7 +60,43 @@ impl SharedEncoder {
         let encoder = Encoder::new(config, carrier);
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         encoder.identity().hash(&mut hasher);
-        Self { key: hasher.finish(), encoder, sink }
+        #[cfg(feature = "avro")]
+        let avro = crate::avro::AvroWriter::new(config, sink.clone());
+        Self {
+            key: hasher.finish(),
+            encoder,
+            #[cfg(feature = "avro")]
+            avro,
+            sink,
+        }
+    }
+
+    /// Checks that the format's registry answers, where it has one.
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
+    pub(crate) async fn probe(&mut self) -> Result<(), SinkError> {
+        #[cfg(feature = "avro")]
+        if let Some(avro) = &mut self.avro {
+            return avro.probe().await;
+        }
+        Ok(())
+    }
+
+    /// `record` as the encoding writes it to `destination`: `None` where
+    /// the encoder's record is final (every encoding but Avro, whose
+    /// datums carry registry ids that depend on the destination).
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
+    pub(crate) async fn finish(
+        &mut self,
+        record: &Record,
+        destination: &str,
+        event: &Event,
+    ) -> Result<Option<Record>, SinkError> {
+        #[cfg(feature = "avro")]
+        if let Some(avro) = &mut self.avro {
+            return avro.encode(record, destination, event).await.map(Some);
+        }
+        let _ = (record, destination, event);
+        Ok(None)
     }
 
     /// The encoder itself, for one event at a time.

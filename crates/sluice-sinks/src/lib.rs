@@ -4,6 +4,8 @@
 //! build, so a config naming a sink this build lacks still validates and
 //! is refused only when built ([`NotBuilt`]).
 
+#[cfg(feature = "avro")]
+mod avro;
 pub mod buffer;
 mod encoded;
 mod preflight;

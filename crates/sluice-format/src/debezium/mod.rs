@@ -28,8 +28,8 @@ struct Table {
     /// Kept so the pointer that keys the cache cannot be reused.
     _schema: Arc<TableSchema>,
     fields: Vec<Field>,
-    key_schema: String,
-    envelope_schema: String,
+    key_schema: Arc<str>,
+    envelope_schema: Arc<str>,
 }
 
 const MESSAGE_KEY_SCHEMA: &str = r#"{"type":"struct","fields":[{"type":"string","optional":true,"field":"prefix"}],"optional":false,"name":"io.debezium.connector.postgresql.MessageKey","version":1}"#;
@@ -37,11 +37,14 @@ const MESSAGE_KEY_SCHEMA: &str = r#"{"type":"struct","fields":[{"type":"string",
 pub struct Encoder {
     settings: DebeziumSettings,
     tables: HashMap<usize, Table>,
+    /// The key and value schemas of BEGIN and END records.
+    transaction_schemas: (Arc<str>, Arc<str>),
 }
 
 impl Encoder {
     pub fn new(settings: DebeziumSettings) -> Self {
-        Self { settings, tables: HashMap::new() }
+        let transaction_schemas = (Arc::from(transaction::KEY_SCHEMA), Arc::from(transaction::VALUE_SCHEMA));
+        Self { settings, tables: HashMap::new(), transaction_schemas }
     }
 
     /// The `topic.prefix` of schema names: the setting, else the source id.
@@ -75,11 +78,33 @@ impl Encoder {
     }
 
     fn transaction_record(&self, id: &str, value: String) -> Record {
+        let (key_schema, value_schema) = &self.transaction_schemas;
+        self.record_of(
+            RecordKind::Transaction,
+            (key_schema, Some(transaction::key(id))),
+            (value_schema, Some(value)),
+            Vec::new(),
+        )
+    }
+
+    /// A record of a key and a value payload under their Connect schemas:
+    /// wrapped with the schema for `schemas: true`, or the payload alone
+    /// with the schemas beside it where the encoding (Avro) wants them.
+    fn record_of(
+        &self,
+        kind: RecordKind,
+        (key_schema, key): (&Arc<str>, Option<String>),
+        (value_schema, value): (&Arc<str>, Option<String>),
+        headers: Vec<(String, Vec<u8>)>,
+    ) -> Record {
+        let apart = self.settings.schemas_apart;
         Record {
-            kind: RecordKind::Transaction,
-            key: Some(self.wrap(transaction::KEY_SCHEMA, transaction::key(id))),
-            value: Some(self.wrap(transaction::VALUE_SCHEMA, value)),
-            headers: Vec::new(),
+            kind,
+            key_schema: (apart && key.is_some()).then(|| key_schema.clone()),
+            value_schema: (apart && value.is_some()).then(|| value_schema.clone()),
+            key: key.map(|k| self.wrap(key_schema, k)),
+            value: value.map(|v| self.wrap(value_schema, v)),
+            headers,
         }
     }
 
@@ -155,12 +180,7 @@ impl Encoder {
         payload: Option<String>,
         headers: Vec<(String, Vec<u8>)>,
     ) -> Record {
-        Record {
-            kind,
-            key: key.map(|k| self.wrap(&table.key_schema, k.clone())),
-            value: payload.map(|p| self.wrap(&table.envelope_schema, p)),
-            headers,
-        }
+        self.record_of(kind, (&table.key_schema, key.cloned()), (&table.envelope_schema, payload), headers)
     }
 
     /// The value payload of one change.
@@ -194,7 +214,7 @@ impl Encoder {
 
     /// Takes the payload by value: without schemas it is the bytes as they are.
     fn wrap(&self, schema: &str, payload: String) -> Vec<u8> {
-        if !self.settings.schemas {
+        if !self.settings.schemas || self.settings.schemas_apart {
             return payload.into_bytes();
         }
         let mut out = String::with_capacity(schema.len() + payload.len() + 24);
@@ -245,7 +265,7 @@ impl Encoder {
             source = source::schema(event),
             transaction = source::TRANSACTION_SCHEMA,
         );
-        Table { _schema: schema, fields, key_schema, envelope_schema }
+        Table { _schema: schema, fields, key_schema: key_schema.into(), envelope_schema: envelope_schema.into() }
     }
 
     fn row(&self, out: &mut String, row: Option<&Row>, table: &Table) -> Result<(), String> {
@@ -316,12 +336,8 @@ impl Encoder {
             source::schema(event),
             source::TRANSACTION_SCHEMA
         );
-        out.push(Record {
-            kind: RecordKind::Change,
-            key: Some(self.wrap(MESSAGE_KEY_SCHEMA, key)),
-            value: Some(self.wrap(&value_schema, payload)),
-            headers: Vec::new(),
-        });
+        let schemas: (Arc<str>, Arc<str>) = (MESSAGE_KEY_SCHEMA.into(), value_schema.into());
+        out.push(self.record_of(RecordKind::Change, (&schemas.0, Some(key)), (&schemas.1, Some(payload)), Vec::new()));
         Ok(())
     }
 }

@@ -30,6 +30,9 @@ pub struct DebeziumSettings {
     /// Debezium's `provide.transaction.metadata`: each change's
     /// `transaction` block, and BEGIN and END records.
     pub transaction_metadata: bool,
+    /// Give each record's Connect schemas beside its bare payloads, for an
+    /// encoding that carries schemas its own way (Avro).
+    pub schemas_apart: bool,
 }
 
 impl Default for DebeziumSettings {
@@ -45,6 +48,7 @@ impl Default for DebeziumSettings {
             truncate: Include::Skip,
             messages: Include::Include,
             transaction_metadata: false,
+            schemas_apart: false,
         }
     }
 }

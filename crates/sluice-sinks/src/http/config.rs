@@ -75,7 +75,7 @@ pub struct HttpSinkConfig {
 
 impl HttpSinkConfig {
     /// Requests have headers (binary CloudEvents) but no message keys.
-    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "http", keys: false, headers: sluice_format::Headers::Text };
+    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "http", keys: false, headers: sluice_format::Headers::Text, avro: false };
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

@@ -100,7 +100,7 @@ fn default_timeout() -> u64 {
 
 impl KafkaSinkConfig {
     /// Messages have keys and headers.
-    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "kafka", keys: true, headers: sluice_format::Headers::Kafka };
+    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "kafka", keys: true, headers: sluice_format::Headers::Kafka, avro: cfg!(feature = "avro") };
 }
 
 impl SinkSettings for KafkaSinkConfig {

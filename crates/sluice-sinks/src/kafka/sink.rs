@@ -47,7 +47,7 @@ impl KafkaSink {
             checkpoint_key: format!("{source_id}::sink::{}", config.id),
             topic: Template::parse(&config.topic),
             key: config.key.as_deref().map(Template::parse),
-            encoder: tokio::sync::Mutex::new(SharedEncoder::new(&config.format, KafkaSinkConfig::CARRIER, "kafka".into())),
+            encoder: tokio::sync::Mutex::new(SharedEncoder::new(&config.format, KafkaSinkConfig::CARRIER, format!("kafka sink {:?}", config.id))),
             timeout: Duration::from_secs(config.timeout_secs),
             pipeline: pipeline.to_string(),
             transactional_id,
@@ -201,6 +201,8 @@ impl KafkaSink {
                             .as_str(),
                         _ => topic.as_str(),
                     };
+                    let finished = encoder.finish(encoded, topic, event).await?;
+                    let encoded = finished.as_ref().unwrap_or(encoded);
                     let native = (own_keys && native_key).then_some(key.as_slice());
                     let record = kafka_record(topic, event, &id, encoded, native);
                     self.send(&producer, record, event, &mut pending).await?;
@@ -394,6 +396,7 @@ impl Sink for KafkaSink {
             )),
             (permanent, None) => permanent,
         })?;
+        self.encoder.lock().await.probe().await?;
         if !self.config.exactly_once {
             return Ok(None);
         }

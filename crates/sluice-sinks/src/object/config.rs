@@ -100,7 +100,7 @@ pub struct ObjectFormat {
 
 impl ObjectFormat {
     /// Lines have neither keys nor headers.
-    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "s3", keys: false, headers: sluice_format::Headers::None };
+    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "s3", keys: false, headers: sluice_format::Headers::None, avro: false };
 }
 
 /// `parquet`, `jsonl`, or `{ file, envelope, <envelope options> }`.

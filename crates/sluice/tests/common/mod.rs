@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod api;
+pub mod avro;
 pub mod debezium;
 pub mod lake;
 pub mod my;

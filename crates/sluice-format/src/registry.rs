@@ -1,4 +1,5 @@
-//! Where the registry is and how to log in to it.
+//! The `schema_registry:` block of a format: where the registry is and how
+//! to log in to it.
 
 use std::path::PathBuf;
 
@@ -8,7 +9,7 @@ use sluice_core::settings::{Invalid, Secret, check_seconds};
 /// Limit on one request to the registry (s).
 pub const DEFAULT_REGISTRY_TIMEOUT_SECS: u64 = 10;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RegistryConfig {
     /// The registry's Confluent-compatible API: `https://host/` for

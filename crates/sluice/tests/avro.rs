@@ -1,0 +1,232 @@
+//! Avro with a schema registry on Kafka: read back by the `confluent-kafka`
+//! Python client's AvroDeserializer (which fetches each writer schema from
+//! the registry by the id in front of the datum) into the rows PostgreSQL
+//! holds; schemas compared with what Debezium's events become through
+//! Kafka Connect's AvroData; schema changes checked by the registry.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::avro::{avro_messages, decimal_text, epoch_micros, registry_url, schema_of, set_compatibility};
+use common::debezium::{create_topics, debezium_records};
+use common::pg::{drop_slots, fresh_database, pg_env, sql, stop};
+use common::*;
+use serde_json::{Value, json};
+
+const ZOO: &str = "CREATE TABLE zoo (id int PRIMARY KEY, s smallint, big bigint, flag boolean, r real, \
+     dbl double precision, amount numeric(12,2), n numeric, d date, tm time(6), ts timestamp(6), tstz timestamptz, \
+     u uuid, j jsonb, b bytea, tags text[], note text DEFAULT 'new', qty int NOT NULL DEFAULT 7); \
+     ALTER TABLE zoo REPLICA IDENTITY FULL";
+
+const ZOO_WORKLOAD: &[&str] = &[
+    "INSERT INTO zoo VALUES (1, -7, 9007199254740993, true, 1.5, 2.25, 12.50, 3.14159, '2024-02-29', '13:45:56.123456', \
+     '2024-02-29 13:45:56.123456', '2024-02-29 13:45:56.123456+02', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', \
+     '{\"a\": [1, 2], \"b\": \"x\"}', '\\x00ff10', '{x,y,NULL}', 'first', 1)",
+    "INSERT INTO zoo (id, note, qty) VALUES (2, NULL, 2)",
+    "INSERT INTO zoo VALUES (3, 32767, -1, false, -0.25, 1e300, -0.01, 100, '1969-12-31', '00:00:00', \
+     '1900-01-01 00:00:00', '2026-12-02 10:00:00+00', '00000000-0000-0000-0000-000000000000', '[]', '\\x', '{}', 'q\"\\\\', 3)",
+    "UPDATE zoo SET amount = 13.75, note = 'changed', tags = '{z}' WHERE id = 1",
+    "DELETE FROM zoo WHERE id = 2",
+];
+
+/// The rows as the database holds them, each column in the form Debezium
+/// gives it (days, microseconds, decimal text, hex).
+fn database_rows(db: &str) -> BTreeMap<i64, Value> {
+    let query = "SELECT json_build_object('id', id, 's', s, 'big', big, 'flag', flag, 'r', r, 'dbl', dbl, \
+        'amount', amount::text, 'n', n::text, 'd', d - date '1970-01-01', \
+        'tm', (extract(epoch from tm) * 1000000)::bigint, 'ts', (extract(epoch from ts) * 1000000)::bigint, \
+        'tstz', (extract(epoch from tstz) * 1000000)::bigint, 'u', u::text, 'j', j::text, 'b', encode(b, 'hex'), \
+        'tags', to_jsonb(tags), 'note', note, 'qty', qty) FROM zoo ORDER BY id";
+    let output = std::process::Command::new("psql")
+        .args(["-h", &pg_env("SLUICE_TEST_PG_HOST"), "-p", &pg_env("SLUICE_TEST_PG_PORT")])
+        .args(["-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db, "-Atc", query])
+        .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let row: Value = serde_json::from_str(line).unwrap();
+            (row["id"].as_i64().unwrap(), row)
+        })
+        .collect()
+}
+
+/// A row image as the Python consumer decoded it, in the database's forms.
+fn as_database(image: &Value) -> Value {
+    let mut row = image.clone();
+    row["amount"] = image["amount"].get("decimal").cloned().unwrap_or(Value::Null);
+    row["n"] = match image["n"].as_object() {
+        Some(n) => json!(decimal_text(n["value"]["hex"].as_str().unwrap(), n["scale"].as_u64().unwrap() as u32)),
+        None => Value::Null,
+    };
+    row["b"] = image["b"].get("hex").cloned().unwrap_or(Value::Null);
+    row["tstz"] = image["tstz"].as_str().map_or(Value::Null, |t| json!(epoch_micros(t)));
+    row
+}
+
+fn pg_config(db: &str, sinks: &str) -> String {
+    format!(
+        "pipelines:\n  - name: pg\n    source:\n      type: postgres\n      config: {{ id: {db}, host: 127.0.0.1, port: {port}, database: {db}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", ssl_mode: verify-full, ca_file: {ca}, status_interval_secs: 1 }}\n    sinks:\n{sinks}",
+        port = pg_env("SLUICE_TEST_PG_PORT"),
+        user = pg_env("SLUICE_TEST_PG_USER"),
+        ca = pg_env("SLUICE_TEST_PG_CA"),
+    )
+}
+
+fn avro_sink(id: &str, topic: &str, prefix: &str, extra: &str) -> String {
+    format!(
+        "      - type: kafka\n        config: {{ id: {id}, brokers: \"{}\", topic: {topic}, format: {{ envelope: debezium, encoding: avro, topic_prefix: {prefix}, schema_registry: {{ url: \"{}\", timeout_secs: 2 }} }}{extra} }}\n",
+        env("SLUICE_TEST_KAFKA_BROKERS"),
+        registry_url(),
+    )
+}
+
+fn wait_for_slot(db: &str) {
+    wait_until(Duration::from_secs(60), "sluice's slot", || {
+        let slots = std::process::Command::new("psql")
+            .args(["-h", &pg_env("SLUICE_TEST_PG_HOST"), "-p", &pg_env("SLUICE_TEST_PG_PORT")])
+            .args(["-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db, "-Atc"])
+            .arg(format!("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'sluice_{db}' AND active"))
+            .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&slots.stdout).trim() == "1"
+    });
+}
+
+fn debezium_properties(dir: &std::path::Path, db: &str, prefix: &str) -> String {
+    format!(
+        "name=avro\nconnector.class=io.debezium.connector.postgresql.PostgresConnector\n\
+         offset.storage=org.apache.kafka.connect.storage.FileOffsetBackingStore\n\
+         offset.storage.file.filename={offsets}\noffset.flush.interval.ms=0\n\
+         database.hostname={host}\ndatabase.port={port}\ndatabase.user={user}\ndatabase.password={password}\n\
+         database.dbname={db}\ntopic.prefix={prefix}\nplugin.name=pgoutput\nslot.name=debezium_{db}\n\
+         publication.name=debezium_{db}\npublication.autocreate.mode=disabled\nsnapshot.mode=no_data\n",
+        offsets = dir.join("debezium.offsets").display(),
+        host = pg_env("SLUICE_TEST_PG_HOST"),
+        port = pg_env("SLUICE_TEST_PG_PORT"),
+        user = pg_env("SLUICE_TEST_PG_USER"),
+        password = pg_env("SLUICE_TEST_PG_PASSWORD"),
+    )
+}
+
+#[test]
+fn confluent_kafka_reads_the_type_zoo_as_postgres_holds_it_with_debeziums_avro_schemas() {
+    let db = "avro_zoo";
+    fresh_database(db);
+    sql(db, ZOO);
+    let prefix = unique("avz");
+    let topic = format!("{prefix}.public.zoo");
+    create_topics(std::slice::from_ref(&topic));
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &pg_config(db, &avro_sink("avro", &topic, &prefix, "")));
+    let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    wait_for_slot(db);
+    sql(db, &format!("CREATE PUBLICATION debezium_{db} FOR ALL TABLES"));
+    sql(db, &format!("SELECT pg_create_logical_replication_slot('debezium_{db}', 'pgoutput')"));
+    for statement in ZOO_WORKLOAD {
+        sql(db, statement);
+    }
+    // 3 inserts, an update, a delete and its tombstone.
+    let messages = avro_messages(&topic, 6);
+    stop(child, dir.path());
+
+    let mut table = BTreeMap::new();
+    for message in &messages {
+        let Some(value) = message["value"].as_object() else { continue };
+        if let Some(before) = value["before"].as_object() {
+            table.remove(&before["id"].as_i64().unwrap());
+        }
+        if value["after"].is_object() {
+            let row = as_database(&value["after"]);
+            table.insert(row["id"].as_i64().unwrap(), row);
+        }
+    }
+    assert_eq!(table, database_rows(db), "the rows the Avro consumer read");
+    let tombstone = &messages[5];
+    assert!(tombstone["value"].is_null() && tombstone["key"] == json!({"id": 2}), "{tombstone}");
+
+    // The registered schemas are those Debezium's events get through
+    // Kafka Connect's Avro converter.
+    let theirs = debezium_records(dir.path(), "pg", &debezium_properties(dir.path(), db, &prefix), &["--avro"]);
+    let change = theirs.iter().find(|r| !r["value_schema"].is_null()).expect("a Debezium record");
+    let value_ids: std::collections::BTreeSet<u64> = messages.iter().filter_map(|m| m["value_id"].as_u64()).collect();
+    assert_eq!(value_ids.len(), 1, "one table version, one value schema: {value_ids:?}");
+    let ours = schema_of(*value_ids.first().unwrap());
+    common::debezium::assert_same("the value schema", &ours, &change["value_schema"]);
+    let key_id = messages[0]["key_id"].as_u64().unwrap();
+    common::debezium::assert_same("the key schema", &schema_of(key_id), &change["key_schema"]);
+    drop_slots(db);
+}
+
+/// The `after` image's fields of a registered envelope schema.
+fn row_fields(schema: &Value) -> Vec<(String, Value)> {
+    let row = schema["fields"][0]["type"][1]["fields"].as_array().unwrap();
+    row.iter().map(|f| (f["name"].as_str().unwrap().to_string(), f["type"].clone())).collect()
+}
+
+#[test]
+fn schema_changes_register_new_versions_and_a_refused_one_stops_the_pipeline_until_the_level_allows_it() {
+    let db = "avro_ddl";
+    fresh_database(db);
+    sql(db, "CREATE TABLE t (id int PRIMARY KEY, a text NOT NULL, b int)");
+    let prefix = unique("avd");
+    let topic = format!("{prefix}.public.t");
+    create_topics(std::slice::from_ref(&topic));
+    let dir = tempfile::tempdir().unwrap();
+    let sink = avro_sink("avro", &topic, &prefix, ", exactly_once: true");
+    let config = write_config(dir.path(), &pg_config(db, &sink));
+    let config = config.to_str().unwrap();
+    let child = spawn(&["run", "-c", config], dir.path());
+    wait_for_slot(db);
+    sql(db, "INSERT INTO t VALUES (1, 'x', 10)");
+    let first = avro_messages(&topic, 1);
+    let subject = format!("{topic}-value");
+    set_compatibility(&subject, "BACKWARD");
+
+    // A nullable column: a version BACKWARD takes.
+    sql(db, "ALTER TABLE t ADD COLUMN c text; INSERT INTO t VALUES (2, 'y', 20, 'c2')");
+    let two = avro_messages(&topic, 2);
+    assert_eq!(two[0], first[0]);
+    // A type change no reader of the old version can take.
+    sql(db, "ALTER TABLE t ALTER COLUMN b TYPE text; INSERT INTO t VALUES (3, 'z', '30', 'c3')");
+    let mut child = child;
+    let status = child.wait_exit(Duration::from_secs(60));
+    assert!(!status.success(), "sluice went on past a schema the registry refuses");
+    let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap();
+    for needed in ["public.t", "column \"b\" changed from", "BACKWARD", subject.as_str(), "PUT /config/"] {
+        assert!(log.contains(needed), "the error lacks {needed:?}:\n{log}");
+    }
+    assert_eq!(avro_messages(&topic, 2).len(), 2, "an event past the refused schema was written");
+
+    set_compatibility(&subject, "NONE");
+    let child = spawn(&["run", "-c", config], dir.path());
+    let messages = avro_messages(&topic, 3);
+    stop(child, dir.path());
+    assert_eq!(messages.len(), 3, "each event once: {messages:#?}");
+    let ids: Vec<u64> = messages.iter().map(|m| m["value_id"].as_u64().unwrap()).collect();
+    assert!(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2], "one version per table version: {ids:?}");
+    let names = |id| row_fields(&schema_of(id)).into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+    assert_eq!(names(ids[0]), ["id", "a", "b"]);
+    assert_eq!(names(ids[2]), ["id", "a", "b", "c"]);
+    assert_eq!(row_fields(&schema_of(ids[2]))[2].1, json!(["null", "string"]));
+    let after: Vec<&Value> = messages.iter().map(|m| &m["value"]["after"]).collect();
+    assert_eq!(after[0], &json!({"id": 1, "a": "x", "b": 10}));
+    assert_eq!(after[1], &json!({"id": 2, "a": "y", "b": 20, "c": "c2"}));
+    assert_eq!(after[2], &json!({"id": 3, "a": "z", "b": "30", "c": "c3"}));
+    drop_slots(db);
+}
+
+#[test]
+fn decimals_and_timestamps_convert() {
+    assert_eq!(decimal_text("fb1e", 2), "-12.50");
+    assert_eq!(decimal_text("04cb2f", 5), "3.14159");
+    assert_eq!(decimal_text("64", 0), "100");
+    assert_eq!(epoch_micros("1970-01-02T00:00:01.5Z"), 86_401_500_000);
+    assert_eq!(epoch_micros("2024-02-29T11:45:56.123456Z"), 1_709_207_156_123_456);
+}
