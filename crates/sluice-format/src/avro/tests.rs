@@ -65,7 +65,11 @@ fn records(event: &Event) -> Vec<Record> {
 fn decode(schema: &AvroSchema, datum: &[u8]) -> Avro {
     let parsed = apache_avro::Schema::parse_str(schema.text()).unwrap();
     let mut reader = datum;
-    let value = apache_avro::from_avro_datum(&parsed, &mut reader, None).unwrap();
+    let value = apache_avro::reader::datum::GenericDatumReader::builder(&parsed)
+        .build()
+        .unwrap()
+        .read_value(&mut reader)
+        .unwrap();
     assert!(reader.is_empty(), "{} bytes left after the datum", reader.len());
     value
 }
