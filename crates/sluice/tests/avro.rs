@@ -9,7 +9,10 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::avro::{avro_messages, decimal_text, epoch_micros, registry_url, schema_of, set_compatibility};
+use common::avro::{
+    avro_messages, avro_sink, decimal_text, epoch_micros, pg_config, schema_of, set_compatibility, version_ids,
+    wait_for_slot,
+};
 use common::debezium::{create_topics, debezium_records};
 use common::pg::{drop_slots, fresh_database, pg_env, sql, stop};
 use common::*;
@@ -67,36 +70,6 @@ fn as_database(image: &Value) -> Value {
     row["b"] = image["b"].get("hex").cloned().unwrap_or(Value::Null);
     row["tstz"] = image["tstz"].as_str().map_or(Value::Null, |t| json!(epoch_micros(t)));
     row
-}
-
-fn pg_config(db: &str, sinks: &str) -> String {
-    format!(
-        "pipelines:\n  - name: pg\n    source:\n      type: postgres\n      config: {{ id: {db}, host: 127.0.0.1, port: {port}, database: {db}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", ssl_mode: verify-full, ca_file: {ca}, status_interval_secs: 1 }}\n    sinks:\n{sinks}",
-        port = pg_env("SLUICE_TEST_PG_PORT"),
-        user = pg_env("SLUICE_TEST_PG_USER"),
-        ca = pg_env("SLUICE_TEST_PG_CA"),
-    )
-}
-
-fn avro_sink(id: &str, topic: &str, prefix: &str, extra: &str) -> String {
-    format!(
-        "      - type: kafka\n        config: {{ id: {id}, brokers: \"{}\", topic: {topic}, format: {{ envelope: debezium, encoding: avro, topic_prefix: {prefix}, schema_registry: {{ url: \"{}\", timeout_secs: 2 }} }}{extra} }}\n",
-        env("SLUICE_TEST_KAFKA_BROKERS"),
-        registry_url(),
-    )
-}
-
-fn wait_for_slot(db: &str) {
-    wait_until(Duration::from_secs(60), "sluice's slot", || {
-        let slots = std::process::Command::new("psql")
-            .args(["-h", &pg_env("SLUICE_TEST_PG_HOST"), "-p", &pg_env("SLUICE_TEST_PG_PORT")])
-            .args(["-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db, "-Atc"])
-            .arg(format!("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'sluice_{db}' AND active"))
-            .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&slots.stdout).trim() == "1"
-    });
 }
 
 fn debezium_properties(dir: &std::path::Path, db: &str, prefix: &str) -> String {
@@ -220,6 +193,100 @@ fn schema_changes_register_new_versions_and_a_refused_one_stops_the_pipeline_unt
     assert_eq!(after[1], &json!({"id": 2, "a": "y", "b": 20, "c": "c2"}));
     assert_eq!(after[2], &json!({"id": 3, "a": "z", "b": "30", "c": "c3"}));
     drop_slots(db);
+}
+
+#[test]
+fn kills_after_registering_and_after_committing_replay_with_the_same_ids_and_no_duplicate() {
+    let db = "avro_kill";
+    fresh_database(db);
+    sql(db, "CREATE TABLE t (id int PRIMARY KEY, v text)");
+    let prefix = unique("avk");
+    let topic = format!("{prefix}.public.t");
+    create_topics(std::slice::from_ref(&topic));
+    let dir = tempfile::tempdir().unwrap();
+    let sink = avro_sink("avro", &topic, &prefix, ", exactly_once: true");
+    let config = write_config(dir.path(), &pg_config(db, &sink));
+    let config = config.to_str().unwrap();
+    let insert =
+        |from: i32| sql(db, &format!("INSERT INTO t SELECT g, 'v' || g FROM generate_series({from}, {}) g", from + 4));
+
+    // The key's schema is registered first, then the value's: the second
+    // registration is the last step before the batch is written.
+    let mut child =
+        spawn_with_env(&["run", "-c", config], dir.path(), &[("SLUICE_FAILPOINT", "avro.after_register=2")]);
+    wait_for_slot(db);
+    insert(1);
+    assert!(!child.wait_exit(Duration::from_secs(60)).success(), "the failpoint did not fire");
+    let subject = format!("{topic}-value");
+    let registered = version_ids(&subject);
+    assert_eq!(registered.len(), 1);
+
+    let mut child = spawn_with_env(&["run", "-c", config], dir.path(), &[("SLUICE_FAILPOINT", "kafka.after_commit=1")]);
+    assert!(!child.wait_exit(Duration::from_secs(60)).success(), "the failpoint did not fire");
+    assert_eq!(avro_messages(&topic, 5).len(), 5);
+
+    let child = spawn(&["run", "-c", config], dir.path());
+    insert(6);
+    let messages = avro_messages(&topic, 10);
+    stop(child, dir.path());
+    let ids: Vec<i64> = messages.iter().map(|m| m["value"]["after"]["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids, (1..=10).collect::<Vec<_>>(), "every event once, in order");
+    assert!(messages.iter().all(|m| m["value_id"].as_u64() == Some(registered[0])), "{messages:#?}");
+    assert_eq!(version_ids(&subject), registered, "a replay registered another version");
+    drop_slots(db);
+}
+
+#[test]
+fn a_bad_subject_strategy_is_a_config_error_and_an_unreachable_or_refusing_registry_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let generator = "    source: { type: generator, config: { id: gen, tx_count: 5, rows_per_tx: 2 } }\n";
+    let kafka = |format: &str| {
+        format!(
+            "pipelines:\n  - name: p\n{generator}    sinks:\n      - type: kafka\n        config: {{ id: k, brokers: \"{}\", topic: {}, format: {{ envelope: debezium, encoding: avro, {format} }} }}\n",
+            env("SLUICE_TEST_KAFKA_BROKERS"),
+            unique("avb"),
+        )
+    };
+    let bad = write_config(
+        dir.path(),
+        &kafka("subject_strategy: by_table, schema_registry: { url: \"http://127.0.0.1:1\" }"),
+    );
+    let output = run(&["validate", "-c", bad.to_str().unwrap()], dir.path());
+    assert!(!output.status.success());
+    let text = stderr(&output);
+    assert!(text.contains("format.subject_strategy") || text.contains("subject_strategy"), "{text}");
+    assert!(text.contains("by_table"), "{text}");
+
+    // Nothing listens on port 1: the error names the registry and retries.
+    let unreachable = write_config(
+        dir.path(),
+        &kafka("schema_registry: { url: \"http://127.0.0.1:1/apis/ccompat/v7\", timeout_secs: 1 }"),
+    );
+    let child = spawn(&["run", "-c", unreachable.to_str().unwrap()], dir.path());
+    let log = dir.path().join("sluice.log");
+    wait_until(Duration::from_secs(30), "the registry named in the log", || {
+        std::fs::read_to_string(&log).unwrap_or_default().contains("schema registry http://127.0.0.1:1/apis/ccompat/v7")
+    });
+    child.terminate();
+
+    // A registry that refuses the credentials stops the pipeline, naming
+    // the registry and the status, never the password.
+    let receiver = common::receiver::Receiver::start();
+    receiver.set_rule(|_| common::receiver::Reply::Status(401));
+    let refused = write_config(
+        dir.path(),
+        &kafka(&format!(
+            "schema_registry: {{ url: \"{}\", username: sluice, password: hush-hush-42 }}",
+            receiver.url("/ccompat")
+        )),
+    );
+    std::fs::remove_file(&log).ok();
+    let mut child = spawn(&["run", "-c", refused.to_str().unwrap()], dir.path());
+    assert!(!child.wait_exit(Duration::from_secs(60)).success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(&receiver.url("/ccompat")) && text.contains("refused the credentials (401)"), "{text}");
+    assert!(!text.contains("hush-hush-42"), "the password is in the log:\n{text}");
+    assert!(receiver.requests().iter().any(|r| r.header("authorization").is_some()), "no credentials were sent");
 }
 
 #[test]

@@ -9,7 +9,10 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use super::env;
+use std::time::Duration;
+
+use super::pg::pg_env;
+use super::{env, wait_until};
 
 /// The registry's Confluent-compatible API.
 pub fn registry_url() -> String {
@@ -97,4 +100,49 @@ pub fn epoch_micros(text: &str) -> i64 {
     let seconds = clock.next().unwrap() * 3600 + clock.next().unwrap() * 60 + clock.next().unwrap();
     let micros: i64 = if fraction.is_empty() { 0 } else { format!("{fraction:0<6}")[..6].parse().unwrap() };
     (days * 86_400 + seconds) * 1_000_000 + micros
+}
+
+pub fn pg_config(db: &str, sinks: &str) -> String {
+    format!(
+        "pipelines:\n  - name: pg\n    source:\n      type: postgres\n      config: {{ id: {db}, host: 127.0.0.1, port: {port}, database: {db}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", ssl_mode: verify-full, ca_file: {ca}, status_interval_secs: 1 }}\n    sinks:\n{sinks}",
+        port = pg_env("SLUICE_TEST_PG_PORT"),
+        user = pg_env("SLUICE_TEST_PG_USER"),
+        ca = pg_env("SLUICE_TEST_PG_CA"),
+    )
+}
+
+pub fn avro_sink(id: &str, topic: &str, prefix: &str, extra: &str) -> String {
+    format!(
+        "      - type: kafka\n        config: {{ id: {id}, brokers: \"{}\", topic: {topic}, format: {{ envelope: debezium, encoding: avro, topic_prefix: {prefix}, schema_registry: {{ url: \"{}\", timeout_secs: 2 }} }}{extra} }}\n",
+        env("SLUICE_TEST_KAFKA_BROKERS"),
+        registry_url(),
+    )
+}
+
+pub fn wait_for_slot(db: &str) {
+    wait_until(Duration::from_secs(60), "sluice's slot", || {
+        let slots = std::process::Command::new("psql")
+            .args(["-h", &pg_env("SLUICE_TEST_PG_HOST"), "-p", &pg_env("SLUICE_TEST_PG_PORT")])
+            .args(["-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db, "-Atc"])
+            .arg(format!("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'sluice_{db}' AND active"))
+            .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&slots.stdout).trim() == "1"
+    });
+}
+
+/// The registry ids of `subject`'s versions, oldest first.
+pub fn version_ids(subject: &str) -> Vec<u64> {
+    let (status, versions) = registry("GET", &format!("/subjects/{subject}/versions"), None);
+    assert_eq!(status, 200, "{versions}");
+    versions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            let (_, version) = registry("GET", &format!("/subjects/{subject}/versions/{v}"), None);
+            version["id"].as_u64().unwrap()
+        })
+        .collect()
 }
