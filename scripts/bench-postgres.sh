@@ -6,9 +6,11 @@
 # drains the same backlog from its own slot: pg_recvlogical with pgoutput
 # into /dev/null (the ceiling, before and after the others), `sluice run`
 # into the file sink, Sluice into Kafka (at-least-once) with the native
-# and with the Debezium envelope (schemas off), and the peer, Debezium
-# embedded 3.6.1 with its JSON converter (schemas off) into /dev/null.
-# Prints every rate, the ratios, and each contender's peak RSS.
+# and with the Debezium envelope (schemas off), and in Avro with the private
+# schema registry, and the peer, Debezium embedded 3.6.1 with its JSON
+# converter (schemas off) into /dev/null. Prints every rate, the ratios,
+# each contender's peak RSS, and the mean size of a Kafka message's key
+# and value in each format (read back by scripts/consumers/topic_bytes.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,6 +34,7 @@ SELECT 'ceiling' FROM pg_create_logical_replication_slot('ceiling_2', 'pgoutput'
 SELECT 'sluice' FROM pg_create_logical_replication_slot('sluice_bench', 'pgoutput');
 SELECT 'kafka' FROM pg_create_logical_replication_slot('kafka_native', 'pgoutput');
 SELECT 'kafka' FROM pg_create_logical_replication_slot('kafka_debezium', 'pgoutput');
+SELECT 'kafka' FROM pg_create_logical_replication_slot('kafka_avro', 'pgoutput');
 SELECT 'peer' FROM pg_create_logical_replication_slot('debezium', 'pgoutput');
 SQL
 echo "loading $TOTAL rows in $TX_COUNT transactions" >&2
@@ -86,6 +89,20 @@ echo "sluice: postgres source to kafka, native envelope" >&2
 read -r native_secs native_kib < <(kafka_run kafka_native "{ envelope: native }")
 echo "sluice: postgres source to kafka, debezium envelope" >&2
 read -r debezium_secs debezium_kib < <(kafka_run kafka_debezium "{ envelope: debezium, topic_prefix: bench }")
+echo "sluice: postgres source to kafka, debezium envelope in avro" >&2
+read -r avro_secs avro_kib < <(kafka_run kafka_avro \
+  "{ envelope: debezium, topic_prefix: bench, encoding: avro, schema_registry: { url: \"$SLUICE_TEST_REGISTRY_URL\" } }")
+python=$(scripts/consumers.sh python)
+# The mean bytes of a message's key and value, over the whole topic.
+sizes() {
+  local count keys values
+  read -r count keys values < <("$python" scripts/consumers/topic_bytes.py "$SLUICE_TEST_KAFKA_BROKERS" "bench-$1-$run_id")
+  [ "$count" -gt "$TOTAL" ] || { echo "bench-$1-$run_id holds $count messages, fewer than $TOTAL" >&2; exit 1; }
+  echo "$(calc "$keys / $count") $(calc "$values / $count")"
+}
+read -r native_key native_value < <(sizes kafka_native)
+read -r debezium_key debezium_value < <(sizes kafka_debezium)
+read -r avro_key avro_value < <(sizes kafka_avro)
 
 # The peer: Debezium embedded with its defaults and its JSON converter
 # (schemas off), each record written to /dev/null, until it has them all.
@@ -136,7 +153,13 @@ row "pg_recvlogical -> /dev/null, 2nd" "$ceiling_second" "-"
 row "sluice postgres -> file sink" "$sluice_secs" "$(mb "$peak_kib")"
 row "sluice postgres -> kafka, native" "$native_secs" "$(mb "$native_kib")"
 row "sluice postgres -> kafka, debezium envelope" "$debezium_secs" "$(mb "$debezium_kib")"
+row "sluice postgres -> kafka, debezium in avro" "$avro_secs" "$(mb "$avro_kib")"
 row "debezium embedded 3.6.1, JSON -> /dev/null" "$peer_secs" "$(mb "$peer_kib")"
 printf 'ratio (sluice file / faster ceiling): %.2f\n' "$(calc "$ceiling_secs / $sluice_secs")"
 printf 'ratio (kafka debezium envelope / kafka native): %.2f\n' "$(calc "$native_secs / $debezium_secs")"
 printf 'ratio (kafka debezium envelope / debezium embedded): %.2f\n' "$(calc "$peer_secs / $debezium_secs")"
+printf 'ratio (kafka avro / kafka native): %.2f\n' "$(calc "$native_secs / $avro_secs")"
+printf 'mean message bytes (key + value): native %.0f + %.0f, debezium json %.0f + %.0f, debezium avro %.0f + %.0f\n' \
+  "$native_key" "$native_value" "$debezium_key" "$debezium_value" "$avro_key" "$avro_value"
+printf 'ratio (avro value / debezium json value): %.2f; (avro value / native value): %.2f\n' \
+  "$(calc "$avro_value / $debezium_value")" "$(calc "$avro_value / $native_value")"
