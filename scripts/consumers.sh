@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Real consumers of Sluice's output formats, for the tests that check that
-# they decode it: a Python virtualenv with the CloudEvents SDK (PyPI), and
+# they decode it: a Python virtualenv with the CloudEvents SDK and the
+# confluent-kafka client with its Avro deserializer (PyPI; avro_read.py and
+# topic_bytes.py use it), and
 # Kafka Connect's JsonConverter and Flink's debezium-json format (Maven Central)
 # behind scripts/consumers/ConsumerCheck.java.
 #
