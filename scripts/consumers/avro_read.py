@@ -3,6 +3,10 @@ confluent-kafka consumer, and its AvroDeserializer, which fetches each
 writer schema from the registry by the id in front of the datum.
 
     python avro_read.py <brokers> <registry url> <topic> <count>
+    python avro_read.py decode <registry url> < hex-lines
+
+The second form decodes framed datums given one per line in hex (a NATS
+message, a Redis entry's field) and prints each as JSON.
 
 Reads until <count> messages arrived and then no more for three seconds,
 so a duplicate past the count shows. Prints one JSON line per message, in
@@ -40,7 +44,18 @@ def schema_id(data):
     return int.from_bytes(data[1:5], "big") if data else None
 
 
+def decode(url):
+    deserializer = AvroDeserializer(SchemaRegistryClient({"url": url}))
+    for line in sys.stdin:
+        data = bytes.fromhex(line.strip())
+        value = deserializer(data, SerializationContext("", MessageField.VALUE))
+        print(json.dumps({"value": plain(value), "value_id": schema_id(data)}))
+
+
 def main():
+    if sys.argv[1] == "decode":
+        decode(sys.argv[2])
+        return
     brokers, url, topic, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     deserializer = AvroDeserializer(SchemaRegistryClient({"url": url}))
     consumer = Consumer({

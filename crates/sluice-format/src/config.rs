@@ -214,7 +214,7 @@ impl FormatConfig {
             return Err(Invalid::new(
                 field("encoding"),
                 format!("a {} sink cannot write Avro yet", carrier.name),
-                "use encoding: json on this sink (Avro is written by Kafka sinks)",
+                "use encoding: json on this sink (Avro is written by the kafka, nats and redis sinks)",
             ));
         }
         if self.envelope != Envelope::Debezium {

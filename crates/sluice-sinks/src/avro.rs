@@ -62,9 +62,19 @@ impl AvroWriter {
     }
 
     /// `record` with Avro datums in place of its JSON payloads; `topic` is
-    /// where it goes, which names the subjects.
-    pub(crate) async fn encode(&mut self, record: &Record, topic: &str, event: &Event) -> Result<Record, SinkError> {
-        let key = self.datum(record.key.as_deref(), record.key_schema.as_ref(), topic, true, event).await?;
+    /// where it goes, which names the subjects; `keys: false` drops the key
+    /// of a sink that has none, so its schema is not registered.
+    pub(crate) async fn encode(
+        &mut self,
+        record: &Record,
+        topic: &str,
+        event: &Event,
+        keys: bool,
+    ) -> Result<Record, SinkError> {
+        let key = match keys {
+            true => self.datum(record.key.as_deref(), record.key_schema.as_ref(), topic, true, event).await?,
+            false => None,
+        };
         let value = self.datum(record.value.as_deref(), record.value_schema.as_ref(), topic, false, event).await?;
         Ok(Record {
             kind: record.kind,

@@ -84,19 +84,39 @@ impl SharedEncoder {
     /// `record` as the encoding writes it to `destination`: `None` where
     /// the encoder's record is final (every encoding but Avro, whose
     /// datums carry registry ids that depend on the destination).
-    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
+    /// `keys: false` leaves out the key of a sink that does not write it.
+    #[cfg_attr(not(any(feature = "kafka", feature = "nats")), allow(dead_code))]
     pub(crate) async fn finish(
         &mut self,
         record: &Record,
         destination: &str,
         event: &Event,
+        keys: bool,
     ) -> Result<Option<Record>, SinkError> {
         #[cfg(feature = "avro")]
         if let Some(avro) = &mut self.avro {
-            return avro.encode(record, destination, event).await.map(Some);
+            return avro.encode(record, destination, event, keys).await.map(Some);
         }
-        let _ = (record, destination, event);
+        let _ = (record, destination, event, keys);
         Ok(None)
+    }
+
+    /// [`SharedEncoder::finish`] of each of an event's records.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) async fn finish_all(
+        &mut self,
+        records: &[Record],
+        destination: &str,
+        event: &Event,
+    ) -> Result<Option<Vec<Record>>, SinkError> {
+        let mut finished = Vec::with_capacity(records.len());
+        for record in records {
+            match self.finish(record, destination, event, true).await? {
+                Some(record) => finished.push(record),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(finished))
     }
 
     /// The encoder itself, for one event at a time.

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::avro::{
-    avro_messages, avro_sink, decimal_text, epoch_micros, pg_config, schema_of, set_compatibility, version_ids,
-    wait_for_slot,
+    avro_messages, avro_sink, decimal_text, decode_datums, epoch_micros, pg_config, registry_url, schema_of,
+    set_compatibility, version_ids, wait_for_slot,
 };
 use common::debezium::{create_topics, debezium_records};
 use common::pg::{drop_slots, fresh_database, pg_env, sql, stop};
@@ -193,6 +193,137 @@ fn schema_changes_register_new_versions_and_a_refused_one_stops_the_pipeline_unt
     assert_eq!(after[1], &json!({"id": 2, "a": "y", "b": 20, "c": "c2"}));
     assert_eq!(after[2], &json!({"id": 3, "a": "z", "b": "30", "c": "c3"}));
     drop_slots(db);
+}
+
+const MY_ZOO: &str = "CREATE TABLE zoo (id int PRIMARY KEY, tiny tinyint, amount decimal(12,2), d date, \
+     dt datetime(6), ts timestamp(6) NULL, tm time(6), v varchar(20), j json, b blob, e enum('sad','ok','happy'), \
+     s set('a','b','c'), u uuid, dbl double, y year)";
+
+const MY_WORKLOAD: &str = "INSERT INTO zoo VALUES (1, -7, 12.50, '2024-02-29', '2024-02-29 13:45:56.123456', \
+     '2024-02-29 13:45:56.123456', '13:45:56.123456', 'first', '{\"a\": [1, 2]}', x'00ff10', 'happy', 'a,c', \
+     'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', 2.25, 2024), \
+     (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL); \
+     UPDATE zoo SET amount = -0.01, v = 'changed', s = '' WHERE id = 1";
+
+/// The MariaDB rows, each column in the form Debezium gives it.
+fn my_database_rows(db: &str) -> BTreeMap<i64, Value> {
+    let query = format!(
+        "SELECT JSON_OBJECT('id', id, 'tiny', tiny, 'amount', CAST(amount AS CHAR), 'd', DATEDIFF(d, '1970-01-01'), \
+         'dt', TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', dt), 'ts', TIMESTAMPDIFF(MICROSECOND, FROM_UNIXTIME(0), ts), \
+         'tm', FLOOR(TIME_TO_SEC(tm)) * 1000000 + MICROSECOND(tm), 'v', v, 'j', CONCAT(j), 'b', LOWER(HEX(b)), 'e', e, 's', s, \
+         'u', CAST(u AS CHAR), 'dbl', dbl, 'y', y) FROM {db}.zoo ORDER BY id"
+    );
+    common::my::my_rows::<String>(&query)
+        .into_iter()
+        .map(|row| {
+            let row: Value = serde_json::from_str(&row).unwrap();
+            (row["id"].as_i64().unwrap(), row)
+        })
+        .collect()
+}
+
+#[test]
+fn confluent_kafka_reads_the_mariadb_type_zoo_as_mariadb_holds_it() {
+    use common::my::{my_exec, my_sql};
+    let db = "avro_my";
+    my_exec(&format!("DROP DATABASE IF EXISTS {db}; CREATE DATABASE {db}; USE {db}; {MY_ZOO}"));
+    let (file, offset): (String, u64) =
+        my_sql("SHOW MASTER STATUS").map(|(f, o, _, _): (String, u64, String, String)| (f, o)).unwrap();
+    let prefix = unique("avm");
+    let topic = format!("{prefix}.{db}.zoo");
+    create_topics(std::slice::from_ref(&topic));
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "pipelines:\n  - name: my\n    source:\n      type: mysql\n      config: {{ id: {db}, host: 127.0.0.1, port: {port}, user: {user}, password: \"${{SLUICE_TEST_MY_PASSWORD}}\", tables: [{db}.*], start: {{ file: {file}, offset: {offset} }}, heartbeat_secs: 1 }}\n    sinks:\n{sink}",
+        port = env("SLUICE_TEST_MY_PORT"),
+        user = env("SLUICE_TEST_MY_USER"),
+        sink = avro_sink("avro", &topic, &prefix, ""),
+    );
+    let config = write_config(dir.path(), &config);
+    let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    my_exec(&format!("USE {db}; {MY_WORKLOAD}"));
+    let messages = avro_messages(&topic, 3);
+    stop(child, dir.path());
+    let mut table = BTreeMap::new();
+    for message in &messages {
+        let after = &message["value"]["after"];
+        let mut row = after.clone();
+        row["amount"] = after["amount"].get("decimal").cloned().unwrap_or(Value::Null);
+        row["b"] = after["b"].get("hex").cloned().unwrap_or(Value::Null);
+        row["ts"] = after["ts"].as_str().map_or(Value::Null, |t| json!(epoch_micros(t)));
+        table.insert(row["id"].as_i64().unwrap(), row);
+    }
+    assert_eq!(table, my_database_rows(db), "the rows the Avro consumer read");
+    let value = schema_of(messages[0]["value_id"].as_u64().unwrap());
+    assert_eq!(value["connect.name"], format!("{topic}.Envelope"));
+    assert_eq!(value["fields"][2]["type"]["name"], "Source");
+    assert_eq!(value["fields"][2]["type"]["namespace"], "io.debezium.connector.mariadb");
+}
+
+/// A change's value without what differs by nature between two writes.
+fn comparable(mut value: Value) -> Value {
+    for field in ["ts_ms", "ts_us", "ts_ns"] {
+        value[field] = Value::Null;
+    }
+    value["source"]["ts_ms"] = Value::Null;
+    value
+}
+
+#[test]
+fn nats_and_redis_carry_the_avro_values_kafka_does_under_their_own_subjects() {
+    let db = "avro_streams";
+    fresh_database(db);
+    sql(db, "CREATE TABLE t (id int PRIMARY KEY, v text, amount numeric(8,2))");
+    let prefix = unique("avs");
+    let topic = format!("{prefix}.public.t");
+    create_topics(std::slice::from_ref(&topic));
+    let (stream, redis_stream) = (unique("avs"), unique("avs"));
+    let registry = format!("schema_registry: {{ url: \"{}\" }}", registry_url());
+    let format = format!("format: {{ envelope: debezium, encoding: avro, topic_prefix: {prefix}, {registry} }}");
+    let sinks = format!(
+        "{kafka}      - type: nats\n        config: {{ id: n, url: \"{nats}\", stream: {stream}, subject: {stream}.events, {format} }}\n      - type: redis\n        config: {{ id: r, url: \"{redis}\", stream: {redis_stream}, {format} }}\n",
+        kafka = avro_sink("k", &topic, &prefix, ""),
+        nats = env("SLUICE_TEST_NATS_URL"),
+        redis = env("SLUICE_TEST_REDIS_URL"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &pg_config(db, &sinks));
+    let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    wait_for_slot(db);
+    sql(db, "INSERT INTO t VALUES (1, 'a', 1.50), (2, 'b', NULL); UPDATE t SET v = 'c' WHERE id = 1");
+    let kafka = avro_messages(&topic, 3);
+    wait_until(Duration::from_secs(30), "the nats and redis sinks", || {
+        nats_raw(&stream).len() >= 3 && redis_payloads(&redis_stream).len() >= 3
+    });
+    stop(child, dir.path());
+    let expected: Vec<Value> = kafka.iter().map(|m| comparable(m["value"].clone())).collect();
+    let nats: Vec<Vec<u8>> = nats_raw(&stream).into_iter().map(|(_, payload)| payload).collect();
+    let redis = redis_payloads(&redis_stream);
+    for (sink, datums) in [("nats", nats), ("redis", redis)] {
+        let decoded = decode_datums(&datums);
+        let values: Vec<Value> = decoded.iter().map(|d| comparable(d["value"].clone())).collect();
+        assert_eq!(values, expected, "{sink}'s values");
+    }
+    // The topic strategy names subjects after the NATS subject and the Redis
+    // stream; NATS writes no key, so registers no key schema.
+    let (status, subjects) = common::avro::registry("GET", "/subjects", None);
+    assert_eq!(status, 200);
+    let subjects: Vec<&str> = subjects.as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    for present in [format!("{stream}.events-value"), format!("{redis_stream}-value"), format!("{redis_stream}-key")] {
+        assert!(subjects.contains(&present.as_str()), "{present} missing from {subjects:?}");
+    }
+    assert!(!subjects.contains(&format!("{stream}.events-key").as_str()), "a key schema for NATS");
+    drop_slots(db);
+}
+
+/// A stream entry: its id and its fields.
+type Entry = (String, Vec<(String, Vec<u8>)>);
+
+/// Each entry's `payload` field as bytes.
+fn redis_payloads(stream: &str) -> Vec<Vec<u8>> {
+    let mut conn = redis::Client::open(env("SLUICE_TEST_REDIS_URL")).unwrap().get_connection().unwrap();
+    let entries: Vec<Entry> = redis::cmd("XRANGE").arg(stream).arg("-").arg("+").query(&mut conn).unwrap();
+    entries.into_iter().map(|(_, fields)| fields.into_iter().find(|(k, _)| k == "payload").unwrap().1).collect()
 }
 
 #[test]

@@ -92,7 +92,7 @@ fn float(value: &Value) -> Result<f64, String> {
 }
 
 /// A zigzag varint, Avro's int and long.
-fn long(n: i64, out: &mut Vec<u8>) {
+pub(super) fn long(n: i64, out: &mut Vec<u8>) {
     let mut z = ((n << 1) ^ (n >> 63)) as u64;
     while z >= 0x80 {
         out.push((z as u8) | 0x80);
@@ -101,7 +101,7 @@ fn long(n: i64, out: &mut Vec<u8>) {
     out.push(z as u8);
 }
 
-fn bytes(data: &[u8], out: &mut Vec<u8>) {
+pub(super) fn bytes(data: &[u8], out: &mut Vec<u8>) {
     long(data.len() as i64, out);
     out.extend_from_slice(data);
 }

@@ -6,6 +6,7 @@
 
 mod datum;
 mod schema;
+mod stream;
 #[cfg(test)]
 mod tests;
 
@@ -47,6 +48,9 @@ impl AvroSchema {
 
     /// Appends the Avro encoding of a JsonConverter payload of this schema.
     pub fn write(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), FormatError> {
+        if stream::write(&self.node, payload, out) {
+            return Ok(());
+        }
         let value: serde_json::Value =
             serde_json::from_slice(payload).map_err(|e| FormatError(format!("a payload that is not JSON: {e}")))?;
         datum::write(&self.node, &value, out)

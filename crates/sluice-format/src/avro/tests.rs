@@ -173,3 +173,31 @@ fn a_default_puts_its_branch_first_and_a_value_that_does_not_fit_is_refused() {
     let err = schema.write(br#"{"snapshot":"x","n":3000000000}"#, &mut Vec::new()).unwrap_err();
     assert!(err.0.contains("\"n\"") && err.0.contains("does not fit"), "{err}");
 }
+
+#[test]
+fn the_streaming_writer_writes_what_the_tree_writer_does_and_gives_way_when_it_cannot() {
+    let mut event = event(Op::Insert);
+    for op in [Op::Insert, Op::Delete] {
+        event.op = op;
+        if op == Op::Delete {
+            event.before = event.after.take();
+        }
+        for record in records(&event) {
+            let (Some(value), Some(connect)) = (&record.value, &record.value_schema) else { continue };
+            let schema = AvroSchema::from_connect(connect).unwrap();
+            let (mut fast, mut tree) = (Vec::new(), Vec::new());
+            assert!(super::stream::write(&schema.node, value, &mut fast), "the fast path gave way");
+            let json: Value = serde_json::from_slice(value).unwrap();
+            super::datum::write(&schema.node, &json, &mut tree).unwrap();
+            assert_eq!(fast, tree);
+        }
+    }
+    let connect = r#"{"type":"struct","name":"a.B","optional":false,"fields":[
+        {"type":"int64","optional":false,"field":"n"},{"type":"double","optional":true,"field":"x"}]}"#;
+    let schema = AvroSchema::from_connect(connect).unwrap();
+    let mut out = vec![9];
+    assert!(!super::stream::write(&schema.node, br#"{"x":1,"n":2}"#, &mut out), "members out of order");
+    assert_eq!(out, [9], "what the fast path wrote is taken back");
+    schema.write(br#"{"x":1,"n":2}"#, &mut out).unwrap();
+    assert_eq!(out, [9, 4, 2, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f]);
+}

@@ -201,7 +201,7 @@ impl KafkaSink {
                             .as_str(),
                         _ => topic.as_str(),
                     };
-                    let finished = encoder.finish(encoded, topic, event).await?;
+                    let finished = encoder.finish(encoded, topic, event, true).await?;
                     let encoded = finished.as_ref().unwrap_or(encoded);
                     let native = (own_keys && native_key).then_some(key.as_slice());
                     let record = kafka_record(topic, event, &id, encoded, native);

@@ -246,17 +246,34 @@ impl Sink for RedisSink {
                         streams.len() - 1
                     }
                 };
-                entries_of.clear();
-                entries(event, encoding.records(&self.encoder, at, event)?, own_keys, &mut entries_of);
+                let records = encoding.records(&self.encoder, at, event)?;
                 let sort_key = event.position.sort_key().into_bytes();
-                for entry in entries_of.drain(..) {
+                let mut push = |args: &mut Vec<Cow<'_, [u8]>>, id: String| {
                     args.push(sort_key.clone().into());
                     args.push((index + 2).to_string().into_bytes().into());
-                    args.push(entry.id.into_bytes().into());
+                    args.push(id.into_bytes().into());
+                    count += 1;
+                };
+                // Avro's datums depend on the stream (the subject's name),
+                // so they are this sink's own, not the shared records.
+                if let Some(finished) = self.encoder.finish_all(records, &stream, event).await? {
+                    let mut own = Vec::new();
+                    entries(event, &finished, own_keys, &mut own);
+                    for entry in own {
+                        push(&mut args, entry.id);
+                        args.push(Cow::Owned(entry.key.into_owned()));
+                        args.push(event.op.code().as_bytes().into());
+                        args.push(Cow::Owned(entry.payload.to_vec()));
+                    }
+                    continue;
+                }
+                entries_of.clear();
+                entries(event, records, own_keys, &mut entries_of);
+                for entry in entries_of.drain(..) {
+                    push(&mut args, entry.id);
                     args.push(entry.key);
                     args.push(event.op.code().as_bytes().into());
                     args.push(entry.payload.into());
-                    count += 1;
                 }
             }
             args[2] = count.to_string().into_bytes().into();
@@ -294,6 +311,9 @@ impl Sink for RedisSink {
         let mut records = Vec::new();
         let id = event.id().to_string();
         crate::encoded::encode(self.encoder.encoder(), "redis sink", event, &id, &mut records)?;
+        if let Some(finished) = self.encoder.finish_all(&records, &stream, event).await? {
+            records = finished;
+        }
         let mut entries_of = Vec::new();
         entries(event, &records, !self.encoder.defines_keys(), &mut entries_of);
         for entry in entries_of {

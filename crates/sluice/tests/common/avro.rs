@@ -39,6 +39,31 @@ pub fn avro_messages(topic: &str, count: usize) -> Vec<Value> {
     String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
+/// Framed datums (a NATS message, a Redis field) decoded by the same
+/// deserializer: {value, value_id} each.
+pub fn decode_datums(datums: &[Vec<u8>]) -> Vec<Value> {
+    use std::io::Write as _;
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts");
+    let python = Command::new("bash").arg(scripts.join("consumers.sh")).arg("python").output().unwrap();
+    let mut child = Command::new(String::from_utf8(python.stdout).unwrap().trim())
+        .arg(scripts.join("consumers/avro_read.py"))
+        .args(["decode", &registry_url()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for datum in datums {
+        let hex: String = datum.iter().map(|b| format!("{b:02x}")).collect();
+        writeln!(stdin, "{hex}").unwrap();
+    }
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "the deserializer failed:\n{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
 /// One registry call with curl: the status and the JSON answer.
 pub fn registry(method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
     let mut command = Command::new("curl");
