@@ -327,4 +327,30 @@ mod tests {
         assert!(debezium.debezium(true).tombstones);
         assert!(!debezium.debezium(false).tombstones);
     }
+
+    #[test]
+    fn avro_needs_the_debezium_envelope_a_registry_and_a_sink_that_writes_it() {
+        let avro = |extra: &str| parse(&format!(r#"{{"envelope":"debezium","encoding":"avro"{extra}}}"#)).unwrap();
+        let registry = r#","schema_registry":{"url":"http://r:8081"}"#;
+        assert_eq!(avro("").validate("s", KAFKA).unwrap_err().field, "s.format.schema_registry");
+        assert!(avro(registry).validate("s", KAFKA).is_ok());
+        assert_eq!(avro(registry).validate("s", FILE).unwrap_err().field, "s.format.encoding");
+        let schemas = format!(r#","schemas":true{registry}"#);
+        assert_eq!(avro(&schemas).validate("s", KAFKA).unwrap_err().field, "s.format.schemas");
+        let bad_url = r#","schema_registry":{"url":"registry:8081"}"#;
+        assert_eq!(avro(bad_url).validate("s", KAFKA).unwrap_err().field, "s.format.schema_registry.url");
+        let native = parse(&format!(r#"{{"encoding":"avro"{registry}}}"#)).unwrap();
+        assert_eq!(native.validate("s", KAFKA).unwrap_err().field, "s.format.encoding");
+        let json = parse(&format!(r#"{{"envelope":"debezium"{registry}}}"#)).unwrap();
+        assert_eq!(json.validate("s", KAFKA).unwrap_err().field, "s.format.schema_registry");
+    }
+
+    #[test]
+    fn subjects_follow_confluents_strategies() {
+        let record = "shop.public.orders.Envelope";
+        assert_eq!(SubjectStrategy::Topic.subject("orders", record, false), "orders-value");
+        assert_eq!(SubjectStrategy::Topic.subject("orders", "shop.public.orders.Key", true), "orders-key");
+        assert_eq!(SubjectStrategy::Record.subject("orders", record, false), record);
+        assert_eq!(SubjectStrategy::TopicRecord.subject("orders", record, false), "orders-shop.public.orders.Envelope");
+    }
 }
