@@ -10,11 +10,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::avro::{
-    avro_messages, avro_sink, decimal_text, decode_datums, epoch_micros, pg_config, registry_url, schema_of,
-    set_compatibility, version_ids, wait_for_slot,
+    avro_messages, avro_pipeline, avro_sink, decimal_text, decode_datums, epoch_micros, pg_config, registry_url,
+    schema_of, set_compatibility, version_ids,
 };
-use common::debezium::{create_topics, debezium_records};
-use common::pg::{drop_slots, fresh_database, pg_env, sql, stop};
+use common::debezium::{create_topics, debezium_records, pg_properties};
+use common::pg::{drop_slots, fresh_database, pg_env, sql, stop, wait_for_slot};
 use common::*;
 use serde_json::{Value, json};
 
@@ -72,22 +72,6 @@ fn as_database(image: &Value) -> Value {
     row
 }
 
-fn debezium_properties(dir: &std::path::Path, db: &str, prefix: &str) -> String {
-    format!(
-        "name=avro\nconnector.class=io.debezium.connector.postgresql.PostgresConnector\n\
-         offset.storage=org.apache.kafka.connect.storage.FileOffsetBackingStore\n\
-         offset.storage.file.filename={offsets}\noffset.flush.interval.ms=0\n\
-         database.hostname={host}\ndatabase.port={port}\ndatabase.user={user}\ndatabase.password={password}\n\
-         database.dbname={db}\ntopic.prefix={prefix}\nplugin.name=pgoutput\nslot.name=debezium_{db}\n\
-         publication.name=debezium_{db}\npublication.autocreate.mode=disabled\nsnapshot.mode=no_data\n",
-        offsets = dir.join("debezium.offsets").display(),
-        host = pg_env("SLUICE_TEST_PG_HOST"),
-        port = pg_env("SLUICE_TEST_PG_PORT"),
-        user = pg_env("SLUICE_TEST_PG_USER"),
-        password = pg_env("SLUICE_TEST_PG_PASSWORD"),
-    )
-}
-
 #[test]
 fn confluent_kafka_reads_the_type_zoo_as_postgres_holds_it_with_debeziums_avro_schemas() {
     let db = "avro_zoo";
@@ -126,7 +110,12 @@ fn confluent_kafka_reads_the_type_zoo_as_postgres_holds_it_with_debeziums_avro_s
 
     // The registered schemas are those Debezium's events get through
     // Kafka Connect's Avro converter.
-    let theirs = debezium_records(dir.path(), "pg", &debezium_properties(dir.path(), db, &prefix), &["--avro"]);
+    let theirs = debezium_records(
+        dir.path(),
+        "pg",
+        &pg_properties(dir.path(), db, &prefix, "snapshot.mode=no_data\n"),
+        &["--avro"],
+    );
     let change = theirs.iter().find(|r| !r["value_schema"].is_null()).expect("a Debezium record");
     let value_ids: std::collections::BTreeSet<u64> = messages.iter().filter_map(|m| m["value_id"].as_u64()).collect();
     assert_eq!(value_ids.len(), 1, "one table version, one value schema: {value_ids:?}");
@@ -146,14 +135,8 @@ fn row_fields(schema: &Value) -> Vec<(String, Value)> {
 #[test]
 fn schema_changes_register_new_versions_and_a_refused_one_stops_the_pipeline_until_the_level_allows_it() {
     let db = "avro_ddl";
-    fresh_database(db);
-    sql(db, "CREATE TABLE t (id int PRIMARY KEY, a text NOT NULL, b int)");
-    let prefix = unique("avd");
-    let topic = format!("{prefix}.public.t");
-    create_topics(std::slice::from_ref(&topic));
-    let dir = tempfile::tempdir().unwrap();
-    let sink = avro_sink("avro", &topic, &prefix, ", exactly_once: true");
-    let config = write_config(dir.path(), &pg_config(db, &sink));
+    let (dir, topic, config) =
+        avro_pipeline(db, "CREATE TABLE t (id int PRIMARY KEY, a text NOT NULL, b int)", ", exactly_once: true");
     let config = config.to_str().unwrap();
     let child = spawn(&["run", "-c", config], dir.path());
     wait_for_slot(db);
@@ -329,14 +312,7 @@ fn redis_payloads(stream: &str) -> Vec<Vec<u8>> {
 #[test]
 fn kills_after_registering_and_after_committing_replay_with_the_same_ids_and_no_duplicate() {
     let db = "avro_kill";
-    fresh_database(db);
-    sql(db, "CREATE TABLE t (id int PRIMARY KEY, v text)");
-    let prefix = unique("avk");
-    let topic = format!("{prefix}.public.t");
-    create_topics(std::slice::from_ref(&topic));
-    let dir = tempfile::tempdir().unwrap();
-    let sink = avro_sink("avro", &topic, &prefix, ", exactly_once: true");
-    let config = write_config(dir.path(), &pg_config(db, &sink));
+    let (dir, topic, config) = avro_pipeline(db, "CREATE TABLE t (id int PRIMARY KEY, v text)", ", exactly_once: true");
     let config = config.to_str().unwrap();
     let insert =
         |from: i32| sql(db, &format!("INSERT INTO t SELECT g, 'v' || g FROM generate_series({from}, {}) g", from + 4));

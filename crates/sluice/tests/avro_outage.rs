@@ -8,9 +8,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::avro::{avro_messages, avro_sink, pg_config, wait_for_slot};
-use common::debezium::create_topics;
-use common::pg::{drop_slots, fresh_database, sql, stop};
+use common::avro::{avro_messages, avro_pipeline};
+use common::pg::{drop_slots, sql, stop, wait_for_slot};
 use common::*;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -56,14 +55,7 @@ fn committed_messages(topic: &str) -> usize {
 #[test]
 fn a_registry_outage_holds_the_pipeline_and_loses_nothing() {
     let db = "avro_outage";
-    fresh_database(db);
-    sql(db, "CREATE TABLE t (id int PRIMARY KEY, v text)");
-    let prefix = unique("avo");
-    let topic = format!("{prefix}.public.t");
-    create_topics(std::slice::from_ref(&topic));
-    let dir = tempfile::tempdir().unwrap();
-    let sink = avro_sink("avro", &topic, &prefix, ", exactly_once: true");
-    let config = write_config(dir.path(), &pg_config(db, &sink));
+    let (dir, topic, config) = avro_pipeline(db, "CREATE TABLE t (id int PRIMARY KEY, v text)", ", exactly_once: true");
     let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
     wait_for_slot(db);
     sql(db, "INSERT INTO t VALUES (1, 'a')");

@@ -11,10 +11,11 @@ mod common;
 use std::time::Duration;
 
 use common::debezium::{
-    byte_sinks, compare_byte_sinks, compare_files, compare_topics, create_topics, debezium_records, wait_for_byte_sinks,
+    byte_sinks, compare_byte_sinks, compare_files, compare_topics, create_topics, debezium_records, pg_properties,
+    wait_for_byte_sinks,
 };
 use common::my::{my_exec, my_sql};
-use common::pg::{drop_slots, fresh_database, params, pg_env, sql, stop};
+use common::pg::{drop_slots, fresh_database, params, pg_env, sql, stop, wait_for_slot};
 use common::receiver::Receiver;
 use common::*;
 
@@ -71,33 +72,16 @@ fn the_postgres_debezium_envelope_matches_debezium_field_by_field() {
     let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
     // Sluice creates its publication and slot at start; the workload must
     // come after them, and after Debezium's.
-    wait_until(Duration::from_secs(60), "sluice's slot", || {
-        let slots = std::process::Command::new("psql")
-            .args(["-h", &pg_env("SLUICE_TEST_PG_HOST"), "-p", &pg_env("SLUICE_TEST_PG_PORT")])
-            .args(["-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db, "-Atc"])
-            .arg(format!("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'sluice_{db}' AND active"))
-            .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&slots.stdout).trim() == "1"
-    });
+    wait_for_slot(db);
     sql(db, &format!("CREATE PUBLICATION debezium_{db} FOR ALL TABLES"));
     sql(db, &format!("SELECT pg_create_logical_replication_slot('debezium_{db}', 'pgoutput')"));
     run_pg(db, PG_WORKLOAD);
 
-    let properties = format!(
-        "name=golden\nconnector.class=io.debezium.connector.postgresql.PostgresConnector\n\
-         offset.storage=org.apache.kafka.connect.storage.FileOffsetBackingStore\n\
-         offset.storage.file.filename={offsets}\noffset.flush.interval.ms=0\n\
-         database.hostname={host}\ndatabase.port={port}\ndatabase.user={user}\ndatabase.password={password}\n\
-         database.dbname={db}\ntopic.prefix={prefix}\nplugin.name=pgoutput\nslot.name=debezium_{db}\n\
-         publication.name=debezium_{db}\npublication.autocreate.mode=disabled\nsnapshot.mode=no_data\n\
-         skipped.operations=none\nprovide.transaction.metadata=true\n",
-        offsets = dir.path().join("debezium.offsets").display(),
-        host = pg_env("SLUICE_TEST_PG_HOST"),
-        port = pg_env("SLUICE_TEST_PG_PORT"),
-        user = pg_env("SLUICE_TEST_PG_USER"),
-        password = pg_env("SLUICE_TEST_PG_PASSWORD"),
+    let properties = pg_properties(
+        dir.path(),
+        db,
+        &prefix,
+        "snapshot.mode=no_data\nskipped.operations=none\nprovide.transaction.metadata=true\n",
     );
     let theirs = debezium_records(dir.path(), "pg", &properties, &[]);
     let values = theirs.iter().filter(|r| !r["value"].is_null()).count();
@@ -196,19 +180,7 @@ fn the_snapshot_marks_match_debeziums() {
     sql(db, &format!("CREATE PUBLICATION debezium_{db} FOR ALL TABLES"));
     sql(db, &format!("SELECT pg_create_logical_replication_slot('debezium_{db}', 'pgoutput')"));
     let dir = tempfile::tempdir().unwrap();
-    let properties = format!(
-        "name=snapshot\nconnector.class=io.debezium.connector.postgresql.PostgresConnector\n\
-         offset.storage=org.apache.kafka.connect.storage.FileOffsetBackingStore\n\
-         offset.storage.file.filename={offsets}\noffset.flush.interval.ms=0\n\
-         database.hostname={host}\ndatabase.port={port}\ndatabase.user={user}\ndatabase.password={password}\n\
-         database.dbname={db}\ntopic.prefix={prefix}\nplugin.name=pgoutput\nslot.name=debezium_{db}\n\
-         publication.name=debezium_{db}\npublication.autocreate.mode=disabled\nsnapshot.mode=initial\n",
-        offsets = dir.path().join("debezium.offsets").display(),
-        host = pg_env("SLUICE_TEST_PG_HOST"),
-        port = pg_env("SLUICE_TEST_PG_PORT"),
-        user = pg_env("SLUICE_TEST_PG_USER"),
-        password = pg_env("SLUICE_TEST_PG_PASSWORD"),
-    );
+    let properties = pg_properties(dir.path(), db, &prefix, "snapshot.mode=initial\n");
     let marks = |records: Vec<serde_json::Value>| -> Vec<(String, i64, String)> {
         records
             .iter()

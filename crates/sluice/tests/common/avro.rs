@@ -9,10 +9,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use std::time::Duration;
-
+use super::env;
 use super::pg::pg_env;
-use super::{env, wait_until};
 
 /// The registry's Confluent-compatible API.
 pub fn registry_url() -> String {
@@ -144,19 +142,6 @@ pub fn avro_sink(id: &str, topic: &str, prefix: &str, extra: &str) -> String {
     )
 }
 
-pub fn wait_for_slot(db: &str) {
-    wait_until(Duration::from_secs(60), "sluice's slot", || {
-        let slots = std::process::Command::new("psql")
-            .args(["-h", &pg_env("SLUICE_TEST_PG_HOST"), "-p", &pg_env("SLUICE_TEST_PG_PORT")])
-            .args(["-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db, "-Atc"])
-            .arg(format!("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'sluice_{db}' AND active"))
-            .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&slots.stdout).trim() == "1"
-    });
-}
-
 /// The registry ids of `subject`'s versions, oldest first.
 pub fn version_ids(subject: &str) -> Vec<u64> {
     let (status, versions) = registry("GET", &format!("/subjects/{subject}/versions"), None);
@@ -170,4 +155,18 @@ pub fn version_ids(subject: &str) -> Vec<u64> {
             version["id"].as_u64().unwrap()
         })
         .collect()
+}
+
+/// A fresh database `db` with the table `create` makes, its topic
+/// `<prefix>.public.t` created, and a config reading it into one avro Kafka
+/// sink (`extra`: more sink settings): the scratch folder, topic and config.
+pub fn avro_pipeline(db: &str, create: &str, extra: &str) -> (tempfile::TempDir, String, std::path::PathBuf) {
+    super::pg::fresh_database(db);
+    super::pg::sql(db, create);
+    let prefix = super::unique("av");
+    let topic = format!("{prefix}.public.t");
+    super::debezium::create_topics(std::slice::from_ref(&topic));
+    let dir = tempfile::tempdir().unwrap();
+    let config = super::write_config(dir.path(), &pg_config(db, &avro_sink("avro", &topic, &prefix, extra)));
+    (dir, topic, config)
 }

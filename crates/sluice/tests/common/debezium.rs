@@ -298,3 +298,23 @@ pub fn wait_for_byte_sinks(prefix: &str, receiver: &super::receiver::Receiver, c
 pub fn masked_plain(value: Value) -> Value {
     masked(serde_json::json!({ "payload": value }))["payload"].take()
 }
+
+/// Engine properties of Debezium's PostgreSQL connector on `db`, reading
+/// slot and publication `debezium_<db>` (made by the test), topic prefix
+/// `prefix`, plus `extra` lines (the snapshot mode at least).
+pub fn pg_properties(dir: &Path, db: &str, prefix: &str, extra: &str) -> String {
+    use super::pg::pg_env;
+    format!(
+        "name=capture\nconnector.class=io.debezium.connector.postgresql.PostgresConnector\n\
+         offset.storage=org.apache.kafka.connect.storage.FileOffsetBackingStore\n\
+         offset.storage.file.filename={offsets}\noffset.flush.interval.ms=0\n\
+         database.hostname={host}\ndatabase.port={port}\ndatabase.user={user}\ndatabase.password={password}\n\
+         database.dbname={db}\ntopic.prefix={prefix}\nplugin.name=pgoutput\nslot.name=debezium_{db}\n\
+         publication.name=debezium_{db}\npublication.autocreate.mode=disabled\n{extra}",
+        offsets = dir.join("debezium.offsets").display(),
+        host = pg_env("SLUICE_TEST_PG_HOST"),
+        port = pg_env("SLUICE_TEST_PG_PORT"),
+        user = pg_env("SLUICE_TEST_PG_USER"),
+        password = pg_env("SLUICE_TEST_PG_PASSWORD"),
+    )
+}

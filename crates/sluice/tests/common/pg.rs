@@ -112,3 +112,18 @@ pub fn inserted_ids(path: &Path) -> Vec<i64> {
         .map(|e| e["after"]["id"].as_i64().unwrap())
         .collect()
 }
+
+/// Waits until Sluice's slot on `db` is active: its publication and slot
+/// are made at start, and a workload must come after them.
+pub fn wait_for_slot(db: &str) {
+    super::wait_until(Duration::from_secs(60), "sluice's slot", || {
+        let slots = std::process::Command::new("psql")
+            .args(["-h", &pg_env("SLUICE_TEST_PG_HOST"), "-p", &pg_env("SLUICE_TEST_PG_PORT")])
+            .args(["-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db, "-Atc"])
+            .arg(format!("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'sluice_{db}' AND active"))
+            .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&slots.stdout).trim() == "1"
+    });
+}
