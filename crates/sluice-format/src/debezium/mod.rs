@@ -39,12 +39,15 @@ pub struct Encoder {
     tables: HashMap<usize, Table>,
     /// The key and value schemas of BEGIN and END records.
     transaction_schemas: (Arc<str>, Arc<str>),
+    /// The key and value schemas of logical decoding messages, made once:
+    /// an encoding that caches per schema (Avro) must see the same ones.
+    message_schemas: Option<(Arc<str>, Arc<str>)>,
 }
 
 impl Encoder {
     pub fn new(settings: DebeziumSettings) -> Self {
         let transaction_schemas = (Arc::from(transaction::KEY_SCHEMA), Arc::from(transaction::VALUE_SCHEMA));
-        Self { settings, tables: HashMap::new(), transaction_schemas }
+        Self { settings, tables: HashMap::new(), transaction_schemas, message_schemas: None }
     }
 
     /// The `topic.prefix` of schema names: the setting, else the source id.
@@ -305,7 +308,7 @@ impl Encoder {
 
     /// A logical decoding message, on Debezium's `<prefix>.message` shape.
     fn message(
-        &self,
+        &mut self,
         event: &Event,
         out: &mut Vec<Record>,
         tx: Option<(&str, transaction::Order)>,
@@ -331,12 +334,18 @@ impl Encoder {
         let mut key = String::from("{\"prefix\":");
         json::push_str(&mut key, &prefix);
         key.push('}');
-        let value_schema = format!(
-            r#"{{"type":"struct","fields":[{{"type":"string","optional":false,"field":"op"}},{{"type":"int64","optional":true,"field":"ts_ms"}},{},{},{{"type":"struct","fields":[{{"type":"string","optional":true,"field":"prefix"}},{{"type":"bytes","optional":true,"field":"content"}}],"optional":false,"name":"io.debezium.connector.postgresql.Message","version":1,"field":"message"}}],"optional":false,"name":"io.debezium.connector.postgresql.MessageValue","version":1}}"#,
-            source::schema(event),
-            source::TRANSACTION_SCHEMA
-        );
-        let schemas: (Arc<str>, Arc<str>) = (MESSAGE_KEY_SCHEMA.into(), value_schema.into());
+        // Messages come from PostgreSQL only, so their source schema is one.
+        let schemas = self
+            .message_schemas
+            .get_or_insert_with(|| {
+                let value_schema = format!(
+                    r#"{{"type":"struct","fields":[{{"type":"string","optional":false,"field":"op"}},{{"type":"int64","optional":true,"field":"ts_ms"}},{},{},{{"type":"struct","fields":[{{"type":"string","optional":true,"field":"prefix"}},{{"type":"bytes","optional":true,"field":"content"}}],"optional":false,"name":"io.debezium.connector.postgresql.Message","version":1,"field":"message"}}],"optional":false,"name":"io.debezium.connector.postgresql.MessageValue","version":1}}"#,
+                    source::schema(event),
+                    source::TRANSACTION_SCHEMA
+                );
+                (MESSAGE_KEY_SCHEMA.into(), value_schema.into())
+            })
+            .clone();
         out.push(self.record_of(RecordKind::Change, (&schemas.0, Some(key)), (&schemas.1, Some(payload)), Vec::new()));
         Ok(())
     }
