@@ -105,8 +105,19 @@ pub struct Carrier {
     pub keys: bool,
     /// Message headers, and how a binding writes them.
     pub headers: Headers,
-    /// Whether the sink writes Avro records with registry ids.
-    pub avro: bool,
+    /// Whether, and how, the sink writes Avro.
+    pub avro: AvroSupport,
+}
+
+/// How a sink carries the schemas of the Avro it writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AvroSupport {
+    /// The sink writes no Avro.
+    None,
+    /// Each datum framed with its schema's id in a registry.
+    Registry,
+    /// Object container files, whose header holds their schema.
+    Files,
 }
 
 /// A sink's message headers, as CloudEvents' protocol bindings name them.
@@ -210,11 +221,11 @@ impl FormatConfig {
             }
             return Ok(());
         }
-        if !carrier.avro {
+        if carrier.avro == AvroSupport::None {
             return Err(Invalid::new(
                 field("encoding"),
-                format!("a {} sink cannot write Avro yet", carrier.name),
-                "use encoding: json on this sink (Avro is written by the kafka, nats and redis sinks)",
+                format!("a {} sink cannot write Avro", carrier.name),
+                "use encoding: json on this sink (Avro is written by the kafka, nats, redis, http and s3 sinks)",
             ));
         }
         if self.envelope != Envelope::Debezium {
@@ -227,9 +238,25 @@ impl FormatConfig {
         if self.schemas.is_some() {
             return Err(Invalid::new(
                 field("schemas"),
-                "does not apply to avro, whose schemas live in the registry",
+                "does not apply to avro, whose schemas travel apart from the values",
                 "remove it",
             ));
+        }
+        if carrier.avro == AvroSupport::Files {
+            for (name, set, why) in [
+                ("schema_registry", self.schema_registry.is_some(), "an Avro file holds its schema in its header"),
+                ("subject_strategy", self.subject_strategy.is_some(), "an Avro file holds its schema in its header"),
+                (
+                    "transaction_metadata",
+                    self.transaction_metadata == Some(true),
+                    "an Avro file holds one schema, and transaction records have another",
+                ),
+            ] {
+                if set {
+                    return Err(Invalid::new(field(name), format!("does not apply to Avro files: {why}"), "remove it"));
+                }
+            }
+            return Ok(());
         }
         match &self.schema_registry {
             None => Err(Invalid::new(
@@ -289,8 +316,8 @@ mod tests {
         serde_json::from_str(json).map_err(|e| e.to_string())
     }
 
-    const FILE: Carrier = Carrier { name: "file", keys: false, headers: Headers::None, avro: false };
-    const KAFKA: Carrier = Carrier { name: "kafka", keys: true, headers: Headers::Kafka, avro: true };
+    const FILE: Carrier = Carrier { name: "file", keys: false, headers: Headers::None, avro: AvroSupport::None };
+    const KAFKA: Carrier = Carrier { name: "kafka", keys: true, headers: Headers::Kafka, avro: AvroSupport::Registry };
 
     #[test]
     fn unknown_options_and_envelopes_are_refused_by_name() {

@@ -19,9 +19,9 @@ use std::sync::Arc;
 use sluice_core::Event;
 
 #[cfg(feature = "avro")]
-pub use avro::AvroSchema;
+pub use avro::{AvroCodec, AvroContainer, AvroSchema, ContainerError};
 pub use cloudevents::{CloudEventsMode, CloudEventsSettings};
-pub use config::{Carrier, Encoding, Envelope, FormatConfig, Headers, SubjectStrategy};
+pub use config::{AvroSupport, Carrier, Encoding, Envelope, FormatConfig, Headers, SubjectStrategy};
 pub use debezium::DebeziumSettings;
 pub use registry::RegistryConfig;
 
@@ -157,6 +157,15 @@ impl Encoder {
     pub fn transaction_topic(&self, event: &Event) -> Option<String> {
         match &self.kind {
             Kind::Debezium(encoder) => Some(encoder.transaction_topic(event)),
+            _ => None,
+        }
+    }
+
+    /// The topic Debezium would write `record` to, for a sink without
+    /// topics of its own that still names registry subjects by topic.
+    pub fn topic(&self, event: &Event, record: &Record) -> Option<String> {
+        match &self.kind {
+            Kind::Debezium(encoder) => Some(encoder.topic(event, record)),
             _ => None,
         }
     }

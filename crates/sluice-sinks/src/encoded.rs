@@ -72,7 +72,6 @@ impl SharedEncoder {
     }
 
     /// Checks that the format's registry answers, where it has one.
-    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
     pub(crate) async fn probe(&mut self) -> Result<(), SinkError> {
         #[cfg(feature = "avro")]
         if let Some(avro) = &mut self.avro {
@@ -137,6 +136,12 @@ impl SharedEncoder {
     #[cfg_attr(not(any(feature = "kafka", feature = "redis", feature = "nats", feature = "http")), allow(dead_code))]
     pub(crate) fn transaction_topic(&self, event: &Event) -> Option<String> {
         self.encoder.transaction_topic(event)
+    }
+
+    /// The topic Debezium would write `record` to (see [`Encoder::topic`]).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn topic(&self, event: &Event, record: &Record) -> Option<String> {
+        self.encoder.topic(event, record)
     }
 
     /// The records of every event of `chunk`. Where the write is shared

@@ -10,67 +10,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::avro::{
-    avro_messages, avro_pipeline, avro_sink, decimal_text, decode_datums, epoch_micros, pg_config, registry_url,
-    schema_of, set_compatibility, version_ids,
+    ZOO, ZOO_WORKLOAD, as_database, avro_messages, avro_pipeline, avro_sink, database_rows, decimal_text,
+    decode_datums, epoch_micros, pg_config, registry_url, schema_of, set_compatibility, version_ids,
 };
 use common::debezium::{create_topics, debezium_records, pg_properties};
-use common::pg::{drop_slots, fresh_database, pg_env, sql, stop, wait_for_slot};
+use common::pg::{drop_slots, fresh_database, sql, stop, wait_for_slot};
 use common::*;
 use serde_json::{Value, json};
-
-const ZOO: &str = "CREATE TABLE zoo (id int PRIMARY KEY, s smallint, big bigint, flag boolean, r real, \
-     dbl double precision, amount numeric(12,2), n numeric, d date, tm time(6), ts timestamp(6), tstz timestamptz, \
-     u uuid, j jsonb, b bytea, tags text[], note text DEFAULT 'new', qty int NOT NULL DEFAULT 7); \
-     ALTER TABLE zoo REPLICA IDENTITY FULL";
-
-const ZOO_WORKLOAD: &[&str] = &[
-    "INSERT INTO zoo VALUES (1, -7, 9007199254740993, true, 1.5, 2.25, 12.50, 3.14159, '2024-02-29', '13:45:56.123456', \
-     '2024-02-29 13:45:56.123456', '2024-02-29 13:45:56.123456+02', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', \
-     '{\"a\": [1, 2], \"b\": \"x\"}', '\\x00ff10', '{x,y,NULL}', 'first', 1)",
-    "INSERT INTO zoo (id, note, qty) VALUES (2, NULL, 2)",
-    "INSERT INTO zoo VALUES (3, 32767, -1, false, -0.25, 1e300, -0.01, 100, '1969-12-31', '00:00:00', \
-     '1900-01-01 00:00:00', '2026-12-02 10:00:00+00', '00000000-0000-0000-0000-000000000000', '[]', '\\x', '{}', 'q\"\\\\', 3)",
-    "UPDATE zoo SET amount = 13.75, note = 'changed', tags = '{z}' WHERE id = 1",
-    "DELETE FROM zoo WHERE id = 2",
-];
-
-/// The rows as the database holds them, each column in the form Debezium
-/// gives it (days, microseconds, decimal text, hex).
-fn database_rows(db: &str) -> BTreeMap<i64, Value> {
-    let query = "SELECT json_build_object('id', id, 's', s, 'big', big, 'flag', flag, 'r', r, 'dbl', dbl, \
-        'amount', amount::text, 'n', n::text, 'd', d - date '1970-01-01', \
-        'tm', (extract(epoch from tm) * 1000000)::bigint, 'ts', (extract(epoch from ts) * 1000000)::bigint, \
-        'tstz', (extract(epoch from tstz) * 1000000)::bigint, 'u', u::text, 'j', j::text, 'b', encode(b, 'hex'), \
-        'tags', to_jsonb(tags), 'note', note, 'qty', qty) FROM zoo ORDER BY id";
-    let output = std::process::Command::new("psql")
-        .args(["-h", &pg_env("SLUICE_TEST_PG_HOST"), "-p", &pg_env("SLUICE_TEST_PG_PORT")])
-        .args(["-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db, "-Atc", query])
-        .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .map(|line| {
-            let row: Value = serde_json::from_str(line).unwrap();
-            (row["id"].as_i64().unwrap(), row)
-        })
-        .collect()
-}
-
-/// A row image as the Python consumer decoded it, in the database's forms.
-fn as_database(image: &Value) -> Value {
-    let mut row = image.clone();
-    row["amount"] = image["amount"].get("decimal").cloned().unwrap_or(Value::Null);
-    row["n"] = match image["n"].as_object() {
-        Some(n) => json!(decimal_text(n["value"]["hex"].as_str().unwrap(), n["scale"].as_u64().unwrap() as u32)),
-        None => Value::Null,
-    };
-    row["b"] = image["b"].get("hex").cloned().unwrap_or(Value::Null);
-    row["tstz"] = image["tstz"].as_str().map_or(Value::Null, |t| json!(epoch_micros(t)));
-    row
-}
 
 #[test]
 fn confluent_kafka_reads_the_type_zoo_as_postgres_holds_it_with_debeziums_avro_schemas() {
@@ -253,7 +199,7 @@ fn comparable(mut value: Value) -> Value {
 }
 
 #[test]
-fn nats_and_redis_carry_the_avro_values_kafka_does_under_their_own_subjects() {
+fn nats_redis_and_http_carry_the_avro_values_kafka_does_under_their_subjects() {
     let db = "avro_streams";
     fresh_database(db);
     sql(db, "CREATE TABLE t (id int PRIMARY KEY, v text, amount numeric(8,2))");
@@ -263,9 +209,11 @@ fn nats_and_redis_carry_the_avro_values_kafka_does_under_their_own_subjects() {
     let (stream, redis_stream) = (unique("avs"), unique("avs"));
     let registry = format!("schema_registry: {{ url: \"{}\" }}", registry_url());
     let format = format!("format: {{ envelope: debezium, encoding: avro, topic_prefix: {prefix}, {registry} }}");
+    let receiver = common::receiver::Receiver::start();
     let sinks = format!(
-        "{kafka}      - type: nats\n        config: {{ id: n, url: \"{nats}\", stream: {stream}, subject: {stream}.events, {format} }}\n      - type: redis\n        config: {{ id: r, url: \"{redis}\", stream: {redis_stream}, {format} }}\n",
+        "{kafka}      - type: nats\n        config: {{ id: n, url: \"{nats}\", stream: {stream}, subject: {stream}.events, {format} }}\n      - type: redis\n        config: {{ id: r, url: \"{redis}\", stream: {redis_stream}, {format} }}\n      - type: http\n        config: {{ id: h, url: \"{http}\", mode: single, {format} }}\n",
         kafka = avro_sink("k", &topic, &prefix, ""),
+        http = receiver.url("/hook"),
         nats = env("SLUICE_TEST_NATS_URL"),
         redis = env("SLUICE_TEST_REDIS_URL"),
     );
@@ -276,17 +224,28 @@ fn nats_and_redis_carry_the_avro_values_kafka_does_under_their_own_subjects() {
     sql(db, "INSERT INTO t VALUES (1, 'a', 1.50), (2, 'b', NULL); UPDATE t SET v = 'c' WHERE id = 1");
     let kafka = avro_messages(&topic, 3);
     wait_until(Duration::from_secs(30), "the nats and redis sinks", || {
-        nats_raw(&stream).len() >= 3 && redis_payloads(&redis_stream).len() >= 3
+        nats_raw(&stream).len() >= 3 && redis_payloads(&redis_stream).len() >= 3 && receiver.delivered().len() >= 3
     });
     stop(child, dir.path());
     let expected: Vec<Value> = kafka.iter().map(|m| comparable(m["value"].clone())).collect();
     let nats: Vec<Vec<u8>> = nats_raw(&stream).into_iter().map(|(_, payload)| payload).collect();
     let redis = redis_payloads(&redis_stream);
-    for (sink, datums) in [("nats", nats), ("redis", redis)] {
+    let requests = receiver.delivered();
+    for request in &requests {
+        assert_eq!(request.header("content-type"), Some("application/octet-stream"));
+        assert!(request.header("idempotency-key").is_some_and(|key| !key.is_empty()));
+    }
+    let http: Vec<Vec<u8>> = requests.into_iter().map(|r| r.body).collect();
+    for (sink, datums) in [("nats", nats), ("redis", redis), ("http", http.clone())] {
         let decoded = decode_datums(&datums);
         let values: Vec<Value> = decoded.iter().map(|d| comparable(d["value"].clone())).collect();
         assert_eq!(values, expected, "{sink}'s values");
     }
+    // HTTP names subjects after the topic Debezium would write to, which
+    // here is Kafka's: the same subject, so the same schema id.
+    let kafka_ids: Vec<u64> = kafka.iter().map(|m| m["value_id"].as_u64().unwrap()).collect();
+    let http_ids: Vec<u64> = decode_datums(&http).iter().map(|d| d["value_id"].as_u64().unwrap()).collect();
+    assert_eq!(http_ids, kafka_ids, "http's schema ids");
     // The topic strategy names subjects after the NATS subject and the Redis
     // stream; NATS writes no key, so registers no key schema.
     let (status, subjects) = common::avro::registry("GET", "/subjects", None);

@@ -53,6 +53,13 @@ fn http_sink_rules_name_the_field() {
             "config.format.tombstones",
         ),
         (
+            HTTP.replace(
+                "id: hook,",
+                "id: hook, mode: batch, format: { envelope: debezium, encoding: avro, schema_registry: { url: \"http://127.0.0.1:1\" } },",
+            ),
+            "config.mode",
+        ),
+        (
             HTTP.replace("Authorization", "ce-id")
                 .replace("id: hook,", "id: hook, format: { envelope: cloudevents, mode: binary },"),
             "config.headers.ce-id",
@@ -101,6 +108,12 @@ fn s3_sink_defaults_guarantee_and_secrets() {
     assert_eq!(block.format.file, FileFormat::Jsonl);
     assert_eq!(block.format.envelope.envelope_name(), "debezium");
     assert_eq!(block.format.envelope.schemas, Some(true));
+    let avro = check(&S3.replace("prefix: cdc/orders", "prefix: cdc, format: avro")).unwrap();
+    let SinkConfig::S3(avro) = &avro.pipelines[0].sinks[0] else { panic!("s3 expected") };
+    assert_eq!(avro.format.file, FileFormat::Avro);
+    assert_eq!(avro.compression(), Compression::Snappy);
+    assert_eq!(avro.format.envelope.envelope_name(), "debezium");
+    assert!(avro.format.envelope.is_avro());
 }
 
 #[test]
@@ -129,6 +142,33 @@ fn s3_sink_rules_name_the_field() {
         (
             S3.replace("prefix: cdc/orders", "prefix: cdc, format: { envelope: native, mode: binary }"),
             "config.format.mode",
+        ),
+        (S3.replace("prefix: cdc/orders", "prefix: cdc, format: avro, compression: gzip"), "config.compression"),
+        (
+            S3.replace(
+                "prefix: cdc/orders",
+                "prefix: cdc, format: { file: avro, schema_registry: { url: \"http://r\" } }",
+            ),
+            "config.format.schema_registry",
+        ),
+        (
+            S3.replace("prefix: cdc/orders", "prefix: cdc, format: { file: avro, transaction_metadata: true }"),
+            "config.format.transaction_metadata",
+        ),
+        (
+            S3.replace("prefix: cdc/orders", "prefix: cdc, format: { file: avro, encoding: json }"),
+            "config.format.encoding",
+        ),
+        (
+            S3.replace("prefix: cdc/orders", "prefix: cdc, format: { file: avro, envelope: cloudevents }"),
+            "config.format.encoding",
+        ),
+        (
+            S3.replace(
+                "prefix: cdc/orders",
+                "prefix: cdc, format: { file: jsonl, envelope: debezium, encoding: avro }",
+            ),
+            "config.format.encoding",
         ),
     ];
     for (text, field) in cases {

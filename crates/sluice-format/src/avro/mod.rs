@@ -4,11 +4,14 @@
 //! Connect schema and its JsonConverter payload; this turns both into
 //! Avro. The registry id in front of each datum is the sink's business.
 
+mod container;
 mod datum;
 mod schema;
 mod stream;
 #[cfg(test)]
 mod tests;
+
+pub use container::{AvroCodec, AvroContainer, ContainerError};
 
 use crate::FormatError;
 

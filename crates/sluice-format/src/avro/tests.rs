@@ -4,10 +4,11 @@ use apache_avro::types::Value as Avro;
 use serde_json::{Value, json};
 use sluice_core::{ColumnSchema, ColumnType, Event, Lsn, Op, Origin, Position, Row, TableSchema, Value as Cell};
 
-use super::AvroSchema;
+use super::{AvroCodec, AvroContainer, AvroSchema};
 use crate::{Carrier, Encoder, FormatConfig, Headers, Record};
 
-const KAFKA: Carrier = Carrier { name: "kafka", keys: true, headers: Headers::Kafka, avro: true };
+const KAFKA: Carrier =
+    Carrier { name: "kafka", keys: true, headers: Headers::Kafka, avro: crate::AvroSupport::Registry };
 
 fn event(op: Op) -> Event {
     let column = |name: &str, ty: ColumnType, nullable: bool| ColumnSchema {
@@ -200,4 +201,33 @@ fn the_streaming_writer_writes_what_the_tree_writer_does_and_gives_way_when_it_c
     assert_eq!(out, [9], "what the fast path wrote is taken back");
     schema.write(br#"{"x":1,"n":2}"#, &mut out).unwrap();
     assert_eq!(out, [9, 4, 2, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f]);
+}
+
+#[test]
+fn container_files_read_back_with_apache_avro_in_every_codec_across_blocks() {
+    let records = records(&event(Op::Insert));
+    let record = &records[0];
+    let schema = AvroSchema::from_connect(record.value_schema.as_deref().unwrap()).unwrap();
+    let payload = record.value.as_ref().unwrap();
+    let mut datum = Vec::new();
+    schema.write(payload, &mut datum).unwrap();
+    let expected = decode(&schema, &datum);
+    let expected = &expected;
+    // Enough datums to fill several blocks.
+    let count = 2 * (64 * 1024 / datum.len()) + 3;
+    for codec in [AvroCodec::Null, AvroCodec::Deflate, AvroCodec::Snappy, AvroCodec::Zstandard] {
+        let mut file = AvroContainer::new(Vec::new(), &schema, codec).unwrap();
+        for _ in 0..count {
+            file.push(&schema, payload).unwrap();
+        }
+        // A payload that does not fit is refused and leaves the file whole.
+        assert!(file.push(&schema, br#"{"before":null,"after":{"id":"x"}}"#).is_err());
+        let bytes = file.finish().unwrap();
+        let reader = apache_avro::Reader::new(&bytes[..]).unwrap();
+        let values: Vec<Avro> = reader.map(|v| v.unwrap()).collect();
+        assert_eq!(values.len(), count, "{codec:?}");
+        // Compared as text: the event's NaN is not equal to itself.
+        let expected = format!("{expected:?}");
+        assert!(values.iter().all(|v| format!("{v:?}") == expected), "{codec:?}");
+    }
 }

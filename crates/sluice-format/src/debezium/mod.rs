@@ -60,6 +60,17 @@ impl Encoder {
         format!("{}.transaction", self.prefix(event))
     }
 
+    /// The topic Debezium gives `record` of `event`: `<prefix>.<table>`
+    /// for a change, `<prefix>.message` for a logical decoding message,
+    /// `<prefix>.transaction` for a BEGIN or END.
+    pub fn topic(&self, event: &Event, record: &Record) -> String {
+        match (record.kind, event.op) {
+            (RecordKind::Transaction, _) => self.transaction_topic(event),
+            (_, Op::Message) => format!("{}.message", self.prefix(event)),
+            _ => format!("{}.{}", self.prefix(event), source::collection(event)),
+        }
+    }
+
     pub fn encode(&mut self, event: &Event, out: &mut Vec<Record>) -> Result<(), FormatError> {
         let place = if self.settings.transaction_metadata { transaction::place(event) } else { None };
         let Some(place) = place else { return self.encode_event(event, out, None) };

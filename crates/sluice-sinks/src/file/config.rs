@@ -30,7 +30,7 @@ impl FileSinkConfig {
     /// open, so nothing is held twice or lost.
     pub const GUARANTEE: Guarantee = Guarantee::ExactlyOnce { condition: None };
     /// Lines: no keys, no headers.
-    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "file", keys: false, headers: sluice_format::Headers::None, avro: false };
+    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "file", keys: false, headers: sluice_format::Headers::None, avro: sluice_format::AvroSupport::None };
 }
 
 impl SinkSettings for FileSinkConfig {

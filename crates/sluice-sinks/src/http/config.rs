@@ -75,7 +75,7 @@ pub struct HttpSinkConfig {
 
 impl HttpSinkConfig {
     /// Requests have headers (binary CloudEvents) but no message keys.
-    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "http", keys: false, headers: sluice_format::Headers::Text, avro: false };
+    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "http", keys: false, headers: sluice_format::Headers::Text, avro: if cfg!(feature = "avro") { sluice_format::AvroSupport::Registry } else { sluice_format::AvroSupport::None } };
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -146,6 +146,13 @@ impl SinkSettings for HttpSinkConfig {
         check_template(&c.url).map_err(|problem| Invalid::new(format!("{at}.url"), problem, "fix the URL template"))?;
         check_headers(at, c)?;
         c.format.validate(at, Self::CARRIER)?;
+        if c.format.is_avro() && c.mode == HttpMode::Batch {
+            return Err(Invalid::new(
+                format!("{at}.mode"),
+                "an Avro record travels alone, framed with its schema's registry id, so records cannot share a request",
+                "set mode: single, or format.encoding: json to send batches as JSON arrays",
+            ));
+        }
         if c.format.mode == Some(CloudEventsMode::Binary) {
             if c.mode == HttpMode::Batch {
                 return Err(Invalid::new(

@@ -52,6 +52,7 @@ impl Sink for HttpSink {
         if self.requester.is_none() {
             self.requester = Some(Requester::new(&self.config)?);
         }
+        self.bodies.encoder.probe().await?;
         // A receiver cannot be asked what it holds; what it acknowledged in
         // this process is known, so a retry after a failure skips that.
         Ok(self.held.clone())
@@ -123,7 +124,7 @@ async fn deliver(
     let Some(last) = events.last() else { return Ok(()) };
     let position = last.position.to_string();
     let mut refused = None;
-    for request in bodies.requests(events, at)? {
+    for request in bodies.requests(events, at).await? {
         if let Answer::Refused(detail) = requester.send(url, request, &position).await? {
             refused = Some(detail);
             break;
@@ -141,7 +142,7 @@ async fn deliver(
         Some(_) => {
             for (i, event) in events.iter().enumerate() {
                 let position = event.position.to_string();
-                for request in bodies.requests(std::slice::from_ref(event), at.map(|at| at + i))? {
+                for request in bodies.requests(std::slice::from_ref(event), at.map(|at| at + i)).await? {
                     if let Answer::Refused(detail) = requester.send(url, request, &position).await? {
                         return Err(SinkError::Rejected {
                             detail: format!("the receiver refused the event: {detail}"),
@@ -170,12 +171,13 @@ impl Bodies {
     /// The requests that carry `events`. The native envelope keeps its
     /// shape: an event, or an array of them. Other formats send each record
     /// alone in single mode, or their values as one JSON array in batch
-    /// mode; an event the format leaves out sends nothing.
+    /// mode; an event the format leaves out sends nothing. Avro sends each
+    /// record alone, as a datum framed with its schema's registry id.
     ///
     /// `at` is where `events` start in the chunk being written, whose
     /// records are at hand; without it (a dead letter sent again) each
     /// event is encoded here.
-    fn requests(&mut self, events: &[Event], at: Option<usize>) -> Result<Vec<Request>, SinkError> {
+    async fn requests(&mut self, events: &[Event], at: Option<usize>) -> Result<Vec<Request>, SinkError> {
         if self.envelope == Format::Native {
             return native(self.mode, events).map(|request| vec![request]);
         }
@@ -194,6 +196,12 @@ impl Bodies {
             };
             for (index, record) in records.iter().enumerate() {
                 let key = crate::encoded::record_id(&event_id, records, index).into_owned();
+                let topic = self.encoder.topic(event, record).unwrap_or_default();
+                if let Some(avro) = self.encoder.finish(record, &topic, event, false).await? {
+                    let body = avro.value.unwrap_or_default();
+                    requests.push(Request { body, key, content_type: "application/octet-stream", headers: Vec::new() });
+                    continue;
+                }
                 let value = record.value.clone().unwrap_or_default();
                 match self.mode {
                     HttpMode::Batch => batch.push((key, value)),

@@ -100,7 +100,7 @@ fn default_timeout() -> u64 {
 
 impl KafkaSinkConfig {
     /// Messages have keys and headers.
-    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "kafka", keys: true, headers: sluice_format::Headers::Kafka, avro: cfg!(feature = "avro") };
+    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "kafka", keys: true, headers: sluice_format::Headers::Kafka, avro: if cfg!(feature = "avro") { sluice_format::AvroSupport::Registry } else { sluice_format::AvroSupport::None } };
 }
 
 impl SinkSettings for KafkaSinkConfig {

@@ -70,7 +70,7 @@ pub struct NatsSinkConfig {
 
 impl NatsSinkConfig {
     /// Messages have headers (binary CloudEvents) but no keys.
-    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "nats", keys: false, headers: sluice_format::Headers::Text, avro: cfg!(feature = "avro") };
+    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "nats", keys: false, headers: sluice_format::Headers::Text, avro: if cfg!(feature = "avro") { sluice_format::AvroSupport::Registry } else { sluice_format::AvroSupport::None } };
 
     pub fn subjects(&self) -> Vec<String> {
         self.stream_subjects.clone().unwrap_or_else(|| {

@@ -128,6 +128,8 @@ impl Sink for NatsSink {
 
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {
         self.jetstream = None;
+        // An unreachable registry or refused credentials show at start.
+        self.encoder.probe().await?;
         let client = self.connect().await?;
         let jetstream = jetstream::new(client);
         let c = &self.config;

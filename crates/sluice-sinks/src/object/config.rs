@@ -64,12 +64,13 @@ pub struct S3SinkConfig {
     pub secret_access_key: Secret,
     #[serde(default)]
     pub session_token: Secret,
-    /// `parquet` or `jsonl`, or a block that also names the envelope of
-    /// JSON Lines files: `{ file: jsonl, envelope: debezium, ... }`.
+    /// `parquet`, `jsonl` or `avro`, or a block that also names the
+    /// envelope: `{ file: jsonl, envelope: debezium, ... }`.
     #[serde(default)]
     pub format: ObjectFormat,
     /// Parquet: `snappy` (default), `zstd`, `none`. JSON Lines: `none`
-    /// (default), `gzip`, `zstd`.
+    /// (default), `gzip`, `zstd`. Avro: `snappy` (default), `deflate`,
+    /// `zstd`, `none`.
     pub compression: Option<Compression>,
     #[serde(default = "default_max_file_bytes")]
     pub max_file_bytes: u64,
@@ -89,6 +90,8 @@ pub enum FileFormat {
     #[default]
     Parquet,
     Jsonl,
+    /// Avro object container files of Debezium's change events.
+    Avro,
 }
 
 /// The files' format, and the envelope each JSON line is written in.
@@ -100,26 +103,37 @@ pub struct ObjectFormat {
 
 impl ObjectFormat {
     /// Lines have neither keys nor headers.
-    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "s3", keys: false, headers: sluice_format::Headers::None, avro: false };
+    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "s3", keys: false, headers: sluice_format::Headers::None, avro: if cfg!(feature = "s3") { sluice_format::AvroSupport::Files } else { sluice_format::AvroSupport::None } };
 }
 
-/// `parquet`, `jsonl`, or `{ file, envelope, <envelope options> }`.
+/// `parquet`, `jsonl`, `avro`, or `{ file, envelope, <envelope options> }`.
+/// Avro files hold Debezium's events, whose Connect schemas become the
+/// files' schemas, so `avro` implies `envelope: debezium, encoding: avro`.
 impl<'de> Deserialize<'de> for ObjectFormat {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use serde::de::Error;
         use serde_json::Value;
         let file = |value: Value| FileFormat::deserialize(value).map_err(D::Error::custom);
-        match Value::deserialize(deserializer)? {
-            text @ Value::String(_) => Ok(Self { file: file(text)?, envelope: Default::default() }),
-            Value::Object(mut block) => {
-                let file = block.remove("file").map(file).transpose()?.unwrap_or(FileFormat::Jsonl);
-                let envelope = sluice_format::FormatConfig::deserialize(Value::Object(block)).map_err(D::Error::custom)?;
-                Ok(Self { file, envelope })
+        let mut block = match Value::deserialize(deserializer)? {
+            text @ Value::String(_) => {
+                let mut block = serde_json::Map::new();
+                block.insert("file".into(), text);
+                block
             }
-            other => Err(D::Error::custom(format!(
-                "expected `parquet`, `jsonl` or a block {{ file: jsonl, envelope: ... }}, found {other}"
-            ))),
+            Value::Object(block) => block,
+            other => {
+                return Err(D::Error::custom(format!(
+                    "expected `parquet`, `jsonl`, `avro` or a block {{ file: jsonl, envelope: ... }}, found {other}"
+                )));
+            }
+        };
+        let file = block.remove("file").map(file).transpose()?.unwrap_or(FileFormat::Jsonl);
+        if file == FileFormat::Avro {
+            block.entry("envelope").or_insert_with(|| "debezium".into());
+            block.entry("encoding").or_insert_with(|| "avro".into());
         }
+        let envelope = sluice_format::FormatConfig::deserialize(Value::Object(block)).map_err(D::Error::custom)?;
+        Ok(Self { file, envelope })
     }
 }
 
@@ -130,13 +144,14 @@ pub enum Compression {
     Snappy,
     Zstd,
     Gzip,
+    Deflate,
 }
 
 impl S3SinkConfig {
     /// The compression in effect: the configured one or the format's default.
     pub fn compression(&self) -> Compression {
         self.compression.unwrap_or(match self.format.file {
-            FileFormat::Parquet => Compression::Snappy,
+            FileFormat::Parquet | FileFormat::Avro => Compression::Snappy,
             FileFormat::Jsonl => Compression::None,
         })
     }
@@ -181,15 +196,30 @@ impl SinkSettings for S3SinkConfig {
                 "set format.file: jsonl, or remove envelope",
             ));
         }
+        if c.format.file == FileFormat::Avro && !c.format.envelope.is_avro() {
+            return Err(Invalid::new(
+                format!("{at}.format.encoding"),
+                "Avro files hold Avro datums",
+                "remove encoding, or set format.file: jsonl for JSON",
+            ));
+        }
+        if c.format.file != FileFormat::Avro && c.format.envelope.is_avro() {
+            return Err(Invalid::new(
+                format!("{at}.format.encoding"),
+                format!("{:?} files cannot hold Avro datums", c.format.file),
+                "set format.file: avro for Avro container files",
+            ));
+        }
         let allowed: &[Compression] = match c.format.file {
             FileFormat::Parquet => &[Compression::None, Compression::Snappy, Compression::Zstd],
             FileFormat::Jsonl => &[Compression::None, Compression::Gzip, Compression::Zstd],
+            FileFormat::Avro => &[Compression::None, Compression::Deflate, Compression::Snappy, Compression::Zstd],
         };
         if !allowed.contains(&c.compression()) {
             return Err(Invalid::new(
                 format!("{at}.compression"),
                 format!("{:?} does not apply to {:?} files", c.compression(), c.format.file),
-                "parquet takes none, snappy or zstd; jsonl takes none, gzip or zstd",
+                "parquet takes none, snappy or zstd; jsonl takes none, gzip or zstd; avro takes none, deflate, snappy or zstd",
             ));
         }
         // S3 objects end at 5 TiB.

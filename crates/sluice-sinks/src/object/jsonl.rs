@@ -9,9 +9,20 @@ use sluice_core::SinkError;
 use super::Compression;
 
 /// Counts what reaches the file, for the size limit.
-struct Counted {
+pub(super) struct Counted {
     file: BufWriter<File>,
-    bytes: u64,
+    pub(super) bytes: u64,
+}
+
+impl Counted {
+    pub(super) fn create(path: &Path) -> std::io::Result<Self> {
+        Ok(Self { file: BufWriter::with_capacity(256 * 1024, File::create(path)?), bytes: 0 })
+    }
+
+    /// Flushes and syncs the file to disk.
+    pub(super) fn sync(self) -> std::io::Result<()> {
+        self.file.into_inner().map_err(|e| e.into_error())?.sync_all()
+    }
 }
 
 impl Write for Counted {
@@ -39,11 +50,11 @@ pub(super) struct JsonlFile {
 
 impl JsonlFile {
     pub fn create(path: &Path, compression: Compression) -> std::io::Result<Self> {
-        let counted = Counted { file: BufWriter::with_capacity(256 * 1024, File::create(path)?), bytes: 0 };
+        let counted = Counted::create(path)?;
         let output = match compression {
             Compression::Gzip => Output::Gzip(flate2::write::GzEncoder::new(counted, flate2::Compression::default())),
             Compression::Zstd => Output::Zstd(zstd::Encoder::new(counted, 3)?),
-            Compression::None | Compression::Snappy => Output::Plain(counted),
+            Compression::None | Compression::Snappy | Compression::Deflate => Output::Plain(counted),
         };
         Ok(Self { output, line: Vec::new() })
     }
@@ -77,7 +88,6 @@ impl JsonlFile {
             Output::Gzip(out) => out.finish()?,
             Output::Zstd(out) => out.finish()?,
         };
-        let file = counted.file.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()
+        counted.sync()
     }
 }

@@ -1,4 +1,4 @@
-//! The object storage sink (`type: s3`): Parquet or JSON Lines files on S3
+//! The object storage sink (`type: s3`): Parquet, JSON Lines or Avro files on S3
 //! or on local disk, exactly-once at file level.
 //!
 //! Events go to one open file per partition (`table=<t>/date=<day>`, by
@@ -18,6 +18,8 @@
 //! event in two files. A multipart upload in flight at the crash is
 //! recorded in the staging folder and aborted on the next start.
 
+#[cfg(feature = "s3")]
+mod avro;
 pub mod config;
 #[cfg(feature = "s3")]
 mod jsonl;

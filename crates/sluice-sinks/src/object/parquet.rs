@@ -129,7 +129,7 @@ impl ParquetFile {
         let compression = match compression {
             Compression::Zstd => ParquetCompression::ZSTD(ZstdLevel::default()),
             Compression::Snappy => ParquetCompression::SNAPPY,
-            Compression::None | Compression::Gzip => ParquetCompression::UNCOMPRESSED,
+            Compression::None | Compression::Gzip | Compression::Deflate => ParquetCompression::UNCOMPRESSED,
         };
         let properties = WriterProperties::builder()
             .set_compression(compression)

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError, failpoint};
 
+use super::avro::AvroFile;
 use super::jsonl::JsonlFile;
 use super::{FileFormat, S3SinkConfig, S3_GUARANTEE};
 use super::names;
@@ -24,7 +25,11 @@ const MICROS_PER_DAY: i64 = 86_400_000_000;
 enum Writer {
     Jsonl(JsonlFile),
     Parquet(Box<ParquetFile>),
+    Avro(Box<AvroFile>),
 }
+
+/// A Connect schema and the Avro schema made from it.
+type AvroSchemas = (Arc<str>, Arc<sluice_format::AvroSchema>);
 
 /// A file being written in the staging folder.
 struct OpenFile {
@@ -58,8 +63,11 @@ pub struct ObjectSink {
     /// Everything at or below this is in committed files.
     durable: Option<Position>,
     next_file: u64,
-    /// The envelope of JSON lines.
+    /// The envelope of JSON lines and Avro files.
     encoder: crate::encoded::SharedEncoder,
+    /// Avro schemas made so far, by the address of their Connect schema,
+    /// which the entry holds so the address is not reused.
+    avro_schemas: HashMap<usize, AvroSchemas>,
 }
 
 impl ObjectSink {
@@ -85,6 +93,7 @@ impl ObjectSink {
             accepted: None,
             durable: None,
             next_file: 0,
+            avro_schemas: HashMap::new(),
         }
     }
 
@@ -95,6 +104,7 @@ impl ObjectSink {
             (FileFormat::Jsonl, Gzip) => "jsonl.gz",
             (FileFormat::Jsonl, Zstd) => "jsonl.zst",
             (FileFormat::Jsonl, _) => "jsonl",
+            (FileFormat::Avro, _) => "avro",
         }
     }
 
@@ -119,7 +129,23 @@ impl ObjectSink {
         Ok(false)
     }
 
-    fn open_file(&mut self, key: &PartitionKey, event: &Event) -> Result<(), SinkError> {
+    /// The Avro schema of the Connect schema `connect`, made once; one
+    /// Avro cannot express rejects the event.
+    fn avro_schema(&mut self, connect: &Arc<str>, event: &Event) -> Result<AvroSchemas, SinkError> {
+        let address = Arc::as_ptr(connect) as *const u8 as usize;
+        if let Some(known) = self.avro_schemas.get(&address) {
+            return Ok(known.clone());
+        }
+        let avro = sluice_format::AvroSchema::from_connect(connect).map_err(|e| SinkError::Rejected {
+            detail: format!("s3 sink {:?}: {e}", self.config.id),
+            position: event.position.clone(),
+        })?;
+        let known = (connect.clone(), Arc::new(avro));
+        self.avro_schemas.insert(address, known.clone());
+        Ok(known)
+    }
+
+    fn open_file(&mut self, key: &PartitionKey, event: &Event, avro: Option<AvroSchemas>) -> Result<(), SinkError> {
         std::fs::create_dir_all(&self.staging).map_err(|e| self.staging_error(&self.staging, e))?;
         self.next_file += 1;
         let staged = self.staging.join(format!("{}.staged", self.next_file));
@@ -127,6 +153,12 @@ impl ObjectSink {
         let writer = match self.config.format.file {
             FileFormat::Jsonl => JsonlFile::create(&staged, compression).map(Writer::Jsonl),
             FileFormat::Parquet => ParquetFile::create(&staged, compression).map(|f| Writer::Parquet(Box::new(f))),
+            FileFormat::Avro => {
+                let (connect, schema) = avro.ok_or_else(|| {
+                    SinkError::transient(format!("s3 sink {:?}: an Avro file without a schema", self.config.id))
+                })?;
+                AvroFile::create(&staged, compression, connect, schema).map(|f| Writer::Avro(Box::new(f)))
+            }
         }
         .map_err(|e| self.staging_error(&staged, e))?;
         let file = OpenFile {
@@ -153,6 +185,7 @@ impl ObjectSink {
         let finished = match file.writer {
             Writer::Jsonl(writer) => writer.finish().map_err(|e| self.staging_error(&file.staged, e)),
             Writer::Parquet(writer) => writer.finish(),
+            Writer::Avro(writer) => writer.finish().map_err(|e| self.staging_error(&file.staged, e)),
         };
         if let Err(error) = finished {
             let _ = std::fs::remove_file(&file.staged);
@@ -220,6 +253,7 @@ fn too_big(file: &OpenFile, config: &S3SinkConfig) -> bool {
     let bytes = match &file.writer {
         Writer::Jsonl(w) => w.bytes(),
         Writer::Parquet(w) => w.bytes(),
+        Writer::Avro(w) => w.bytes(),
     };
     bytes >= config.max_file_bytes || file.events >= config.max_file_events
 }
@@ -283,7 +317,7 @@ impl Sink for ObjectSink {
         let shared = events.shared();
         while let Some(chunk) = events.next_chunk().await? {
             let encoding = match self.config.format.file {
-                FileFormat::Jsonl => Some(self.encoder.chunk(shared.as_ref(), chunk).await),
+                FileFormat::Jsonl | FileFormat::Avro => Some(self.encoder.chunk(shared.as_ref(), chunk).await),
                 FileFormat::Parquet => None,
             };
             for (at, event) in chunk.iter().enumerate() {
@@ -295,28 +329,53 @@ impl Sink for ObjectSink {
                     }
                     continue;
                 }
+                let records = match &encoding {
+                    Some(encoding) => encoding.records(&self.encoder, at, event)?,
+                    None => &[],
+                };
+                let avro = match self.config.format.file {
+                    FileFormat::Avro => match records.iter().find_map(|r| r.value_schema.as_ref()) {
+                        Some(connect) => Some(self.avro_schema(connect, event)?),
+                        // The format leaves the event out (a skipped truncate).
+                        None => {
+                            self.accepted = Some(event.position.clone());
+                            if self.open.is_empty() {
+                                self.durable = self.accepted.clone();
+                            }
+                            continue;
+                        }
+                    },
+                    _ => None,
+                };
                 let fits = match self.open.get(&key).map(|f| &f.writer) {
                     None => None,
                     Some(Writer::Parquet(writer)) => Some(writer.accepts(event)),
+                    Some(Writer::Avro(writer)) => Some(avro.as_ref().is_some_and(|(connect, _)| writer.holds(connect))),
                     Some(Writer::Jsonl(_)) => Some(true),
                 };
                 match fits {
-                    None => self.open_file(&key, event)?,
+                    None => self.open_file(&key, event, avro)?,
                     // Another schema: the file ends here, a new one begins.
                     Some(false) => {
                         self.commit(&key).await?;
-                        self.open_file(&key, event)?;
+                        self.open_file(&key, event, avro)?;
                     }
                     Some(true) => {}
                 }
+                let id = &self.config.id;
                 let Some(file) = self.open.get_mut(&key) else { continue };
                 match &mut file.writer {
                     Writer::Jsonl(writer) => {
-                        let encoding = encoding.as_ref().ok_or_else(|| {
-                            SinkError::transient(format!("s3 sink {:?}: a JSON Lines file without lines", self.config.id))
-                        })?;
-                        for record in encoding.records(&self.encoder, at, event)? {
+                        for record in records {
                             writer.push(record.value.as_deref().unwrap_or_default())?;
+                        }
+                    }
+                    Writer::Avro(writer) => {
+                        for record in records {
+                            writer.push(record, |detail| SinkError::Rejected {
+                                detail: format!("s3 sink {id:?}: {detail}"),
+                                position: event.position.clone(),
+                            })?;
                         }
                     }
                     Writer::Parquet(writer) => writer.push(event)?,

@@ -53,7 +53,7 @@ pub struct RedisSinkConfig {
 impl RedisSinkConfig {
     /// Stream entries have a `key` field but no compaction, so a
     /// tombstone would mean nothing; they carry no headers.
-    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "redis", keys: false, headers: sluice_format::Headers::None, avro: cfg!(feature = "avro") };
+    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "redis", keys: false, headers: sluice_format::Headers::None, avro: if cfg!(feature = "avro") { sluice_format::AvroSupport::Registry } else { sluice_format::AvroSupport::None } };
 }
 
 fn default_stream() -> String {

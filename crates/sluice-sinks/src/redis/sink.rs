@@ -183,6 +183,8 @@ impl Sink for RedisSink {
 
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {
         self.conn = None;
+        // An unreachable registry or refused credentials show at start.
+        self.encoder.probe().await?;
         let mut info = redis::IntoConnectionInfo::into_connection_info(self.config.url.as_str()).map_err(|e| {
             SinkError::permanent_from(
                 format!("redis sink {:?}: bad url: {e}", self.config.id),

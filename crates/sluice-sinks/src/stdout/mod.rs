@@ -27,7 +27,7 @@ pub struct StdoutSinkConfig {
 
 impl StdoutSinkConfig {
     /// Lines: no keys, no headers.
-    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "stdout", keys: false, headers: sluice_format::Headers::None, avro: false };
+    pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "stdout", keys: false, headers: sluice_format::Headers::None, avro: sluice_format::AvroSupport::None };
 }
 
 impl SinkSettings for StdoutSinkConfig {

@@ -7,7 +7,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use serde_json::Value;
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
 
 use super::env;
 use super::pg::pg_env;
@@ -17,14 +19,33 @@ pub fn registry_url() -> String {
     env("SLUICE_TEST_REGISTRY_URL")
 }
 
+/// The Python of the consumers' virtualenv (created when missing).
+fn python() -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/consumers.sh");
+    let python = Command::new("bash").arg(script).arg("python").output().unwrap();
+    assert!(python.status.success(), "{}", String::from_utf8_lossy(&python.stderr));
+    String::from_utf8(python.stdout).unwrap().trim().to_string()
+}
+
+/// Every Avro container file under `folder` as fastavro reads it:
+/// {file, codec, schema, records} each, in file name order.
+pub fn avro_files(folder: &Path) -> Vec<Value> {
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts");
+    let output = Command::new(python()).arg(scripts.join("consumers/avro_files.py")).arg(folder).output().unwrap();
+    assert!(
+        output.status.success(),
+        "fastavro failed on {}:\n{}",
+        folder.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
 /// `count` messages of `topic`, each {partition, offset, key, value,
 /// key_id, value_id} as the Python consumer decodes them.
 pub fn avro_messages(topic: &str, count: usize) -> Vec<Value> {
     let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts");
-    let python = Command::new("bash").arg(scripts.join("consumers.sh")).arg("python").output().unwrap();
-    assert!(python.status.success(), "{}", String::from_utf8_lossy(&python.stderr));
-    let python = String::from_utf8(python.stdout).unwrap();
-    let output = Command::new(python.trim())
+    let output = Command::new(python())
         .arg(scripts.join("consumers/avro_read.py"))
         .args([&env("SLUICE_TEST_KAFKA_BROKERS"), &registry_url(), topic, &count.to_string()])
         .output()
@@ -42,8 +63,7 @@ pub fn avro_messages(topic: &str, count: usize) -> Vec<Value> {
 pub fn decode_datums(datums: &[Vec<u8>]) -> Vec<Value> {
     use std::io::Write as _;
     let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts");
-    let python = Command::new("bash").arg(scripts.join("consumers.sh")).arg("python").output().unwrap();
-    let mut child = Command::new(String::from_utf8(python.stdout).unwrap().trim())
+    let mut child = Command::new(python())
         .arg(scripts.join("consumers/avro_read.py"))
         .args(["decode", &registry_url()])
         .stdin(std::process::Stdio::piped())
@@ -169,4 +189,58 @@ pub fn avro_pipeline(db: &str, create: &str, extra: &str) -> (tempfile::TempDir,
     let dir = tempfile::tempdir().unwrap();
     let config = super::write_config(dir.path(), &pg_config(db, &avro_sink("avro", &topic, &prefix, extra)));
     (dir, topic, config)
+}
+
+pub const ZOO: &str = "CREATE TABLE zoo (id int PRIMARY KEY, s smallint, big bigint, flag boolean, r real, \
+     dbl double precision, amount numeric(12,2), n numeric, d date, tm time(6), ts timestamp(6), tstz timestamptz, \
+     u uuid, j jsonb, b bytea, tags text[], note text DEFAULT 'new', qty int NOT NULL DEFAULT 7); \
+     ALTER TABLE zoo REPLICA IDENTITY FULL";
+
+pub const ZOO_WORKLOAD: &[&str] = &[
+    "INSERT INTO zoo VALUES (1, -7, 9007199254740993, true, 1.5, 2.25, 12.50, 3.14159, '2024-02-29', '13:45:56.123456', \
+     '2024-02-29 13:45:56.123456', '2024-02-29 13:45:56.123456+02', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', \
+     '{\"a\": [1, 2], \"b\": \"x\"}', '\\x00ff10', '{x,y,NULL}', 'first', 1)",
+    "INSERT INTO zoo (id, note, qty) VALUES (2, NULL, 2)",
+    "INSERT INTO zoo VALUES (3, 32767, -1, false, -0.25, 1e300, -0.01, 100, '1969-12-31', '00:00:00', \
+     '1900-01-01 00:00:00', '2026-12-02 10:00:00+00', '00000000-0000-0000-0000-000000000000', '[]', '\\x', '{}', 'q\"\\\\', 3)",
+    "UPDATE zoo SET amount = 13.75, note = 'changed', tags = '{z}' WHERE id = 1",
+    "DELETE FROM zoo WHERE id = 2",
+];
+
+/// The rows as the database holds them, each column in the form Debezium
+/// gives it (days, microseconds, decimal text, hex).
+pub fn database_rows(db: &str) -> BTreeMap<i64, Value> {
+    let query = "SELECT json_build_object('id', id, 's', s, 'big', big, 'flag', flag, 'r', r, 'dbl', dbl, \
+        'amount', amount::text, 'n', n::text, 'd', d - date '1970-01-01', \
+        'tm', (extract(epoch from tm) * 1000000)::bigint, 'ts', (extract(epoch from ts) * 1000000)::bigint, \
+        'tstz', (extract(epoch from tstz) * 1000000)::bigint, 'u', u::text, 'j', j::text, 'b', encode(b, 'hex'), \
+        'tags', to_jsonb(tags), 'note', note, 'qty', qty) FROM zoo ORDER BY id";
+    let output = std::process::Command::new("psql")
+        .args(["-h", &super::pg::pg_env("SLUICE_TEST_PG_HOST"), "-p", &super::pg::pg_env("SLUICE_TEST_PG_PORT")])
+        .args(["-U", &super::pg::pg_env("SLUICE_TEST_PG_USER"), "-d", db, "-Atc", query])
+        .env("PGPASSWORD", super::pg::pg_env("SLUICE_TEST_PG_PASSWORD"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let row: Value = serde_json::from_str(line).unwrap();
+            (row["id"].as_i64().unwrap(), row)
+        })
+        .collect()
+}
+
+/// A row image as the Python consumer decoded it, in the database's forms.
+pub fn as_database(image: &Value) -> Value {
+    let mut row = image.clone();
+    row["amount"] = image["amount"].get("decimal").cloned().unwrap_or(Value::Null);
+    row["n"] = match image["n"].as_object() {
+        Some(n) => json!(decimal_text(n["value"]["hex"].as_str().unwrap(), n["scale"].as_u64().unwrap() as u32)),
+        None => Value::Null,
+    };
+    row["b"] = image["b"].get("hex").cloned().unwrap_or(Value::Null);
+    row["tstz"] = image["tstz"].as_str().map_or(Value::Null, |t| json!(epoch_micros(t)));
+    row
 }
