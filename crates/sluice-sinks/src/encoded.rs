@@ -72,6 +72,7 @@ impl SharedEncoder {
     }
 
     /// Checks that the format's registry answers, where it has one.
+    #[cfg_attr(not(any(feature = "kafka", feature = "nats", feature = "redis", feature = "http")), allow(dead_code))]
     pub(crate) async fn probe(&mut self) -> Result<(), SinkError> {
         #[cfg(feature = "avro")]
         if let Some(avro) = &mut self.avro {

@@ -20,6 +20,8 @@
 
 #[cfg(feature = "s3")]
 mod avro;
+#[cfg(feature = "s3")]
+mod columns;
 pub mod config;
 #[cfg(feature = "s3")]
 mod jsonl;
