@@ -23,7 +23,7 @@ pub fn format_utc_micros(micros: i64) -> String {
 
 /// The date `days` after 1970-01-01 in the proleptic Gregorian calendar
 /// (Howard Hinnant's civil-from-days algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let day_of_era = z.rem_euclid(146_097);

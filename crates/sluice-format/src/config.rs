@@ -295,7 +295,7 @@ impl FormatConfig {
             truncate: self.truncate.unwrap_or(defaults.truncate),
             messages: self.messages.unwrap_or(defaults.messages),
             transaction_metadata: self.transaction_metadata.unwrap_or(defaults.transaction_metadata),
-            schemas_apart: self.is_avro(),
+            avro: self.is_avro(),
         }
     }
 

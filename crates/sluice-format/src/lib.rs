@@ -19,7 +19,7 @@ use std::sync::Arc;
 use sluice_core::Event;
 
 #[cfg(feature = "avro")]
-pub use avro::{AvroCodec, AvroContainer, AvroSchema, ContainerError};
+pub use avro::{AvroCodec, AvroContainer, AvroSchema};
 pub use cloudevents::{CloudEventsMode, CloudEventsSettings};
 pub use config::{AvroSupport, Carrier, Encoding, Envelope, FormatConfig, Headers, SubjectStrategy};
 pub use debezium::DebeziumSettings;

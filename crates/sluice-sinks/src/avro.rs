@@ -99,11 +99,11 @@ impl AvroWriter {
         let Some(connect) = connect else {
             return Err(rejected(format!("{}: the envelope gave no schema for the record", self.sink)));
         };
-        let (avro, id) = self.resolve(connect, topic, is_key, event).await?;
-        let mut datum = Vec::with_capacity(payload.len() / 2 + 5);
-        datum.extend_from_slice(&[0; 5]);
-        avro.write(payload, &mut datum).map_err(|e| rejected(format!("{}: {e}", self.sink)))?;
-        datum[1..5].copy_from_slice(&id.to_be_bytes());
+        let id = self.resolve(connect, topic, is_key, event).await?;
+        let mut datum = Vec::with_capacity(payload.len() + 5);
+        datum.push(0);
+        datum.extend_from_slice(&id.to_be_bytes());
+        datum.extend_from_slice(payload);
         Ok(Some(datum))
     }
 
@@ -113,7 +113,7 @@ impl AvroWriter {
         topic: &str,
         is_key: bool,
         event: &Event,
-    ) -> Result<(Arc<AvroSchema>, u32), SinkError> {
+    ) -> Result<u32, SinkError> {
         let address = Arc::as_ptr(connect) as *const u8 as usize;
         if !self.schemas.contains_key(&address) {
             let avro = AvroSchema::from_connect(connect).map_err(|e| SinkError::Rejected {
@@ -123,16 +123,16 @@ impl AvroWriter {
             self.schemas.insert(address, Known { _connect: connect.clone(), avro: Arc::new(avro), ids: Vec::new() });
         }
         let known = &self.schemas[&address];
-        let avro = known.avro.clone();
         if let Some((_, id)) = known.ids.iter().find(|(t, _)| t == topic) {
-            return Ok((avro, *id));
+            return Ok(*id);
         }
+        let avro = known.avro.clone();
         let subject = self.strategy.subject(topic, avro.name(), is_key);
         let id = self.id(&subject, &avro, event).await?;
         if let Some(known) = self.schemas.get_mut(&address) {
             known.ids.push((topic.to_string(), id));
         }
-        Ok((avro, id))
+        Ok(id)
     }
 
     /// The id of `avro` under `subject`: the one it has, or a new version

@@ -8,7 +8,6 @@ use std::io::Write;
 
 use super::AvroSchema;
 use super::datum::{bytes, long};
-use crate::FormatError;
 
 /// A block is cut at about this many uncompressed bytes, as Avro's own
 /// writers do; readers hold a block in memory at a time.
@@ -68,17 +67,12 @@ impl<W: Write> AvroContainer<W> {
         })
     }
 
-    /// Appends the datum of one JsonConverter payload of `schema` (the
-    /// file's). A payload that does not fit leaves the file as it was.
-    pub fn push(&mut self, schema: &AvroSchema, payload: &[u8]) -> Result<(), ContainerError> {
-        let mark = self.block.len();
-        if let Err(e) = schema.write(payload, &mut self.block) {
-            self.block.truncate(mark);
-            return Err(ContainerError::Datum(e));
-        }
+    /// Appends one datum of the file's schema.
+    pub fn push(&mut self, datum: &[u8]) -> std::io::Result<()> {
+        self.block.extend_from_slice(datum);
         self.block_datums += 1;
         if self.block.len() >= BLOCK_BYTES {
-            self.write_block().map_err(ContainerError::Io)?;
+            self.write_block()?;
         }
         Ok(())
     }
@@ -137,14 +131,6 @@ impl<W: Write> AvroContainer<W> {
         self.block_datums = 0;
         Ok(())
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ContainerError {
-    #[error(transparent)]
-    Datum(FormatError),
-    #[error(transparent)]
-    Io(std::io::Error),
 }
 
 /// The 16 bytes that end each block: random, so no datum is likely to

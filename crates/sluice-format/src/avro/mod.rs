@@ -6,12 +6,14 @@
 
 mod container;
 mod datum;
+mod direct;
 mod schema;
 mod stream;
 #[cfg(test)]
 mod tests;
 
-pub use container::{AvroCodec, AvroContainer, ContainerError};
+pub use container::{AvroCodec, AvroContainer};
+pub(crate) use direct::AvroOut;
 
 use crate::FormatError;
 

@@ -1,7 +1,9 @@
 //! Debezium's change event, key and value, as Debezium 3.6 writes them
 //! through Kafka's JsonConverter: with the Connect schema wrapper
-//! (`schemas: true`) or the bare payload.
+//! (`schemas: true`) or the bare payload; or, for Avro, as the datums
+//! Kafka Connect's Avro converter writes, straight from the event.
 
+pub(crate) mod out;
 mod settings;
 mod source;
 #[cfg(test)]
@@ -11,16 +13,18 @@ mod types;
 mod values;
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use sluice_core::{Event, Op, Row, TableSchema, Value};
 
 pub use settings::{BinaryHandling, DebeziumSettings, DecimalHandling, Include, TimePrecision};
 
-use crate::json;
 use crate::{FormatError, Record, RecordKind};
+use out::{JsonOut, Out};
 use types::{Field, Modes};
+
+#[cfg(feature = "avro")]
+type Avro = Arc<crate::AvroSchema>;
 
 /// What one table version becomes: its fields and, for `schemas: true`,
 /// its schemas written out once.
@@ -30,6 +34,9 @@ struct Table {
     fields: Vec<Field>,
     key_schema: Arc<str>,
     envelope_schema: Arc<str>,
+    /// The Avro schemas of key and envelope, when writing Avro.
+    #[cfg(feature = "avro")]
+    avro: Option<(Avro, Avro)>,
 }
 
 const MESSAGE_KEY_SCHEMA: &str = r#"{"type":"struct","fields":[{"type":"string","optional":true,"field":"prefix"}],"optional":false,"name":"io.debezium.connector.postgresql.MessageKey","version":1}"#;
@@ -42,12 +49,24 @@ pub struct Encoder {
     /// The key and value schemas of logical decoding messages, made once:
     /// an encoding that caches per schema (Avro) must see the same ones.
     message_schemas: Option<(Arc<str>, Arc<str>)>,
+    /// Avro schemas of the records written as JSON first (BEGIN and END,
+    /// messages), by the address of their Connect schema, which the entry
+    /// holds.
+    #[cfg(feature = "avro")]
+    avro: HashMap<usize, (Arc<str>, Avro)>,
 }
 
 impl Encoder {
     pub fn new(settings: DebeziumSettings) -> Self {
         let transaction_schemas = (Arc::from(transaction::KEY_SCHEMA), Arc::from(transaction::VALUE_SCHEMA));
-        Self { settings, tables: HashMap::new(), transaction_schemas, message_schemas: None }
+        Self {
+            settings,
+            tables: HashMap::new(),
+            transaction_schemas,
+            message_schemas: None,
+            #[cfg(feature = "avro")]
+            avro: HashMap::new(),
+        }
     }
 
     /// The `topic.prefix` of schema names: the setting, else the source id.
@@ -80,44 +99,65 @@ impl Encoder {
         };
         let id = transaction::id(event, None);
         let (order, opens) = written.order(place);
+        let refuse =
+            |why: String| FormatError(format!("event {} cannot be written as Debezium's: {why}", event.position));
         if written.event(event) && opens {
             let value = transaction::begin(event, &id);
-            out.push(self.transaction_record(&id, value));
+            let record = self.transaction_record(&id, value).map_err(refuse)?;
+            out.push(record);
         }
         self.encode_event(event, out, Some((&id, order)))?;
         if let Some((end_id, value)) = transaction::end(event, place, written) {
-            out.push(self.transaction_record(&end_id, value));
+            let record = self.transaction_record(&end_id, value).map_err(refuse)?;
+            out.push(record);
         }
         Ok(())
     }
 
-    fn transaction_record(&self, id: &str, value: String) -> Record {
-        let (key_schema, value_schema) = &self.transaction_schemas;
-        self.record_of(
-            RecordKind::Transaction,
-            (key_schema, Some(transaction::key(id))),
-            (value_schema, Some(value)),
-            Vec::new(),
-        )
+    fn transaction_record(&mut self, id: &str, value: String) -> Result<Record, String> {
+        let (key_schema, value_schema) = self.transaction_schemas.clone();
+        let key = self.json_bytes(&key_schema, transaction::key(id))?;
+        let value = self.json_bytes(&value_schema, value)?;
+        Ok(self.record_of(RecordKind::Transaction, (&key_schema, Some(key)), (&value_schema, Some(value)), Vec::new()))
     }
 
-    /// A record of a key and a value payload under their Connect schemas:
-    /// wrapped with the schema for `schemas: true`, or the payload alone
-    /// with the schemas beside it where the encoding (Avro) wants them.
+    /// A payload written as JSON text, as the record carries it: wrapped
+    /// for `schemas: true`, or an Avro datum when writing Avro.
+    fn json_bytes(&mut self, schema: &Arc<str>, text: String) -> Result<Vec<u8>, String> {
+        #[cfg(feature = "avro")]
+        if self.settings.avro {
+            let address = Arc::as_ptr(schema) as *const u8 as usize;
+            let avro = match self.avro.entry(address) {
+                std::collections::hash_map::Entry::Occupied(known) => known.get().1.clone(),
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    let avro = Arc::new(crate::AvroSchema::from_connect(schema).map_err(|e| e.to_string())?);
+                    slot.insert((schema.clone(), avro.clone()));
+                    avro
+                }
+            };
+            let mut datum = Vec::with_capacity(text.len() / 2);
+            avro.write(text.as_bytes(), &mut datum).map_err(|e| e.to_string())?;
+            return Ok(datum);
+        }
+        Ok(self.wrap(schema, text))
+    }
+
+    /// A record of a key and a value, with their Connect schemas beside
+    /// them where the encoding (Avro) wants them.
     fn record_of(
         &self,
         kind: RecordKind,
-        (key_schema, key): (&Arc<str>, Option<String>),
-        (value_schema, value): (&Arc<str>, Option<String>),
+        (key_schema, key): (&Arc<str>, Option<Vec<u8>>),
+        (value_schema, value): (&Arc<str>, Option<Vec<u8>>),
         headers: Vec<(String, Vec<u8>)>,
     ) -> Record {
-        let apart = self.settings.schemas_apart;
+        let apart = self.settings.avro;
         Record {
             kind,
             key_schema: (apart && key.is_some()).then(|| key_schema.clone()),
             value_schema: (apart && value.is_some()).then(|| value_schema.clone()),
-            key: key.map(|k| self.wrap(key_schema, k)),
-            value: value.map(|v| self.wrap(value_schema, v)),
+            key,
+            value,
             headers,
         }
     }
@@ -143,45 +183,48 @@ impl Encoder {
             event.schema.clone().ok_or_else(|| refuse("the source gave no column types for its table".into()))?;
         let key = Arc::as_ptr(&schema) as usize;
         if !self.tables.contains_key(&key) {
-            let table = self.table(event, schema);
+            let table = self.table(event, schema)?;
             self.tables.insert(key, table);
         }
         let table = &self.tables[&key];
-        let new_key = key_payload(event, event.after.as_ref(), table).map_err(refuse)?;
         let old_key = match (event.op, &event.before) {
-            (Op::Update, Some(before)) => key_payload(event, Some(before), table).map_err(refuse)?,
+            (Op::Update, Some(before)) => key_text(event, Some(before), table).map_err(refuse)?,
             _ => None,
         };
         let tombstones = self.settings.tombstones;
-        if let (Some(old), Some(new)) = (&old_key, &new_key)
-            && old != new
+        if let Some(old) = &old_key
+            && let Some(new) = key_text(event, event.after.as_ref(), table).map_err(refuse)?
+            && *old != new
         {
             // A new primary key is a new row to a keyed consumer: Debezium
             // writes a delete of the old key, its tombstone, and a create.
-            let new_header = vec![("__debezium.newkey".to_string(), new.clone().into_bytes())];
-            let delete = self.change(event, table, "d", (event.before.as_ref(), None), tx).map_err(refuse)?;
-            out.push(self.record(RecordKind::Change, table, Some(old), Some(delete), new_header.clone()));
+            let old_bytes = self.key_bytes(event, event.before.as_ref(), table).map_err(refuse)?;
+            let new_bytes = self.key_bytes(event, event.after.as_ref(), table).map_err(refuse)?;
+            let new_header = vec![("__debezium.newkey".to_string(), new.into_bytes())];
+            let delete = self.change_bytes(event, table, "d", (event.before.as_ref(), None), tx).map_err(refuse)?;
+            out.push(self.record(RecordKind::Change, table, old_bytes.clone(), Some(delete), new_header.clone()));
             if tombstones {
-                out.push(self.record(RecordKind::Tombstone, table, Some(old), None, new_header));
+                out.push(self.record(RecordKind::Tombstone, table, old_bytes, None, new_header));
             }
             // The create is the key change's second record.
             let next =
                 tx.map(|(id, order)| (id, transaction::Order { total: order.total + 1, table: order.table + 1 }));
-            let create = self.change(event, table, "c", (None, event.after.as_ref()), next).map_err(refuse)?;
+            let create = self.change_bytes(event, table, "c", (None, event.after.as_ref()), next).map_err(refuse)?;
             let old_header = vec![("__debezium.oldkey".to_string(), old.clone().into_bytes())];
-            out.push(self.record(RecordKind::Change, table, Some(new), Some(create), old_header));
+            out.push(self.record(RecordKind::Change, table, new_bytes, Some(create), old_header));
             return Ok(());
         }
         let key = match event.op {
-            Op::Delete => key_payload(event, event.before.as_ref(), table).map_err(refuse)?,
+            Op::Delete => self.key_bytes(event, event.before.as_ref(), table).map_err(refuse)?,
             Op::Truncate => None,
-            _ => new_key,
+            _ => self.key_bytes(event, event.after.as_ref(), table).map_err(refuse)?,
         };
         let images = (event.before.as_ref(), event.after.as_ref());
-        let payload = self.change(event, table, event.op.code(), images, tx).map_err(refuse)?;
-        out.push(self.record(RecordKind::Change, table, key.as_ref(), Some(payload), Vec::new()));
-        if event.op == Op::Delete && tombstones {
-            out.push(self.record(RecordKind::Tombstone, table, key.as_ref(), None, Vec::new()));
+        let payload = self.change_bytes(event, table, event.op.code(), images, tx).map_err(refuse)?;
+        let tombstone = (event.op == Op::Delete && tombstones).then(|| key.clone());
+        out.push(self.record(RecordKind::Change, table, key, Some(payload), Vec::new()));
+        if let Some(key) = tombstone {
+            out.push(self.record(RecordKind::Tombstone, table, key, None, Vec::new()));
         }
         Ok(())
     }
@@ -190,45 +233,89 @@ impl Encoder {
         &self,
         kind: RecordKind,
         table: &Table,
-        key: Option<&String>,
-        payload: Option<String>,
+        key: Option<Vec<u8>>,
+        payload: Option<Vec<u8>>,
         headers: Vec<(String, Vec<u8>)>,
     ) -> Record {
-        self.record_of(kind, (&table.key_schema, key.cloned()), (&table.envelope_schema, payload), headers)
+        self.record_of(kind, (&table.key_schema, key), (&table.envelope_schema, payload), headers)
+    }
+
+    /// The key of `image` as the record carries it: JSON (wrapped for
+    /// `schemas: true`) or an Avro datum; `None` for a table without a
+    /// primary key or an event without the image.
+    fn key_bytes(&self, event: &Event, image: Option<&Row>, table: &Table) -> Result<Option<Vec<u8>>, String> {
+        if table._schema.primary_key.is_empty() {
+            return Ok(None);
+        }
+        let Some(image) = image.or(event.key.as_ref()) else { return Ok(None) };
+        #[cfg(feature = "avro")]
+        if let Some((key, _)) = &table.avro {
+            let mut out = crate::avro::AvroOut::new(key, 32);
+            write_key(&mut out, image, table)?;
+            return Ok(Some(out.datum));
+        }
+        let mut out = JsonOut::with_capacity(64);
+        write_key(&mut out, image, table)?;
+        Ok(Some(self.wrap(&table.key_schema, out.text)))
+    }
+
+    /// The value of one change as the record carries it.
+    fn change_bytes(
+        &self,
+        event: &Event,
+        table: &Table,
+        op: &str,
+        images: (Option<&Row>, Option<&Row>),
+        tx: Option<(&str, transaction::Order)>,
+    ) -> Result<Vec<u8>, String> {
+        #[cfg(feature = "avro")]
+        if let Some((_, envelope)) = &table.avro {
+            let mut out = crate::avro::AvroOut::new(envelope, 256);
+            self.change(&mut out, event, table, op, images, tx)?;
+            return Ok(out.datum);
+        }
+        let mut out = JsonOut::with_capacity(512);
+        self.change(&mut out, event, table, op, images, tx)?;
+        Ok(self.wrap(&table.envelope_schema, out.text))
     }
 
     /// The value payload of one change.
-    fn change(
+    fn change<O: Out>(
         &self,
+        out: &mut O,
         event: &Event,
         table: &Table,
         op: &str,
         (before, after): (Option<&Row>, Option<&Row>),
         tx: Option<(&str, transaction::Order)>,
-    ) -> Result<String, String> {
-        let mut payload = String::with_capacity(256);
-        payload.push_str("{\"before\":");
-        self.row(&mut payload, before, table)?;
-        payload.push_str(",\"after\":");
-        self.row(&mut payload, after, table)?;
-        payload.push_str(",\"source\":");
-        source::write(&mut payload, event, self.prefix(event));
-        payload.push_str(",\"transaction\":");
-        write_transaction(&mut payload, tx);
+    ) -> Result<(), String> {
+        out.begin_struct()?;
+        out.key("before")?;
+        self.row(out, before, table)?;
+        out.key("after")?;
+        self.row(out, after, table)?;
+        out.key("source")?;
+        source::write(out, event, self.prefix(event))?;
+        out.key("transaction")?;
+        match tx {
+            Some((id, order)) => transaction::block(out, id, order)?,
+            None => out.null()?,
+        }
+        out.key("op")?;
+        out.str(op)?;
         let now_us = sluice_core::time::now_us();
-        let _ = write!(
-            payload,
-            ",\"op\":\"{op}\",\"ts_ms\":{},\"ts_us\":{},\"ts_ns\":{}}}",
-            now_us.div_euclid(1000),
-            now_us,
-            now_us.saturating_mul(1000)
-        );
-        Ok(payload)
+        out.key("ts_ms")?;
+        out.long(now_us.div_euclid(1000))?;
+        out.key("ts_us")?;
+        out.long(now_us)?;
+        out.key("ts_ns")?;
+        out.long(now_us.saturating_mul(1000))?;
+        out.end_struct()
     }
 
     /// Takes the payload by value: without schemas it is the bytes as they are.
     fn wrap(&self, schema: &str, payload: String) -> Vec<u8> {
-        if !self.settings.schemas || self.settings.schemas_apart {
+        if !self.settings.schemas || self.settings.avro {
             return payload.into_bytes();
         }
         let mut out = String::with_capacity(schema.len() + payload.len() + 24);
@@ -240,7 +327,7 @@ impl Encoder {
         out.into_bytes()
     }
 
-    fn table(&self, event: &Event, schema: Arc<TableSchema>) -> Table {
+    fn table(&self, event: &Event, schema: Arc<TableSchema>) -> Result<Table, FormatError> {
         let time = self.settings.time_precision.unwrap_or(match source::Connector::of(event) {
             source::Connector::Postgres => TimePrecision::Adaptive,
             _ => TimePrecision::AdaptiveTimeMicroseconds,
@@ -279,22 +366,29 @@ impl Encoder {
             source = source::schema(event),
             transaction = source::TRANSACTION_SCHEMA,
         );
-        Table { _schema: schema, fields, key_schema: key_schema.into(), envelope_schema: envelope_schema.into() }
+        #[cfg(feature = "avro")]
+        let avro = if self.settings.avro {
+            let convert = |connect: &str| crate::AvroSchema::from_connect(connect).map(Arc::new);
+            Some((convert(&key_schema)?, convert(&envelope_schema)?))
+        } else {
+            None
+        };
+        Ok(Table {
+            _schema: schema,
+            fields,
+            key_schema: key_schema.into(),
+            envelope_schema: envelope_schema.into(),
+            #[cfg(feature = "avro")]
+            avro,
+        })
     }
 
-    fn row(&self, out: &mut String, row: Option<&Row>, table: &Table) -> Result<(), String> {
-        let Some(row) = row else {
-            out.push_str("null");
-            return Ok(());
-        };
+    fn row<O: Out>(&self, out: &mut O, row: Option<&Row>, table: &Table) -> Result<(), String> {
+        let Some(row) = row else { return out.null() };
         let schema = &table._schema;
-        out.push('{');
-        for (i, (column, field)) in schema.columns.iter().zip(&table.fields).enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            json::push_str(out, &column.name);
-            out.push(':');
+        out.begin_struct()?;
+        for (column, field) in schema.columns.iter().zip(&table.fields) {
+            out.key(&column.name)?;
             // A key-only old image (a delete under the default replica
             // identity) lacks the other columns. Debezium fills each with
             // its default, or a NOT NULL column with its type's zero.
@@ -313,8 +407,7 @@ impl Encoder {
             values::write(out, value, &field.conv, &self.settings.unavailable_value)
                 .map_err(|e| format!("column {:?}: {e}", column.name))?;
         }
-        out.push('}');
-        Ok(())
+        out.end_struct()
     }
 
     /// A logical decoding message, on Debezium's `<prefix>.message` shape.
@@ -331,20 +424,32 @@ impl Encoder {
             Some(other) => other.text().into_owned().into_bytes(),
             None => Vec::new(),
         };
-        let mut payload = String::from("{\"op\":\"m\",");
-        let now_us = sluice_core::time::now_us();
-        let _ = write!(payload, "\"ts_ms\":{},\"source\":", now_us.div_euclid(1000));
-        source::write(&mut payload, event, self.prefix(event));
-        payload.push_str(",\"transaction\":");
-        write_transaction(&mut payload, tx);
-        payload.push_str(",\"message\":{\"prefix\":");
-        json::push_str(&mut payload, &prefix);
-        payload.push_str(",\"content\":");
-        values::write(&mut payload, &Value::Bytes(content), &types::Conv::Binary(BinaryHandling::Bytes), "")?;
-        payload.push_str("}}");
-        let mut key = String::from("{\"prefix\":");
-        json::push_str(&mut key, &prefix);
-        key.push('}');
+        let mut payload = JsonOut::with_capacity(256);
+        payload.begin_struct()?;
+        payload.key("op")?;
+        payload.str("m")?;
+        payload.key("ts_ms")?;
+        payload.long(sluice_core::time::now_us().div_euclid(1000))?;
+        payload.key("source")?;
+        source::write(&mut payload, event, self.prefix(event))?;
+        payload.key("transaction")?;
+        match tx {
+            Some((id, order)) => transaction::block(&mut payload, id, order)?,
+            None => payload.null()?,
+        }
+        payload.key("message")?;
+        payload.begin_struct()?;
+        payload.key("prefix")?;
+        payload.str(&prefix)?;
+        payload.key("content")?;
+        payload.bytes(&content)?;
+        payload.end_struct()?;
+        payload.end_struct()?;
+        let mut key = JsonOut::with_capacity(32);
+        key.begin_struct()?;
+        key.key("prefix")?;
+        key.str(&prefix)?;
+        key.end_struct()?;
         // Messages come from PostgreSQL only, so their source schema is one.
         let schemas = self
             .message_schemas
@@ -357,44 +462,42 @@ impl Encoder {
                 (MESSAGE_KEY_SCHEMA.into(), value_schema.into())
             })
             .clone();
-        out.push(self.record_of(RecordKind::Change, (&schemas.0, Some(key)), (&schemas.1, Some(payload)), Vec::new()));
+        let key = self.json_bytes(&schemas.0, key.text)?;
+        let value = self.json_bytes(&schemas.1, payload.text)?;
+        out.push(self.record_of(RecordKind::Change, (&schemas.0, Some(key)), (&schemas.1, Some(value)), Vec::new()));
         Ok(())
     }
 }
 
-fn write_transaction(out: &mut String, tx: Option<(&str, transaction::Order)>) {
-    match tx {
-        Some((id, order)) => transaction::block(out, id, order),
-        None => out.push_str("null"),
-    }
-}
-
-/// The key struct of `image`: its primary key columns; `None` for a
-/// table without a primary key or an event without the image.
-fn key_payload(event: &Event, image: Option<&Row>, table: &Table) -> Result<Option<String>, String> {
-    let schema = &table._schema;
-    if schema.primary_key.is_empty() {
+/// The key struct of `image`, as JSON text: to compare an update's old and
+/// new keys, and for the key-change headers. `None` for a table without a
+/// primary key or an event without the image.
+fn key_text(event: &Event, image: Option<&Row>, table: &Table) -> Result<Option<String>, String> {
+    if table._schema.primary_key.is_empty() {
         return Ok(None);
     }
     let Some(image) = image.or(event.key.as_ref()) else { return Ok(None) };
-    let mut out = String::from("{");
-    for (i, index) in schema.primary_key.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
+    let mut out = JsonOut::with_capacity(64);
+    write_key(&mut out, image, table)?;
+    Ok(Some(out.text))
+}
+
+/// The key struct: the primary key columns of `image`.
+fn write_key<O: Out>(out: &mut O, image: &Row, table: &Table) -> Result<(), String> {
+    let schema = &table._schema;
+    out.begin_struct()?;
+    for index in &schema.primary_key {
         let column = &schema.columns[*index];
-        json::push_str(&mut out, &column.name);
-        out.push(':');
+        out.key(&column.name)?;
         let value = image.get(&column.name).unwrap_or(&Value::Null);
-        values::write(&mut out, value, &table.fields[*index].conv, "")?;
+        values::write(out, value, &table.fields[*index].conv, "")?;
     }
-    out.push('}');
-    Ok(Some(out))
+    out.end_struct()
 }
 
 /// A column default in the schema, where Debezium would show one.
 fn default_json(value: &Value, field: &Field, settings: &DebeziumSettings) -> Option<String> {
-    let mut out = String::new();
+    let mut out = JsonOut::default();
     values::write(&mut out, value, &field.conv, &settings.unavailable_value).ok()?;
-    Some(out)
+    Some(out.text)
 }

@@ -30,9 +30,10 @@ pub struct DebeziumSettings {
     /// Debezium's `provide.transaction.metadata`: each change's
     /// `transaction` block, and BEGIN and END records.
     pub transaction_metadata: bool,
-    /// Give each record's Connect schemas beside its bare payloads, for an
-    /// encoding that carries schemas its own way (Avro).
-    pub schemas_apart: bool,
+    /// Write each record's key and value as Avro datums (unframed), with
+    /// their Connect schemas beside them, from which the Avro schemas are
+    /// made and which name the registry subjects.
+    pub avro: bool,
 }
 
 impl Default for DebeziumSettings {
@@ -48,7 +49,7 @@ impl Default for DebeziumSettings {
             truncate: Include::Skip,
             messages: Include::Include,
             transaction_metadata: false,
-            schemas_apart: false,
+            avro: false,
         }
     }
 }

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use sluice_core::schema::SnapshotMark;
 use sluice_core::{Event, Op, Origin, Position};
 
-use crate::json;
+use super::out::Out;
 
 /// The version Sluice writes where Debezium writes its own.
 const VERSION: &str = concat!("sluice-", env!("CARGO_PKG_VERSION"));
@@ -77,29 +77,50 @@ fn snapshot(event: &Event) -> &'static str {
     }
 }
 
-pub fn write(out: &mut String, event: &Event, prefix: &str) {
-    let ms = event.commit_time_us.div_euclid(1000);
-    out.push_str("{\"version\":\"");
-    out.push_str(VERSION);
-    out.push_str("\",\"connector\":");
+pub fn write<O: Out>(out: &mut O, event: &Event, prefix: &str) -> Result<(), String> {
     let kind = Connector::of(event);
-    json::push_str(out, kind.name());
-    out.push_str(",\"name\":");
-    json::push_str(out, prefix);
-    let _ = write!(out, ",\"ts_ms\":{ms},\"snapshot\":\"{}\",\"db\":", snapshot(event));
-    json::push_str(out, &event.database);
+    out.begin_struct()?;
+    out.key("version")?;
+    out.str(VERSION)?;
+    out.key("connector")?;
+    out.str(kind.name())?;
+    out.key("name")?;
+    out.str(prefix)?;
+    out.key("ts_ms")?;
+    out.long(event.commit_time_us.div_euclid(1000))?;
+    out.key("snapshot")?;
+    out.str(snapshot(event))?;
+    out.key("db")?;
+    out.str(&event.database)?;
     match kind {
-        Connector::Postgres => postgres(out, event),
-        Connector::Mysql | Connector::Mariadb => mysql(out, event),
+        Connector::Postgres => postgres(out, event)?,
+        Connector::Mysql | Connector::Mariadb => mysql(out, event)?,
     }
-    out.push('}');
+    out.end_struct()
 }
 
-fn timestamps(out: &mut String, event: &Event) {
-    let _ = write!(out, ",\"ts_us\":{},\"ts_ns\":{}", event.commit_time_us, event.commit_time_us.saturating_mul(1000));
+fn timestamps<O: Out>(out: &mut O, event: &Event) -> Result<(), String> {
+    out.key("ts_us")?;
+    out.long(event.commit_time_us)?;
+    out.key("ts_ns")?;
+    out.long(event.commit_time_us.saturating_mul(1000))
 }
 
-fn postgres(out: &mut String, event: &Event) {
+fn optional_long<O: Out>(out: &mut O, value: Option<i64>) -> Result<(), String> {
+    match value {
+        Some(value) => out.long(value),
+        None => out.null(),
+    }
+}
+
+fn optional_str<O: Out>(out: &mut O, value: Option<&str>) -> Result<(), String> {
+    match value {
+        Some(value) => out.str(value),
+        None => out.null(),
+    }
+}
+
+fn postgres<O: Out>(out: &mut O, event: &Event) -> Result<(), String> {
     let (lsn, last_commit) = match &event.origin {
         Origin::Postgres { lsn, last_commit_lsn, .. } => (Some(*lsn), *last_commit_lsn),
         _ => match event.position.base() {
@@ -107,70 +128,72 @@ fn postgres(out: &mut String, event: &Event) {
             _ => (None, None),
         },
     };
-    out.push_str(",\"sequence\":");
-    match lsn {
-        Some(lsn) => {
-            let last = last_commit.map_or("null".to_string(), |c| format!("\"{c}\""));
-            json::push_str(out, &format!("[{last},\"{lsn}\"]"));
+    out.key("sequence")?;
+    let sequence = lsn.map(|lsn| {
+        let mut text = String::with_capacity(48);
+        match last_commit {
+            Some(last) => {
+                let _ = write!(text, "[\"{last}\",\"{lsn}\"]");
+            }
+            None => {
+                let _ = write!(text, "[null,\"{lsn}\"]");
+            }
         }
-        None => out.push_str("null"),
-    }
-    timestamps(out, event);
+        text
+    });
+    optional_str(out, sequence.as_deref())?;
+    timestamps(out, event)?;
     // A message belongs to no table; its `table` is the message prefix.
     let (schema, table) = match event.op {
         Op::Message => ("", ""),
         _ => event.table.split_once('.').unwrap_or(("", &event.table)),
     };
-    out.push_str(",\"schema\":");
-    json::push_str(out, schema);
-    out.push_str(",\"table\":");
-    json::push_str(out, table);
-    match event.tx_id.parse::<i64>() {
-        Ok(tx) => {
-            let _ = write!(out, ",\"txId\":{tx}");
-        }
-        Err(_) => out.push_str(",\"txId\":null"),
+    out.key("schema")?;
+    out.str(schema)?;
+    out.key("table")?;
+    out.str(table)?;
+    out.key("txId")?;
+    optional_long(out, event.tx_id.parse::<i64>().ok())?;
+    out.key("lsn")?;
+    optional_long(out, lsn.map(|lsn| lsn as i64))?;
+    for field in ["xmin", "origin", "origin_lsn"] {
+        out.key(field)?;
+        out.null()?;
     }
-    match lsn {
-        Some(lsn) => {
-            let _ = write!(out, ",\"lsn\":{lsn}");
-        }
-        None => out.push_str(",\"lsn\":null"),
-    }
-    out.push_str(",\"xmin\":null,\"origin\":null,\"origin_lsn\":null");
+    Ok(())
 }
 
-fn mysql(out: &mut String, event: &Event) {
-    out.push_str(",\"sequence\":null");
-    timestamps(out, event);
-    out.push_str(",\"table\":");
-    json::push_str(out, event.table.rsplit('.').next().unwrap_or(&event.table));
-    match &event.origin {
+fn mysql<O: Out>(out: &mut O, event: &Event) -> Result<(), String> {
+    out.key("sequence")?;
+    out.null()?;
+    timestamps(out, event)?;
+    out.key("table")?;
+    out.str(event.table.rsplit('.').next().unwrap_or(&event.table))?;
+    let fallback;
+    let (server_id, gtid, file, pos, row, thread) = match &event.origin {
         Origin::Mysql { server_id, file, pos, row, thread, gtid, .. } => {
-            let _ = write!(out, ",\"server_id\":{server_id},\"gtid\":");
-            match gtid {
-                Some(gtid) => json::push_str(out, gtid),
-                None => out.push_str("null"),
-            }
-            out.push_str(",\"file\":");
-            json::push_str(out, file);
-            let _ = write!(out, ",\"pos\":{pos},\"row\":{row},\"thread\":");
-            match thread {
-                Some(thread) => {
-                    let _ = write!(out, "{thread}");
-                }
-                None => out.push_str("null"),
-            }
+            (i64::from(*server_id), gtid.as_deref(), &**file, *pos as i64, i64::from(*row), thread.map(|t| t as i64))
         }
         _ => {
-            let (file, pos) = match event.position.base() {
+            fallback = match event.position.base() {
                 Position::Mysql(pos) => (pos.file.to_string(), pos.offset),
                 _ => (String::new(), 0),
             };
-            out.push_str(",\"server_id\":0,\"gtid\":null,\"file\":");
-            json::push_str(out, &file);
-            let _ = write!(out, ",\"pos\":{pos},\"row\":0,\"thread\":null");
+            (0, None, fallback.0.as_str(), fallback.1 as i64, 0, None)
         }
-    }
-    out.push_str(",\"query\":null");
+    };
+    out.key("server_id")?;
+    out.long(server_id)?;
+    out.key("gtid")?;
+    optional_str(out, gtid)?;
+    out.key("file")?;
+    out.str(file)?;
+    out.key("pos")?;
+    out.long(pos)?;
+    out.key("row")?;
+    out.long(row)?;
+    out.key("thread")?;
+    optional_long(out, thread)?;
+    out.key("query")?;
+    out.null()
 }

@@ -68,10 +68,15 @@ pub fn id(event: &Event, lsn: Option<u64>) -> String {
 }
 
 /// The `transaction` block of a change.
-pub fn block(out: &mut String, id: &str, order: Order) {
-    out.push_str("{\"id\":");
-    json::push_str(out, id);
-    let _ = write!(out, ",\"total_order\":{},\"data_collection_order\":{}}}", order.total, order.table);
+pub fn block<O: super::out::Out>(out: &mut O, id: &str, order: Order) -> Result<(), String> {
+    out.begin_struct()?;
+    out.key("id")?;
+    out.str(id)?;
+    out.key("total_order")?;
+    out.long(order.total as i64)?;
+    out.key("data_collection_order")?;
+    out.long(order.table as i64)?;
+    out.end_struct()
 }
 
 /// The key of a BEGIN or END record.

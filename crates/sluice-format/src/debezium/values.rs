@@ -6,9 +6,9 @@ use base64::Engine as _;
 use sluice_core::Value;
 use sluice_core::time::{parse_iso_date, parse_iso_timestamp};
 
+use super::out::Out;
 use super::settings::BinaryHandling;
 use super::types::Conv;
-use crate::json;
 
 /// Debezium's average month, in days, for intervals.
 const DAYS_PER_MONTH_AVG: f64 = 365.25 / 12.0;
@@ -16,140 +16,100 @@ const DAYS_PER_MONTH_AVG: f64 = 365.25 / 12.0;
 const MICROS_PER_DAY: i64 = 86_400_000_000;
 
 /// Writes `value` as `conv` says; an error names what cannot be represented.
-pub fn write(out: &mut String, value: &Value, conv: &Conv, unavailable: &str) -> Result<(), String> {
+pub fn write<O: Out>(out: &mut O, value: &Value, conv: &Conv, unavailable: &str) -> Result<(), String> {
     match (value, conv) {
-        (Value::Null, _) => out.push_str("null"),
+        (Value::Null, _) => out.null(),
         (Value::Unchanged, Conv::Binary(mode)) => binary(out, unavailable.as_bytes(), *mode),
         (Value::Unchanged, Conv::Array(_)) => {
-            out.push('[');
-            json::push_str(out, unavailable);
-            out.push(']');
+            out.begin_array(1)?;
+            out.str(unavailable)?;
+            out.end_array()
         }
-        (Value::Unchanged, Conv::Text) => json::push_str(out, unavailable),
-        (Value::Unchanged, _) => return Err("an unchanged value of a column that cannot hold the placeholder".into()),
-        (Value::Bool(b), Conv::Bool) => out.push_str(if *b { "true" } else { "false" }),
+        (Value::Unchanged, Conv::Text) => out.str(unavailable),
+        (Value::Unchanged, _) => Err("an unchanged value of a column that cannot hold the placeholder".into()),
+        (Value::Bool(b), Conv::Bool) => out.bool(*b),
         // MySQL's bit(1) arrives as a number.
-        (Value::UInt(u), Conv::Bool) => out.push_str(if *u != 0 { "true" } else { "false" }),
+        (Value::UInt(u), Conv::Bool) => out.bool(*u != 0),
         (Value::UInt(u), Conv::Bits { length }) => {
             let bytes = u.to_le_bytes();
-            binary(out, &bytes[..(*length as usize).div_ceil(8).clamp(1, 8)], BinaryHandling::Bytes);
+            out.bytes(&bytes[..(*length as usize).div_ceil(8).clamp(1, 8)])
         }
         // PostgreSQL's bit strings arrive as their text, most significant bit first.
-        (Value::Text(bits), Conv::Bool) if bits == "0" || bits == "1" => {
-            out.push_str(if bits == "1" { "true" } else { "false" })
-        }
-        (Value::Text(bits), Conv::Bits { .. }) => binary(out, &bit_string_bytes(bits)?, BinaryHandling::Bytes),
+        (Value::Text(bits), Conv::Bool) if bits == "0" || bits == "1" => out.bool(bits == "1"),
+        (Value::Text(bits), Conv::Bits { .. }) => out.bytes(&bit_string_bytes(bits)?),
         // PostgreSQL's money arrives as its text, in the server's currency format.
         (Value::Text(money), conv @ (Conv::DecimalBytes { .. } | Conv::DecimalString | Conv::DecimalDouble)) => {
-            decimal(out, &money_decimal(money)?, conv)?
+            decimal(out, &money_decimal(money)?, conv)
         }
-        (Value::Int(i), Conv::Int) => {
-            let _ = write!(out, "{i}");
-        }
+        (Value::Int(i), Conv::Int) => out.long(*i),
         // Debezium's `bigint.unsigned.handling.mode=long`: an unsigned
         // bigint above i64::MAX wraps, as in Debezium, to fit Connect's int64.
-        (Value::UInt(u), Conv::Int) => {
-            let _ = write!(out, "{}", *u as i64);
-        }
-        (Value::Float(f), Conv::Float) => float(out, *f),
-        (Value::Decimal(text), conv) => decimal(out, text, conv)?,
+        (Value::UInt(u), Conv::Int) => out.long(*u as i64),
+        (Value::Float(f), Conv::Float) => out.double(*f),
+        (Value::Decimal(text), conv) => decimal(out, text, conv),
         (Value::Bytes(bytes), Conv::Binary(mode)) => binary(out, bytes, *mode),
-        (Value::Json(doc), Conv::Text) => json::push_str(out, doc.as_str()),
+        (Value::Json(doc), Conv::Text) => out.str(doc.as_str()),
         (Value::Date(text), Conv::Date) => {
-            let days = parse_iso_date(text).ok_or_else(|| format!("date {text:?} has no day number"))?;
-            let _ = write!(out, "{days}");
+            out.long(parse_iso_date(text).ok_or_else(|| format!("date {text:?} has no day number"))?)
         }
-        (Value::Time(text), Conv::TimeMillis) => {
-            let _ = write!(out, "{}", time_of_day_micros(text)? / 1000);
-        }
-        (Value::Time(text), Conv::TimeMicros) => {
-            let _ = write!(out, "{}", time_of_day_micros(text)?);
-        }
-        (Value::Time(text), Conv::ZonedTime { precision }) => json::push_str(out, &zoned_time(text, *precision)?),
+        (Value::Time(text), Conv::TimeMillis) => out.long(time_of_day_micros(text)? / 1000),
+        (Value::Time(text), Conv::TimeMicros) => out.long(time_of_day_micros(text)?),
+        (Value::Time(text), Conv::ZonedTime { precision }) => out.str(&zoned_time(text, *precision)?),
         (Value::Timestamp(text) | Value::TimestampTz(text), Conv::TimestampMillis) => {
-            let _ = write!(out, "{}", timestamp_micros(text)?.div_euclid(1000));
+            out.long(timestamp_micros(text)?.div_euclid(1000))
         }
-        (Value::Timestamp(text) | Value::TimestampTz(text), Conv::TimestampMicros) => {
-            let _ = write!(out, "{}", timestamp_micros(text)?);
-        }
-        (Value::TimestampTz(text), Conv::ZonedTimestamp { precision }) => {
-            json::push_str(out, &zoned_timestamp(text, *precision)?)
-        }
-        (Value::Text(text), Conv::IntervalMicros) => {
-            let _ = write!(out, "{}", interval_micros(text)?);
-        }
+        (Value::Timestamp(text) | Value::TimestampTz(text), Conv::TimestampMicros) => out.long(timestamp_micros(text)?),
+        (Value::TimestampTz(text), Conv::ZonedTimestamp { precision }) => out.str(&zoned_timestamp(text, *precision)?),
+        (Value::Text(text), Conv::IntervalMicros) => out.long(interval_micros(text)?),
         (Value::Array(items), Conv::Array(item)) => {
-            out.push('[');
-            for (i, value) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
+            out.begin_array(items.len())?;
+            for value in items {
                 write(out, value, item, unavailable)?;
             }
-            out.push(']');
+            out.end_array()
         }
         (Value::Bytes(b), Conv::Uuid) if b.len() == 16 => {
             let hex: String = b.iter().map(|byte| format!("{byte:02x}")).collect();
-            let text = format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]);
-            json::push_str(out, &text);
+            out.str(&format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]))
         }
-        (value, Conv::Text | Conv::Uuid) => json::push_str(out, &value.text()),
-        (value, conv) => return Err(format!("a value {value:?} does not fit the column's Debezium type ({conv:?})")),
-    }
-    Ok(())
-}
-
-fn float(out: &mut String, f: f64) {
-    if f.is_finite() {
-        out.push_str(&serde_json::to_string(&f).unwrap_or_else(|_| "null".into()));
-    } else if f.is_nan() {
-        out.push_str("\"NaN\"");
-    } else if f > 0.0 {
-        out.push_str("\"Infinity\"");
-    } else {
-        out.push_str("\"-Infinity\"");
+        (Value::Text(text), Conv::Text | Conv::Uuid) => out.str(text),
+        (value, Conv::Text | Conv::Uuid) => out.str(&value.text()),
+        (value, conv) => Err(format!("a value {value:?} does not fit the column's Debezium type ({conv:?})")),
     }
 }
 
-fn binary(out: &mut String, bytes: &[u8], mode: BinaryHandling) {
+/// Bytes as the binary handling mode has them: Connect bytes, or a string
+/// of their base64 or hex.
+fn binary<O: Out>(out: &mut O, bytes: &[u8], mode: BinaryHandling) -> Result<(), String> {
     match mode {
-        BinaryHandling::Bytes | BinaryHandling::Base64 => {
-            out.push('"');
-            base64::engine::general_purpose::STANDARD.encode_string(bytes, out);
-            out.push('"');
-        }
+        BinaryHandling::Bytes => out.bytes(bytes),
+        BinaryHandling::Base64 => out.str(&base64::engine::general_purpose::STANDARD.encode(bytes)),
         BinaryHandling::Hex => {
-            out.push('"');
+            let mut hex = String::with_capacity(bytes.len() * 2);
             for byte in bytes {
-                let _ = write!(out, "{byte:02x}");
+                let _ = write!(hex, "{byte:02x}");
             }
-            out.push('"');
+            out.str(&hex)
         }
     }
 }
 
-fn decimal(out: &mut String, text: &str, conv: &Conv) -> Result<(), String> {
+fn decimal<O: Out>(out: &mut O, text: &str, conv: &Conv) -> Result<(), String> {
     match conv {
-        Conv::DecimalString | Conv::Text => json::push_str(out, text),
-        Conv::DecimalDouble => {
-            let value: f64 = text.parse().map_err(|_| format!("decimal {text:?} is not a number"))?;
-            float(out, value);
-        }
-        Conv::DecimalBytes { scale } => {
-            let unscaled = unscaled(text, Some(*scale))?;
-            out.push('"');
-            base64::engine::general_purpose::STANDARD.encode_string(unscaled.1, out);
-            out.push('"');
-        }
+        Conv::DecimalString | Conv::Text => out.str(text),
+        Conv::DecimalDouble => out.double(text.parse().map_err(|_| format!("decimal {text:?} is not a number"))?),
+        Conv::DecimalBytes { scale } => out.bytes(&unscaled(text, Some(*scale))?.1),
         Conv::VariableDecimal => {
             let (scale, bytes) = unscaled(text, None)?;
-            let _ = write!(out, "{{\"scale\":{scale},\"value\":\"");
-            base64::engine::general_purpose::STANDARD.encode_string(bytes, out);
-            out.push_str("\"}");
+            out.begin_struct()?;
+            out.key("scale")?;
+            out.long(i64::from(scale))?;
+            out.key("value")?;
+            out.bytes(&bytes)?;
+            out.end_struct()
         }
-        other => return Err(format!("a decimal does not fit the column's Debezium type ({other:?})")),
+        other => Err(format!("a decimal does not fit the column's Debezium type ({other:?})")),
     }
-    Ok(())
 }
 
 /// A bit string (`1010000011`) as Debezium's `Bits`: the number it
@@ -280,30 +240,34 @@ fn zoned_time(text: &str, precision: u32) -> Result<String, String> {
     let (micros, _) = parse_iso_timestamp(&format!("1970-01-02T{local}{zone}"))
         .ok_or_else(|| format!("time {text:?} does not parse"))?;
     let of_day = micros.rem_euclid(MICROS_PER_DAY);
-    Ok(format!("{}Z", clock(of_day, precision)))
+    let mut out = String::with_capacity(16);
+    clock(&mut out, of_day, precision);
+    out.push('Z');
+    Ok(out)
 }
 
 /// `HH:MM:SS` and `precision` fraction digits (at most 6), as Debezium
 /// prints a zoned time of a column with that precision.
-fn clock(micros_of_day: i64, precision: u32) -> String {
+fn clock(out: &mut String, micros_of_day: i64, precision: u32) {
     let seconds = micros_of_day / 1_000_000;
     let fraction = micros_of_day % 1_000_000;
-    let mut text = format!("{:02}:{:02}:{:02}", seconds / 3600, seconds / 60 % 60, seconds % 60);
-    let digits = precision.min(6) as usize;
+    let _ = write!(out, "{:02}:{:02}:{:02}", seconds / 3600, seconds / 60 % 60, seconds % 60);
+    let digits = precision.min(6);
     if digits > 0 {
-        text.push('.');
-        text.push_str(&format!("{fraction:06}")[..digits]);
+        // The leading `digits` of the six-digit fraction.
+        let _ = write!(out, ".{:0width$}", fraction / 10i64.pow(6 - digits), width = digits as usize);
     }
-    text
 }
 
 /// A timestamp with zone as Debezium's `ZonedTimestamp`: ISO-8601 in UTC.
 fn zoned_timestamp(text: &str, precision: u32) -> Result<String, String> {
     let micros = timestamp_micros(text)?;
-    let days = micros.div_euclid(MICROS_PER_DAY);
-    let date = sluice_core::time::format_utc_micros(days * MICROS_PER_DAY);
-    let date = date.split('T').next().unwrap_or_default().to_string();
-    Ok(format!("{date}T{}Z", clock(micros.rem_euclid(MICROS_PER_DAY), precision)))
+    let (year, month, day) = sluice_core::time::civil_from_days(micros.div_euclid(MICROS_PER_DAY));
+    let mut out = String::with_capacity(32);
+    let _ = write!(out, "{year:04}-{month:02}-{day:02}T");
+    clock(&mut out, micros.rem_euclid(MICROS_PER_DAY), precision);
+    out.push('Z');
+    Ok(out)
 }
 
 /// An ISO-8601 duration (`P1Y2M3DT4H5M6.5S`, parts may be negative) in

@@ -6,16 +6,15 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sluice_core::SinkError;
-use sluice_format::{AvroCodec, AvroContainer, AvroSchema, ContainerError, Record};
+use sluice_format::{AvroCodec, AvroContainer, AvroSchema, Record};
 
 use super::Compression;
 use super::jsonl::Counted;
 
 pub(super) struct AvroFile {
     container: AvroContainer<Counted>,
-    /// The Connect schema of the file's records, and its Avro schema.
+    /// The Connect schema of the file's records.
     connect: Arc<str>,
-    schema: Arc<AvroSchema>,
 }
 
 impl AvroFile {
@@ -32,7 +31,7 @@ impl AvroFile {
             Compression::None | Compression::Gzip => AvroCodec::Null,
         };
         let container = AvroContainer::new(Counted::create(path)?, &schema, codec)?;
-        Ok(Self { container, connect, schema })
+        Ok(Self { container, connect })
     }
 
     /// Whether `connect` is the file's schema: the same text, which the
@@ -41,15 +40,12 @@ impl AvroFile {
         Arc::ptr_eq(&self.connect, connect) || *self.connect == **connect
     }
 
-    /// Appends a record of the file's schema. A value that does not fit
-    /// it is refused, and the file stays as it was.
-    pub fn push(&mut self, record: &Record, reject: impl Fn(String) -> SinkError) -> Result<(), SinkError> {
-        let Some(value) = &record.value else { return Ok(()) };
-        match self.container.push(&self.schema, value) {
-            Ok(()) => Ok(()),
-            Err(ContainerError::Datum(e)) => Err(reject(e.to_string())),
-            Err(ContainerError::Io(e)) => Err(SinkError::transient(format!("s3 sink: writing a staged file: {e}"))),
-        }
+    /// Appends a record of the file's schema, whose value is its datum.
+    pub fn push(&mut self, record: &Record) -> Result<(), SinkError> {
+        let Some(datum) = &record.value else { return Ok(()) };
+        self.container
+            .push(datum)
+            .map_err(|e| SinkError::transient(format!("s3 sink: writing a staged file: {e}")))
     }
 
     /// Bytes in the file so far, compressed.

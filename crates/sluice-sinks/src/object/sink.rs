@@ -362,7 +362,6 @@ impl Sink for ObjectSink {
                     }
                     Some(true) => {}
                 }
-                let id = &self.config.id;
                 let Some(file) = self.open.get_mut(&key) else { continue };
                 match &mut file.writer {
                     Writer::Jsonl(writer) => {
@@ -372,10 +371,7 @@ impl Sink for ObjectSink {
                     }
                     Writer::Avro(writer) => {
                         for record in records {
-                            writer.push(record, |detail| SinkError::Rejected {
-                                detail: format!("s3 sink {id:?}: {detail}"),
-                                position: event.position.clone(),
-                            })?;
+                            writer.push(record)?;
                         }
                     }
                     Writer::Parquet(writer) => writer.push(event)?,
