@@ -9,33 +9,18 @@ name order, and prints one JSON line per file:
 made JSON: bytes as {"hex": ...}, decimals as {"decimal": "<text>"}.
 """
 
-import decimal
 import json
 import os
 import sys
 
 import fastavro
 
-
-def plain(value):
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    if isinstance(value, (bytes, bytearray)):
-        return {"hex": bytes(value).hex()}
-    if isinstance(value, decimal.Decimal):
-        return {"decimal": str(value)}
-    return value
+from plain import files_under, plain
 
 
 def main():
     root = sys.argv[1]
-    paths = []
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        paths += [os.path.join(folder, f) for f in files if f.endswith(".avro")]
-    for path in sorted(paths, key=os.path.basename):
+    for path in files_under(root, ".avro"):
         with open(path, "rb") as f:
             reader = fastavro.reader(f)
             records = [plain(r) for r in reader]

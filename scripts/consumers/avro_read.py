@@ -17,7 +17,6 @@ as fastavro decodes them, made JSON: bytes as {"hex": ...}, decimals as
 within 60 seconds.
 """
 
-import decimal
 import json
 import sys
 import time
@@ -27,17 +26,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-
-def plain(value):
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    if isinstance(value, (bytes, bytearray)):
-        return {"hex": bytes(value).hex()}
-    if isinstance(value, decimal.Decimal):
-        return {"decimal": str(value)}
-    return value
+from plain import plain
 
 
 def schema_id(data):

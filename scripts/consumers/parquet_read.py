@@ -18,6 +18,8 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from plain import files_under
+
 
 def column_values(column):
     kind = column.type
@@ -38,11 +40,7 @@ def column_values(column):
 
 def main():
     root = sys.argv[1]
-    paths = []
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        paths += [os.path.join(folder, f) for f in files if f.endswith(".parquet")]
-    for path in sorted(paths, key=os.path.basename):
+    for path in files_under(root, ".parquet"):
         parquet = pq.ParquetFile(path)
         table = parquet.read()
         logical = {parquet.schema.column(i).name: str(parquet.schema.column(i).logical_type)

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::avro::{
-    ZOO, ZOO_WORKLOAD, as_database, avro_messages, avro_pipeline, avro_sink, database_rows, decimal_text,
-    decode_datums, epoch_micros, pg_config, registry_url, schema_of, set_compatibility, version_ids,
+    ZOO, ZOO_WORKLOAD, avro_messages, avro_pipeline, avro_sink, database_rows, decimal_text, decode_datums,
+    epoch_micros, pg_config, registry_url, schema_of, set_compatibility, version_ids, zoo_after,
 };
 use common::debezium::{create_topics, debezium_records, pg_properties};
 use common::pg::{drop_slots, fresh_database, sql, stop, wait_for_slot};
@@ -39,17 +39,7 @@ fn confluent_kafka_reads_the_type_zoo_as_postgres_holds_it_with_debeziums_avro_s
     let messages = avro_messages(&topic, 6);
     stop(child, dir.path());
 
-    let mut table = BTreeMap::new();
-    for message in &messages {
-        let Some(value) = message["value"].as_object() else { continue };
-        if let Some(before) = value["before"].as_object() {
-            table.remove(&before["id"].as_i64().unwrap());
-        }
-        if value["after"].is_object() {
-            let row = as_database(&value["after"]);
-            table.insert(row["id"].as_i64().unwrap(), row);
-        }
-    }
+    let table = zoo_after(messages.iter().map(|m| &m["value"]).filter(|v| v.is_object()));
     assert_eq!(table, database_rows(db), "the rows the Avro consumer read");
     let tombstone = &messages[5];
     assert!(tombstone["value"].is_null() && tombstone["key"] == json!({"id": 2}), "{tombstone}");

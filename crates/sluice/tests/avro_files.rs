@@ -5,11 +5,10 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use common::avro::{ZOO, ZOO_WORKLOAD, as_database, avro_files, database_rows, pg_config};
+use common::avro::{ZOO, ZOO_WORKLOAD, avro_files, database_rows, pg_config, zoo_after};
 use common::pg::{drop_slots, fresh_database, sql, stop, wait_for_slot};
 use common::*;
 use serde_json::{Value, json};
@@ -60,16 +59,7 @@ fn fastavro_reads_the_type_zoo_from_avro_files_in_every_codec_as_postgres_holds_
         let folder = dir.path().join(compression);
         let found = wait_for_records(&folder, 5);
         assert_eq!(found.len(), 5, "{compression}: {found:?}");
-        let mut table = BTreeMap::new();
-        for (_, value) in &found {
-            if let Some(before) = value["before"].as_object() {
-                table.remove(&before["id"].as_i64().unwrap());
-            }
-            if value["after"].is_object() {
-                let row = as_database(&value["after"]);
-                table.insert(row["id"].as_i64().unwrap(), row);
-            }
-        }
+        let table = zoo_after(found.iter().map(|(_, value)| value));
         assert_eq!(table, database_rows(db), "the rows fastavro read from the {compression} files");
         let ops: Vec<&str> = found.iter().map(|(_, v)| v["op"].as_str().unwrap()).collect();
         assert_eq!(ops, ["c", "c", "c", "u", "d"], "{compression}");

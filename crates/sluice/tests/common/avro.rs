@@ -244,3 +244,19 @@ pub fn as_database(image: &Value) -> Value {
     row["tstz"] = image["tstz"].as_str().map_or(Value::Null, |t| json!(epoch_micros(t)));
     row
 }
+
+/// The zoo table the change values (Debezium envelopes, in order) leave,
+/// each row in the database's forms.
+pub fn zoo_after<'a>(values: impl IntoIterator<Item = &'a Value>) -> BTreeMap<i64, Value> {
+    let mut table = BTreeMap::new();
+    for value in values {
+        if let Some(before) = value["before"].as_object() {
+            table.remove(&before["id"].as_i64().unwrap());
+        }
+        if value["after"].is_object() {
+            let row = as_database(&value["after"]);
+            table.insert(row["id"].as_i64().unwrap(), row);
+        }
+    }
+    table
+}
