@@ -69,6 +69,7 @@ fn validate_pipeline(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid>
         }
         sink.settings().validate(&sink_at)?;
         sink.buffer().validate(&sink_at)?;
+        validate_delivery(&sink_at, sink)?;
     }
     validate_batch(&format!("{at}.batch"), &pipeline.batch)?;
     validate_policy(&format!("{at}.commit_policy"), &pipeline.commit_policy, &pipeline.sinks)?;
@@ -120,6 +121,31 @@ fn validate_slo(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid> {
                 "use commit_policy.mode required or quorum, or remove detach_optional_sinks",
             ));
         }
+    }
+    Ok(())
+}
+
+/// At-most-once is for optional sinks whose write is durable when it
+/// returns, so every event a failure loses is one the count names.
+fn validate_delivery(at: &str, sink: &SinkConfig) -> Result<(), Invalid> {
+    if sink.delivery() != sluice_sinks::Delivery::AtMostOnce {
+        return Ok(());
+    }
+    if sink.required() {
+        return Err(Invalid::new(
+            format!("{at}.delivery"),
+            "at_most_once drops the batches the sink fails to write, but a required sink holds the pipeline \
+             until it has every event",
+            "set required: false beside delivery: at_most_once, or remove delivery",
+        ));
+    }
+    if sink.type_name() == "s3" {
+        return Err(Invalid::new(
+            format!("{at}.delivery"),
+            "the s3 sink commits a file after it took the file's events, so a failed commit would lose events \
+             no count could name",
+            "remove delivery: the s3 sink is exactly-once at file level",
+        ));
     }
     Ok(())
 }

@@ -13,6 +13,9 @@ pub enum Guarantee {
     /// Replays after a crash or a retry can repeat events; `dedup` names the
     /// field a consumer uses to drop them.
     AtLeastOnce { dedup: &'static str },
+    /// Each event is written once or not at all: a batch the sink fails
+    /// to write is dropped, not written again, and its events counted.
+    AtMostOnce,
 }
 
 impl Guarantee {
@@ -27,6 +30,7 @@ impl fmt::Display for Guarantee {
             Guarantee::ExactlyOnce { condition: None } => f.write_str("exactly-once"),
             Guarantee::ExactlyOnce { condition: Some(c) } => write!(f, "exactly-once ({c})"),
             Guarantee::AtLeastOnce { dedup } => write!(f, "at-least-once (dedup: {dedup})"),
+            Guarantee::AtMostOnce => f.write_str("at-most-once (dropped events counted)"),
         }
     }
 }

@@ -127,6 +127,7 @@ impl Checkpointer {
                 sink.checkpoint_events.store(events, std::sync::atomic::Ordering::Relaxed);
             }
             *lock(&sink.checkpoint) = Some(position.clone());
+            sink.stored.send_replace(Some(position.clone()));
             self.stored[index] = Some(position);
         }
         self.advance_ack();

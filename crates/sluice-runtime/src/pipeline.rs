@@ -47,6 +47,9 @@ pub struct SinkSpec {
     pub sink: Box<dyn Sink>,
     pub required: bool,
     pub buffer: BufferLimits,
+    /// A batch the sink fails to write is dropped and counted, not
+    /// written again (`delivery: at_most_once`).
+    pub at_most_once: bool,
 }
 
 /// The settings of one pipeline, as validated config gives them.
@@ -107,7 +110,11 @@ pub fn handle_of(name: &str, source: &dyn Source, source_kind: &str, sinks: &[Si
 fn sink_infos(sinks: &[SinkSpec]) -> Vec<SinkInfo> {
     sinks
         .iter()
-        .map(|s| SinkInfo { id: s.sink.id().to_string(), guarantee: s.sink.guarantee(), required: s.required })
+        .map(|s| SinkInfo {
+            id: s.sink.id().to_string(),
+            guarantee: if s.at_most_once { sluice_core::Guarantee::AtMostOnce } else { s.sink.guarantee() },
+            required: s.required,
+        })
         .collect()
 }
 
@@ -384,6 +391,7 @@ impl WriterParts<'_> {
                 sink_id: sink_id.clone(),
                 sink: spec.sink,
                 may_detach,
+                at_most_once: spec.at_most_once,
                 deadline: settings.sink_batch_deadline,
                 stored: stored[index].clone(),
                 batches: buffer,

@@ -101,6 +101,9 @@ pub struct SinkStatus {
     pub required: bool,
     state: Mutex<SinkState>,
     pub(crate) checkpoint: Mutex<Option<Position>>,
+    /// The stored checkpoint as it changes, for a writer that waits on it
+    /// (at-most-once stores before it writes).
+    pub(crate) stored: tokio::sync::watch::Sender<Option<Position>>,
     pub(crate) durable: Mutex<Option<Position>>,
     /// Events and bytes, counted along the stream, the sink holds durably.
     pub(crate) durable_events: AtomicU64,
@@ -123,6 +126,9 @@ pub struct SinkStatus {
     /// then hold them twice).
     pub replayed: AtomicU64,
     pub dead_lettered: AtomicU64,
+    /// Events an at-most-once sink failed to write and the pipeline went
+    /// past without writing again.
+    pub dropped: AtomicU64,
     /// Since when the sink keeps failing (µs), 0 when it is not.
     failing_since_us: AtomicI64,
     last_error: Mutex<Option<ErrorNote>>,
@@ -159,6 +165,7 @@ impl SinkStatus {
             required,
             state: Mutex::new(SinkState::Starting),
             checkpoint: Mutex::new(None),
+            stored: tokio::sync::watch::Sender::new(None),
             durable: Mutex::new(None),
             durable_events: AtomicU64::new(0),
             durable_bytes: AtomicU64::new(0),
@@ -173,6 +180,7 @@ impl SinkStatus {
             replay_skipped: AtomicU64::new(0),
             replayed: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
             failing_since_us: AtomicI64::new(0),
             last_error: Mutex::new(None),
             detached: Mutex::new(None),

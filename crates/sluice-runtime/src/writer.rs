@@ -84,6 +84,9 @@ pub(crate) struct SinkWriter {
     pub sink_id: String,
     /// Whether a failure detaches the sink instead of retrying forever.
     pub may_detach: bool,
+    /// A batch the sink fails to write is dropped and counted, and each
+    /// batch's checkpoint is stored before the batch is written.
+    pub at_most_once: bool,
     pub deadline: Duration,
     pub stored: Option<Position>,
     pub batches: Arc<SinkBuffer>,
@@ -121,6 +124,7 @@ pub(crate) struct SinkWriter {
 pub(crate) struct SinkMetrics {
     pub latency: metrics::Histogram,
     pub batch_events: metrics::Histogram,
+    pub dropped: metrics::Counter,
 }
 
 impl SinkMetrics {
@@ -129,6 +133,7 @@ impl SinkMetrics {
         Self {
             latency: metrics::histogram!("sluice_sink_latency_seconds", &labels),
             batch_events: metrics::histogram!("sluice_sink_batch_events", &labels),
+            dropped: metrics::counter!("sluice_sink_dropped_events_total", &labels),
         }
     }
 }
@@ -340,6 +345,13 @@ impl SinkWriter {
                 };
                 let last = chunks.last_position().clone();
                 let count = chunks.event_count() as u64;
+                let from = state.position.clone();
+                if self.at_most_once {
+                    // Stored before it is written: a crash from here on
+                    // loses the batch rather than hand it over again.
+                    self.note_durable(state, Some(last.clone())).await;
+                    self.wait_stored(&last).await?;
+                }
                 let skips = state.skip.range(batch.first().clone()..=batch.last().clone()).next().is_some();
                 let written = if skips {
                     // Events sent to the dead letter queue are left out.
@@ -376,6 +388,10 @@ impl SinkWriter {
                         self.reopen(state, &mut backoff).await?;
                         continue 'attempt;
                     }
+                    Err(err) if self.at_most_once => {
+                        self.drop_batch(state, (&batch, from), err).await?;
+                        continue 'attempt;
+                    }
                     Err(err) => {
                         self.recover(state, err, &mut backoff).await?;
                         continue 'attempt;
@@ -384,6 +400,65 @@ impl SinkWriter {
             }
             self.prune(state);
             return Ok(());
+        }
+    }
+
+    /// At-most-once: the sink failed the part of `batch` past `from`. It is
+    /// reopened at once (once, not retried, shutdown or not), so it is
+    /// consistent again and says what of the batch it took (a sink that
+    /// acknowledges event by event); the rest is dropped, counted, and
+    /// passed for good. A sink that does not reopen is taken to hold
+    /// nothing of the batch, and its next batch tries again.
+    async fn drop_batch(
+        &mut self,
+        state: &mut State,
+        (batch, from): (&Arc<Batch>, Option<Position>),
+        err: SinkError,
+    ) -> Result<(), Stop> {
+        self.sink_status().failed_call(err.to_string());
+        let holds = match self.open_once().await {
+            Ok(holds) => holds,
+            Err(not_open) => {
+                warn!(error = %not_open, "at-most-once sink did not reopen; its next batch tries again");
+                self.sink_status().failed_call(not_open.to_string());
+                None
+            }
+        };
+        let unreadable = |e: String| {
+            Stop::Fatal(SinkError::permanent(
+                format!("cannot read back a spilled batch: {e}"),
+                "check the disk of --data-dir",
+            ))
+        };
+        // Counted chunk by chunk: a spilled batch knows only its total.
+        let mut dropped = 0u64;
+        if let Some(mut rest) = batch.chunks(from.max(holds).as_ref()).map_err(|e| unreadable(e.to_string()))? {
+            while let Some(chunk) = rest.next_chunk().await.map_err(|e| unreadable(e.to_string()))? {
+                dropped += chunk.len() as u64;
+            }
+        }
+        warn!(error = %err, dropped, "at-most-once sink failed a batch; its events are dropped, not written again");
+        self.sink_status().dropped.fetch_add(dropped, Ordering::Relaxed);
+        self.metrics.dropped.increment(dropped);
+        let last = batch.last().clone();
+        state.position = Some(last.clone());
+        if state.handed.as_ref().is_none_or(|h| *h < last) {
+            state.handed = Some(last.clone());
+        }
+        self.note_durable(state, Some(last)).await;
+        Ok(())
+    }
+
+    /// Waits until the sink's stored checkpoint reaches `last`: the
+    /// commit policy may hold it behind the required sinks for a while.
+    /// Not cut short by shutdown: the checkpointer outlives the writers,
+    /// and a batch whose checkpoint is stored must still be written (the
+    /// shutdown grace bounds the wait).
+    async fn wait_stored(&mut self, last: &Position) -> Result<(), Stop> {
+        let mut stored = self.sink_status().stored.subscribe();
+        match stored.wait_for(|s| s.as_ref().is_some_and(|s| s >= last)).await {
+            Ok(_) => Ok(()),
+            Err(_) => Err(Stop::Abandoned),
         }
     }
 

@@ -28,6 +28,7 @@ fn sink() -> impl Strategy<Value = SinkScenario> {
     (any::<bool>(), any::<bool>(), 1u32..4, prop::collection::vec(fault(), 0..12)).prop_map(
         |(required, co_located, durable_every, faults)| SinkScenario {
             required,
+            at_most_once: false,
             options: MemoryOptions { co_located, retain: true, durable_every },
             faults,
         },
@@ -102,7 +103,12 @@ proptest! {
 }
 
 fn plain_sink(required: bool, co_located: bool, faults: Vec<Fault>) -> SinkScenario {
-    SinkScenario { required, options: MemoryOptions { co_located, ..MemoryOptions::default() }, faults }
+    SinkScenario {
+        required,
+        at_most_once: false,
+        options: MemoryOptions { co_located, ..MemoryOptions::default() },
+        faults,
+    }
 }
 
 fn scenario_with(sinks: Vec<SinkScenario>, mode: PolicyMode) -> Scenario {
@@ -203,4 +209,33 @@ fn a_poison_event_goes_to_the_dead_letter_queue_and_the_rest_flows() {
     let expected: Vec<Position> = positions(&world.expected()).into_iter().filter(|p| *p != poisoned).collect();
     assert_eq!(held, expected, "everything but the poison event, once, in order");
     assert_eq!(world.logs[1].events().len(), 60, "the other sink is not affected");
+}
+
+#[test]
+fn an_at_most_once_sink_that_fails_half_its_writes_loses_exactly_the_counted_events() {
+    // Every other write fails: before writing, after writing half, or
+    // after writing it all. The sink says on open what it holds, so the
+    // writer counts as dropped exactly what it did not take.
+    let faults: Vec<Fault> = (0..40)
+        .map(|i| match i % 6 {
+            1 => Fault::FailBefore,
+            3 => Fault::FailMidway,
+            5 => Fault::FailAfter,
+            _ => Fault::None,
+        })
+        .collect();
+    let options = MemoryOptions { co_located: true, ..MemoryOptions::default() };
+    let at_most_once = SinkScenario { required: false, at_most_once: true, options, faults };
+    let world = World::new(scenario_with(vec![plain_sink(true, false, vec![]), at_most_once], PolicyMode::Required));
+    let Outcome::Finished(report) = world.run_once(true) else { panic!("the run must finish") };
+    let last = Some(Position::Generator { tx: 20, seq: 2 });
+    assert_eq!(report.checkpoints[0].1, last, "the required sink is not held back");
+    assert_eq!(report.checkpoints[1].1, last, "the at-most-once sink's checkpoint passes what it dropped");
+    let held = positions(&world.logs[1].events());
+    let unique: BTreeSet<Position> = held.iter().cloned().collect();
+    assert_eq!(unique.len(), held.len(), "an event written twice");
+    let status = world.last_status.lock().unwrap().clone().unwrap();
+    let dropped = status.sinks[1].dropped.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(dropped > 0, "no batch was dropped");
+    assert_eq!(held.len() as u64 + dropped, 60, "held and dropped events make up the stream");
 }

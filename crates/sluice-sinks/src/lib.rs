@@ -7,6 +7,7 @@
 #[cfg(feature = "avro")]
 mod avro;
 pub mod buffer;
+mod delivery;
 mod encoded;
 mod preflight;
 mod registry;
@@ -19,6 +20,7 @@ pub mod testing;
 use sluice_core::Sink;
 
 pub use buffer::{BufferConfig, BufferLimits};
+pub use delivery::Delivery;
 pub use registry::{DEFAULT_REQUIRED, SinkSettings, default_required};
 pub use target::Target;
 

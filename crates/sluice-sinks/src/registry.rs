@@ -148,10 +148,20 @@ macro_rules! sink_registry {
                 }
             }
 
-            /// The guarantee the sink declares as configured; the built
-            /// sink reports the same through `Sink::guarantee`.
+            pub fn delivery(&self) -> crate::Delivery {
+                match self {
+                    $( SinkConfig::$variant(c) => c.delivery, )*
+                }
+            }
+
+            /// The guarantee the sink declares as configured (the built
+            /// sink reports the same through `Sink::guarantee`), unless
+            /// its delivery is at-most-once, which the coordinator makes.
             pub fn guarantee(&self) -> sluice_core::Guarantee {
-                self.settings().guarantee()
+                match self.delivery() {
+                    crate::Delivery::AtMostOnce => sluice_core::Guarantee::AtMostOnce,
+                    crate::Delivery::AtLeastOnce => self.settings().guarantee(),
+                }
             }
         }
 

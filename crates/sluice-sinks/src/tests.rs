@@ -162,21 +162,29 @@ fn always_built_sinks_report_the_guarantee_their_config_declares() {
             path: dir.path().join("x.jsonl"),
             required: true,
             buffer: Default::default(),
+            delivery: Default::default(),
             format: Default::default(),
         }),
         SinkConfig::Stdout(StdoutSinkConfig {
             id: "s".into(),
             required: true,
             buffer: Default::default(),
+            delivery: Default::default(),
             format: Default::default(),
         }),
         SinkConfig::Stdout(StdoutSinkConfig {
             id: "s".into(),
             required: true,
             buffer: Default::default(),
+            delivery: Default::default(),
             format: serde_json::from_str(r#"{"envelope":"debezium"}"#).unwrap(),
         }),
-        SinkConfig::Null(NullSinkConfig { id: "n".into(), required: false, buffer: Default::default() }),
+        SinkConfig::Null(NullSinkConfig {
+            id: "n".into(),
+            required: false,
+            buffer: Default::default(),
+            delivery: Default::default(),
+        }),
     ];
     for config in configs {
         let sink = build(&config, &context).unwrap();
@@ -190,7 +198,12 @@ async fn the_null_sink_reports_the_last_position_and_keeps_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let context = SinkContext { pipeline: "p".into(), source_id: "src".into(), data_dir: dir.path().into() };
     let mut sink = build(
-        &SinkConfig::Null(NullSinkConfig { id: "n".into(), required: true, buffer: Default::default() }),
+        &SinkConfig::Null(NullSinkConfig {
+            id: "n".into(),
+            required: true,
+            buffer: Default::default(),
+            delivery: Default::default(),
+        }),
         &context,
     )
     .unwrap();

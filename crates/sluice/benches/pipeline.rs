@@ -117,7 +117,12 @@ fn run_pipeline_with(
     data_dir: &std::path::Path,
 ) {
     let store = Arc::new(EmbeddedStore::open(&data_dir.join("store")).unwrap());
-    let sinks = vec![SinkSpec { sink, required: true, buffer: sluice_config::BufferConfig::default().limits(true) }];
+    let sinks = vec![SinkSpec {
+        sink,
+        required: true,
+        buffer: sluice_config::BufferConfig::default().limits(true),
+        at_most_once: false,
+    }];
     let handle = sluice_runtime::handle_of("bench", source.as_ref(), "bench", &sinks);
     let pipeline = Pipeline {
         settings: PipelineSettings {

@@ -87,7 +87,12 @@ pub fn pipeline(config: &PipelineConfig, store: Arc<EmbeddedStore>, data_dir: &P
     let mut sinks = Vec::new();
     for sink in &config.sinks {
         let built = sluice_sinks::build(sink, &context).map_err(Failure::bad_input)?;
-        sinks.push(SinkSpec { sink: built, required: sink.required(), buffer: sink.buffer_limits() });
+        sinks.push(SinkSpec {
+            sink: built,
+            required: sink.required(),
+            buffer: sink.buffer_limits(),
+            at_most_once: sink.delivery() == sluice_sinks::Delivery::AtMostOnce,
+        });
     }
     let kind = match &config.source {
         SourceConfig::Generator(_) => "generator",

@@ -29,6 +29,12 @@ fn http_sink_defaults_guarantee_and_secret_headers() {
         batch.pipelines[0].sinks[0].guarantee().to_string(),
         "at-least-once (dedup: event id in each array element)"
     );
+    let telemetry = check(
+        &format!("{HTTP}      - type: file\n        config: {{ id: all, path: out.jsonl }}\n")
+            .replace("id: hook,", "id: hook, required: false, delivery: at_most_once,"),
+    )
+    .unwrap();
+    assert_eq!(telemetry.pipelines[0].sinks[0].guarantee().to_string(), "at-most-once (dropped events counted)");
 }
 
 #[test]
@@ -43,6 +49,8 @@ fn http_sink_rules_name_the_field() {
         (HTTP.replace("id: hook,", "id: hook, timeout_secs: 0,"), "config.timeout_secs"),
         (HTTP.replace("id: hook,", "id: hook, mode: batch, batch_max_events: 0,"), "config.batch_max_events"),
         (HTTP.replace("id: hook,", "id: hook, method: GET,"), "`POST`"),
+        (HTTP.replace("id: hook,", "id: hook, delivery: at_most_once,"), "config.delivery"),
+        (HTTP.replace("id: hook,", "id: hook, delivery: sometimes,"), "unknown variant `sometimes`"),
         (HTTP.replace("id: hook,", "id: hook, signature_header: \"x y\","), "config.signature_header"),
         (
             HTTP.replace("id: hook,", "id: hook, mode: batch, format: { envelope: cloudevents, mode: binary },"),
@@ -144,6 +152,7 @@ fn s3_sink_rules_name_the_field() {
             "config.format.mode",
         ),
         (S3.replace("prefix: cdc/orders", "prefix: cdc, format: avro, compression: gzip"), "config.compression"),
+        (S3.replace("prefix: cdc/orders", "prefix: cdc, required: false, delivery: at_most_once"), "config.delivery"),
         (
             S3.replace(
                 "prefix: cdc/orders",

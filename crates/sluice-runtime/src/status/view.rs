@@ -111,6 +111,7 @@ impl SinkStatus {
             replay_skipped: self.replay_skipped.load(Ordering::Relaxed),
             replayed: self.replayed.load(Ordering::Relaxed),
             dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+            dropped: self.dropped.load(Ordering::Relaxed),
             failing_for_seconds: self.failing_for_secs(),
             last_error: lock(&self.last_error).clone(),
             detached: self.detachment(),
@@ -189,6 +190,8 @@ pub struct SinkView {
     pub replay_skipped: u64,
     pub replayed: u64,
     pub dead_lettered: u64,
+    /// Events an at-most-once sink dropped.
+    pub dropped: u64,
     pub failing_for_seconds: f64,
     pub last_error: Option<ErrorNote>,
     pub detached: Option<Detachment>,

@@ -105,4 +105,11 @@ impl SinkWriter {
             }
         }
     }
+
+    /// One `open`, neither retried nor given up at shutdown (it has its
+    /// deadline): what the sink says it holds.
+    pub(super) async fn open_once(&mut self) -> Result<Option<Position>, SinkError> {
+        let holds = with_deadline(self.deadline, "open", self.sink.open()).await?;
+        Ok(self.current_generation(holds))
+    }
 }

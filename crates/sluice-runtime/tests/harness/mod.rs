@@ -21,6 +21,8 @@ pub const SOURCE_ID: &str = "gen";
 #[derive(Debug, Clone)]
 pub struct SinkScenario {
     pub required: bool,
+    /// `delivery: at_most_once`: failed batches are dropped and counted.
+    pub at_most_once: bool,
     pub options: MemoryOptions,
     pub faults: Vec<Fault>,
 }
@@ -48,6 +50,8 @@ pub struct World {
     plans: Vec<FaultPlan>,
     spill_dir: tempfile::TempDir,
     pub dead_letters: Arc<MemoryStore>,
+    /// The status of the last run, for its counters.
+    pub last_status: Mutex<Option<Arc<sluice_runtime::PipelineStatus>>>,
 }
 
 pub enum Outcome {
@@ -64,6 +68,7 @@ impl World {
             inner: MemoryStore::new(),
             logs: logs.clone(),
             required: scenario.sinks.iter().map(|s| s.required).collect(),
+            at_most_once: scenario.sinks.iter().map(|s| s.at_most_once).collect(),
             policy: scenario.policy.clone(),
             keys,
         });
@@ -75,6 +80,7 @@ impl World {
             scenario,
             spill_dir: tempfile::tempdir().unwrap(),
             dead_letters: Arc::new(MemoryStore::new()),
+            last_status: Mutex::new(None),
         }
     }
 
@@ -121,12 +127,14 @@ impl World {
                     sink: Box::new(recording),
                     required: spec.required,
                     buffer: sluice_config::BufferConfig::default().limits(spec.required),
+                    at_most_once: spec.at_most_once,
                 }
             })
             .collect();
         let source =
             AckChecked { inner: GeneratorSource::new(self.generator_config()), ack: None, store: self.store.clone() };
         let handle = sluice_runtime::handle_of("test", &source, "generator", &sinks);
+        *self.last_status.lock().unwrap() = Some(handle.status.clone());
         let pipeline = Pipeline {
             settings: PipelineSettings {
                 slo: sluice_config::SloConfig::default(),
@@ -252,11 +260,13 @@ impl Source for AckChecked {
 }
 
 /// A memory store that checks every commit against the commit policy:
-/// no checkpoint may pass what the sinks the policy requires hold durably.
+/// no checkpoint may pass what the sinks the policy requires hold durably
+/// (save an at-most-once sink, whose checkpoint passes what it dropped).
 pub struct ObservedStore {
     pub inner: MemoryStore,
     logs: Vec<Arc<MemoryLog>>,
     required: Vec<bool>,
+    at_most_once: Vec<bool>,
     policy: CommitPolicy,
     keys: Vec<CheckpointKey>,
 }
@@ -264,7 +274,7 @@ pub struct ObservedStore {
 impl ObservedStore {
     fn check(&self, position: &Position, key: &CheckpointKey) {
         let held: Vec<Option<Position>> = self.logs.iter().map(|l| l.last_position()).collect();
-        let holds = |i: usize| held[i].as_ref().is_some_and(|h| h >= position);
+        let holds = |i: usize| self.at_most_once[i] || held[i].as_ref().is_some_and(|h| h >= position);
         let index = self.keys.iter().position(|k| k == key).unwrap();
         assert!(holds(index), "{key} stored at {position} beyond what the sink holds ({:?})", held[index]);
         let must_hold: Vec<usize> = match self.policy.mode {

@@ -36,6 +36,9 @@ pub struct HttpSinkConfig {
     /// This sink's buffer limits (`buffer.max_memory_bytes`, `buffer.max_disk_bytes`).
     #[serde(default)]
     pub buffer: crate::BufferConfig,
+    /// `at_least_once` (default) or `at_most_once` (optional sinks only).
+    #[serde(default)]
+    pub delivery: crate::Delivery,
     /// `http(s)://...`; placeholders `${db}`, `${table}`, `${op}`,
     /// `${key.<column>}` are percent-encoded.
     pub url: String,

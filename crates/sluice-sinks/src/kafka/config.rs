@@ -56,6 +56,9 @@ pub struct KafkaSinkConfig {
     /// This sink's buffer limits (`buffer.max_memory_bytes`, `buffer.max_disk_bytes`).
     #[serde(default)]
     pub buffer: crate::BufferConfig,
+    /// `at_least_once` (default) or `at_most_once` (optional sinks only).
+    #[serde(default)]
+    pub delivery: crate::Delivery,
     /// `host:port[,host:port...]`.
     pub brokers: String,
     /// Placeholders: `${db}`, `${table}`, `${op}`, `${key.<column>}`.

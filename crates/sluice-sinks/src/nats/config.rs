@@ -27,6 +27,9 @@ pub struct NatsSinkConfig {
     /// This sink's buffer limits (`buffer.max_memory_bytes`, `buffer.max_disk_bytes`).
     #[serde(default)]
     pub buffer: crate::BufferConfig,
+    /// `at_least_once` (default) or `at_most_once` (optional sinks only).
+    #[serde(default)]
+    pub delivery: crate::Delivery,
     /// `nats://host:port`, or several separated by commas.
     pub url: String,
     /// Placeholders: `${db}`, `${table}`, `${op}`, `${key.<column>}`.

@@ -42,6 +42,9 @@ pub struct S3SinkConfig {
     /// This sink's buffer limits (`buffer.max_memory_bytes`, `buffer.max_disk_bytes`).
     #[serde(default)]
     pub buffer: crate::BufferConfig,
+    /// `at_least_once` (default) or `at_most_once` (optional sinks only).
+    #[serde(default)]
+    pub delivery: crate::Delivery,
     /// Write to this local folder instead of S3.
     pub local: Option<PathBuf>,
     pub bucket: Option<String>,

@@ -25,6 +25,9 @@ pub struct RedisSinkConfig {
     /// This sink's buffer limits (`buffer.max_memory_bytes`, `buffer.max_disk_bytes`).
     #[serde(default)]
     pub buffer: crate::BufferConfig,
+    /// `at_least_once` (default) or `at_most_once` (optional sinks only).
+    #[serde(default)]
+    pub delivery: crate::Delivery,
     /// `redis://[user@]host:port[/db]` (a standalone server; not Redis Cluster).
     pub url: String,
     #[serde(default)]

@@ -20,6 +20,9 @@ pub struct StdoutSinkConfig {
     /// This sink's buffer limits (`buffer.max_memory_bytes`, `buffer.max_disk_bytes`).
     #[serde(default)]
     pub buffer: crate::BufferConfig,
+    /// `at_least_once` (default) or `at_most_once` (optional sinks only).
+    #[serde(default)]
+    pub delivery: crate::Delivery,
     /// The envelope each line is written in (`format.envelope`).
     #[serde(default)]
     pub format: sluice_format::FormatConfig,

@@ -82,6 +82,7 @@ async fn refresh(api: &Api) {
             counter!("sluice_sink_replay_skipped_events_total", &labels).absolute(sink.replay_skipped);
             counter!("sluice_sink_replayed_events_total", &labels).absolute(sink.replayed);
             counter!("sluice_sink_dead_lettered_total", &labels).absolute(sink.dead_lettered);
+            counter!("sluice_sink_dropped_events_total", &labels).absolute(sink.dropped);
             gauge!("sluice_sink_lag_events", &labels).set(sink.lag_events as f64);
             gauge!("sluice_sink_lag_bytes", &labels).set(sink.lag_bytes as f64);
             gauge!("sluice_sink_lag_seconds", &labels).set(sink.lag_seconds);
