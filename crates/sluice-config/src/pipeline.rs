@@ -72,6 +72,14 @@ pub struct PipelineConfig {
 /// pipeline is reported not ready (s): long enough to ride out a broker
 /// restart, short enough that an orchestrator hears about a real outage.
 pub const DEFAULT_MAX_FAILING_SECS: u64 = 60;
+/// The window a duplicate ratio is measured over (s): long enough that
+/// one retried batch among thousands does not count as a trend.
+pub const DEFAULT_DUPLICATE_WINDOW_SECS: u64 = 300;
+
+fn default_duplicate_window() -> u64 {
+    DEFAULT_DUPLICATE_WINDOW_SECS
+}
+
 /// Consecutive seconds a limit must be passed before it counts as breached:
 /// one slow batch is not an incident.
 pub const DEFAULT_BREACH_AFTER_SECS: u64 = 5;
@@ -95,6 +103,13 @@ pub struct SloConfig {
     /// How long a source or required sink may keep failing (s).
     #[serde(default = "default_max_failing")]
     pub max_failing_secs: u64,
+    /// Most events an at-least-once sink may write again after failed
+    /// calls, as a share of the events it writes (0 to 1), over
+    /// `duplicate_window_secs`.
+    pub max_duplicate_ratio: Option<f64>,
+    /// The window `max_duplicate_ratio` is measured over (s).
+    #[serde(default = "default_duplicate_window")]
+    pub duplicate_window_secs: u64,
     /// Seconds in a row a limit must be passed to count as breached.
     #[serde(default = "default_breach_after")]
     pub breach_after_secs: u64,
@@ -109,6 +124,8 @@ impl Default for SloConfig {
             max_lag_seconds: None,
             max_retained_wal_bytes: None,
             detach_optional_sinks: false,
+            max_duplicate_ratio: None,
+            duplicate_window_secs: DEFAULT_DUPLICATE_WINDOW_SECS,
             max_failing_secs: DEFAULT_MAX_FAILING_SECS,
             breach_after_secs: DEFAULT_BREACH_AFTER_SECS,
             clear_after_secs: DEFAULT_CLEAR_AFTER_SECS,

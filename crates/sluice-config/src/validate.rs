@@ -89,6 +89,23 @@ fn validate_slo(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid> {
     if let Some(lag) = slo.max_lag_seconds {
         check_seconds(at, "max_lag_seconds", lag, 7 * 86_400)?;
     }
+    check_seconds(at, "duplicate_window_secs", slo.duplicate_window_secs, 86_400)?;
+    if let Some(ratio) = slo.max_duplicate_ratio {
+        if !(ratio > 0.0 && ratio <= 1.0) {
+            return Err(Invalid::new(
+                format!("{at}.max_duplicate_ratio"),
+                format!("{ratio} is not a share of events above 0 and at most 1"),
+                "write e.g. 0.01 for at most 1 % of events written again",
+            ));
+        }
+        if !pipeline.sinks.iter().any(|s| matches!(s.guarantee(), sluice_core::Guarantee::AtLeastOnce { .. })) {
+            return Err(Invalid::new(
+                format!("{at}.max_duplicate_ratio"),
+                "no sink of the pipeline is at-least-once, so none writes events again",
+                "remove it, or add the at-least-once sink it is meant for",
+            ));
+        }
+    }
     if let Some(bytes) = slo.max_retained_wal_bytes {
         check_range(
             at,

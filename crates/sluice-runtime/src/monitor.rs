@@ -7,19 +7,22 @@
 //! breach is logged once when it starts and once when it ends, sets
 //! `sluice_slo_breached`, and is listed as a problem, which makes `/ready`
 //! answer 503. With `slo.detach_optional_sinks`, a retained-WAL breach
-//! caused by an optional sink detaches that sink.
+//! caused by an optional sink detaches that sink. `slo.max_duplicate_ratio`
+//! watches each at-least-once sink's share of events written again after
+//! failed calls over a sliding window, so an operator learns when a
+//! consumer's dedup is being leaned on hard.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sluice_config::SloConfig;
 use tracing::{info, warn};
 
 use crate::control::{PipelineControl, PipelineHandle};
 use crate::latency::now_us;
-use crate::status::{PipelineStatus, SinkState};
+use crate::status::{PipelineStatus, SinkState, SinkStatus};
 
 const CHECK_EVERY: Duration = Duration::from_secs(1);
 
@@ -34,6 +37,9 @@ pub(crate) struct Monitor {
     /// has been on the other side: over for one not breached yet, met for
     /// one breached.
     streaks: BTreeMap<String, u64>,
+    /// Per sink, its (time, events written again, events written) once a
+    /// check, over the duplicate window.
+    written: Vec<VecDeque<(Instant, u64, u64)>>,
 }
 
 impl Monitor {
@@ -44,6 +50,7 @@ impl Monitor {
             slo,
             breached: BTreeSet::new(),
             streaks: BTreeMap::new(),
+            written: Vec::new(),
         }
     }
 
@@ -57,6 +64,11 @@ impl Monitor {
     }
 
     fn check(&mut self) {
+        self.check_at(Instant::now());
+    }
+
+    /// The check, as at `now` (a test moves the clock).
+    fn check_at(&mut self, now: Instant) {
         let status = Arc::clone(&self.status);
         let status = &*status;
         let mut problems = Vec::new();
@@ -107,6 +119,30 @@ impl Monitor {
                 }
             }
         }
+        if let Some(max) = self.slo.max_duplicate_ratio {
+            for (index, sink) in status.sinks.iter().enumerate() {
+                if !matches!(sink.guarantee, sluice_core::Guarantee::AtLeastOnce { .. }) {
+                    continue;
+                }
+                let (again, written) = self.written_in_window(index, sink, now);
+                let ratio = if written == 0 { 0.0 } else { again as f64 / written as f64 };
+                let labels = [("pipeline", status.name.clone()), ("sink", sink.id.clone())];
+                metrics::gauge!("sluice_sink_duplicate_ratio", &labels).set(ratio);
+                let name = format!("max_duplicate_ratio:{}", sink.id);
+                let breached = self.judge(&name, ratio > max);
+                metrics::gauge!("sluice_slo_breached", "pipeline" => status.name.clone(), "slo" => "max_duplicate_ratio", "sink" => sink.id.clone())
+                    .set(if breached { 1.0 } else { 0.0 });
+                if breached {
+                    problems.push(format!(
+                        "sink {} wrote {again} of its last {written} events again after failed calls ({:.1} % in {}s), over slo.max_duplicate_ratio {max}",
+                        sink.id,
+                        ratio * 100.0,
+                        self.slo.duplicate_window_secs
+                    ));
+                    breaches.insert(name);
+                }
+            }
+        }
         if let Some(max) = self.slo.max_retained_wal_bytes {
             let retained = log.as_ref().and_then(|l| l.retained_bytes()).unwrap_or(0);
             let over = self.judge("max_retained_wal_bytes", retained > max);
@@ -130,6 +166,27 @@ impl Monitor {
         }
         self.breached = breaches;
         status.set_problems(problems);
+    }
+
+    /// Events sink `index` wrote again after failed calls, and events it
+    /// wrote in all, over the duplicate window (from the oldest sample in
+    /// it to now).
+    fn written_in_window(&mut self, index: usize, sink: &SinkStatus, now: Instant) -> (u64, u64) {
+        if self.written.len() <= index {
+            self.written.resize_with(index + 1, VecDeque::new);
+        }
+        let samples = &mut self.written[index];
+        let window = Duration::from_secs(self.slo.duplicate_window_secs);
+        samples.push_back((now, sink.replayed.load(Ordering::Relaxed), sink.events.load(Ordering::Relaxed)));
+        while samples.len() > 1 && samples.front().is_some_and(|(at, _, _)| now.duration_since(*at) > window) {
+            samples.pop_front();
+        }
+        match (samples.front(), samples.back()) {
+            (Some((_, again_then, written_then)), Some((_, again, written))) => {
+                (again.saturating_sub(*again_then), written.saturating_sub(*written_then))
+            }
+            _ => (0, 0),
+        }
     }
 
     /// Whether limit `name` counts as breached, given whether it is passed
@@ -211,5 +268,54 @@ mod tests {
     fn one_second_settings_follow_the_figure_at_once() {
         let mut m = monitor(1, 1);
         assert_eq!(run(&mut m, &[true, false, true]), [true, false, true]);
+    }
+
+    #[test]
+    fn a_sink_writing_too_many_events_again_breaches_the_duplicate_ratio_until_the_window_passes() {
+        use crate::status::SinkInfo;
+        let sinks = vec![
+            SinkInfo {
+                id: "hook".into(),
+                guarantee: sluice_core::Guarantee::AtLeastOnce { dedup: "id" },
+                required: true,
+            },
+            SinkInfo {
+                id: "lake".into(),
+                guarantee: sluice_core::Guarantee::ExactlyOnce { condition: None },
+                required: true,
+            },
+        ];
+        let handle = PipelineHandle::new("p", "s", "generator", sinks);
+        let status = handle.status.clone();
+        let slo = SloConfig {
+            max_duplicate_ratio: Some(0.1),
+            duplicate_window_secs: 1,
+            breach_after_secs: 1,
+            clear_after_secs: 1,
+            ..SloConfig::default()
+        };
+        let mut monitor = Monitor::new(handle, slo);
+        let write = |index: usize, events: u64, again: u64| {
+            status.sinks[index].events.fetch_add(events, Ordering::Relaxed);
+            status.sinks[index].replayed.fetch_add(again, Ordering::Relaxed);
+        };
+        let duplicates =
+            || -> Vec<String> { status.problems().into_iter().filter(|p| p.contains("max_duplicate_ratio")).collect() };
+        let start = Instant::now();
+        let at = |millis: u64| start + Duration::from_millis(millis);
+        monitor.check_at(at(0));
+        write(0, 100, 5);
+        write(1, 100, 50);
+        monitor.check_at(at(300));
+        assert!(duplicates().is_empty(), "5 % is under 10 %, and exactly-once sinks are not watched");
+        write(0, 100, 30);
+        monitor.check_at(at(600));
+        let problems = duplicates();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("sink hook wrote 35 of its last 200 events again"), "{problems:?}");
+        // Once the window has passed with clean writes, the breach ends.
+        write(0, 100, 0);
+        monitor.check_at(at(1700));
+        assert!(duplicates().is_empty(), "{:?}", duplicates());
     }
 }

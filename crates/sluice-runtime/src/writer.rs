@@ -346,6 +346,12 @@ impl SinkWriter {
                 let last = chunks.last_position().clone();
                 let count = chunks.event_count() as u64;
                 let from = state.position.clone();
+                // Handed over now, whatever comes of it: a retry after a
+                // failure sends these events again.
+                let again = state.handed.as_ref().is_some_and(|h| *h >= last);
+                if !again {
+                    state.handed = Some(last.clone());
+                }
                 if self.at_most_once {
                     // Stored before it is written: a crash from here on
                     // loses the batch rather than hand it over again.
@@ -372,12 +378,11 @@ impl SinkWriter {
                         me.events.fetch_add(count, Ordering::Relaxed);
                         me.batches.fetch_add(1, Ordering::Relaxed);
                         me.bytes.fetch_add(batch.byte_size as u64, Ordering::Relaxed);
-                        if state.handed.as_ref().is_some_and(|h| *h >= last) {
+                        if again {
                             me.replayed.fetch_add(count, Ordering::Relaxed);
                         } else {
                             let skipped = (batch.event_count() as u64).saturating_sub(count);
                             me.replay_skipped.fetch_add(skipped, Ordering::Relaxed);
-                            state.handed = Some(last.clone());
                         }
                         self.metrics.batch_events.record(count as f64);
                         state.position = Some(last);
@@ -442,9 +447,6 @@ impl SinkWriter {
         self.metrics.dropped.increment(dropped);
         let last = batch.last().clone();
         state.position = Some(last.clone());
-        if state.handed.as_ref().is_none_or(|h| *h < last) {
-            state.handed = Some(last.clone());
-        }
         self.note_durable(state, Some(last)).await;
         Ok(())
     }

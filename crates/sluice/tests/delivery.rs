@@ -1,6 +1,8 @@
-//! `delivery: at_most_once` on a real sink: a webhook whose receiver fails
-//! every other request loses exactly the events the pipeline counts as
-//! dropped, writes none twice, and never holds back the required sink.
+//! Delivery modes on a real sink, a webhook: at-most-once loses exactly
+//! the events the pipeline counts as dropped, writes none twice, and never
+//! holds back the required sink; at-least-once retries are watched by
+//! `slo.max_duplicate_ratio`, which fails `/ready` while too many events
+//! are written again.
 
 mod common;
 
@@ -90,4 +92,56 @@ fn a_webhook_failing_every_other_request_loses_exactly_the_counted_events() {
         log.lines().rev().take(25).collect::<Vec<_>>().join("\n")
     );
     assert!(line_count(&dir.path().join("out.jsonl")) as u64 >= passed, "the required sink was held back");
+}
+
+/// Answers 503 to every other request while `failing` is set.
+fn flaky_receiver(failing: Arc<std::sync::atomic::AtomicBool>) -> Receiver {
+    let receiver = Receiver::start();
+    let requests = AtomicUsize::new(0);
+    receiver.set_rule(move |_| {
+        let odd = requests.fetch_add(1, Ordering::SeqCst) % 2 == 1;
+        if odd && failing.load(Ordering::SeqCst) { Reply::Status(503) } else { Reply::Status(200) }
+    });
+    receiver
+}
+
+#[test]
+fn retries_past_the_duplicate_ratio_fail_ready_until_the_window_is_clean() {
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let receiver = flaky_receiver(failing.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "pipelines:\n  - name: telemetry\n    source: {{ type: generator, config: {{ id: gen1, tx_count: 1000000, rows_per_tx: 10, events_per_sec: 500 }} }}\n    sinks:\n      - type: http\n        config: {{ id: hook, url: \"{}\", mode: batch, batch_max_events: 5, max_attempts: 1, initial_backoff_ms: 10 }}\n    batch: {{ max_events: 25, max_ms: 20 }}\n    slo: {{ max_duplicate_ratio: 0.05, duplicate_window_secs: 3, breach_after_secs: 1, clear_after_secs: 1 }}\n",
+        receiver.url("/hook")
+    );
+    let config = write_config(dir.path(), &config);
+    let child = spawn_with_env(&["run", "-c", config.to_str().unwrap()], dir.path(), &[("SLUICE_API_TOKEN", TOKEN)]);
+    let addr = common::api::api_addr(dir.path());
+    let mut ready = common::api::get(&addr, "/ready", Some(TOKEN));
+    wait_until(Duration::from_secs(60), "/ready to report the duplicate ratio", || {
+        ready = common::api::get(&addr, "/ready", Some(TOKEN));
+        ready.status == 503 && ready.body.contains("max_duplicate_ratio")
+    });
+    assert!(ready.body.contains("sink hook wrote"), "{}", ready.body);
+    let metrics = common::api::get(&addr, "/metrics", Some(TOKEN)).body;
+    let ratio: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("sluice_sink_duplicate_ratio") && l.contains("sink=\"hook\""))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no duplicate ratio in {metrics}"));
+    assert!(ratio > 0.05, "the gauge shows {ratio}");
+    let breached = metrics.lines().any(|l| {
+        l.starts_with("sluice_slo_breached") && l.contains("slo=\"max_duplicate_ratio\"") && l.ends_with(" 1")
+    });
+    assert!(breached, "{metrics}");
+    // The receiver recovers: once the window holds only clean writes,
+    // the pipeline is ready again.
+    failing.store(false, Ordering::SeqCst);
+    wait_until(Duration::from_secs(60), "/ready to recover", || {
+        common::api::get(&addr, "/ready", Some(TOKEN)).status == 200
+    });
+    let status = child.terminate();
+    assert!(status.success(), "{}", std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default());
+    let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+    assert!(log.contains("SLO breached") && log.contains("SLO met again"), "{log}");
 }
