@@ -169,6 +169,19 @@ fn slo_limits_are_checked_and_named() {
     assert!(message.contains("needs max_retained_wal_bytes"), "{message}");
     let message = error_text(&with("{ max_lag: 3 }"));
     assert!(message.contains("unknown field `max_lag`"), "{message}");
+    let config = check(&with("{ max_duplicate_ratio: 0.01 }")).unwrap();
+    assert_eq!(config.pipelines[0].slo.duplicate_window_secs, DEFAULT_DUPLICATE_WINDOW_SECS);
+    for ratio in ["0", "1.5", "-0.1", ".nan"] {
+        let message = error_text(&with(&format!("{{ max_duplicate_ratio: {ratio} }}")));
+        assert!(message.contains("pipelines[0].slo.max_duplicate_ratio"), "{ratio}: {message}");
+    }
+    let message = error_text(&with("{ max_duplicate_ratio: 0.1, duplicate_window_secs: 0 }"));
+    assert!(message.contains("pipelines[0].slo.duplicate_window_secs"), "{message}");
+    // A file sink is exactly-once: it writes nothing again.
+    let exactly_once =
+        generator.replace("{ type: stdout, config: { id: out } }", "{ type: file, config: { id: f, path: o.jsonl } }");
+    let message = error_text(&format!("{exactly_once}    slo: {{ max_duplicate_ratio: 0.1 }}\n"));
+    assert!(message.contains("no sink of the pipeline is at-least-once"), "{message}");
 }
 
 #[test]
