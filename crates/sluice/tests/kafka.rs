@@ -444,3 +444,59 @@ fn metrics_count_one_committed_transaction_per_batch() {
         "the events counted are in Kafka"
     );
 }
+
+/// Creates `topic` with `partitions` partitions, or adds partitions to it.
+fn partitioned_topic(topic: &str, partitions: usize, grow: bool) {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", brokers()).create().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let results = if grow {
+        let more = rdkafka::admin::NewPartitions::new(topic, partitions);
+        runtime.block_on(admin.create_partitions(&[more], &AdminOptions::new())).unwrap()
+    } else {
+        let new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(1));
+        runtime.block_on(admin.create_topics(&[new], &AdminOptions::new())).unwrap()
+    };
+    for result in results {
+        result.unwrap();
+    }
+}
+
+#[test]
+fn read_back_writes_each_event_once_across_kill_9_without_transactions() {
+    let id = &unique("rb");
+    let topic = format!("{id}.orders");
+    partitioned_topic(&topic, 3, false);
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &generator_to_kafka(id, 3000, 10, Some(20_000), ", exactly_once: read_back"));
+    let config = config.to_str().unwrap();
+    let validated = run(&["validate", "-c", config], dir.path());
+    assert!(String::from_utf8_lossy(&validated.stdout).contains("exactly-once (topics written only by this sink"));
+    for _ in 0..4 {
+        let mut child = spawn(&["run", "-c", config], dir.path());
+        std::thread::sleep(Duration::from_millis(700));
+        child.kill9();
+    }
+    let output = run(&["run", "-c", config], dir.path());
+    assert!(output.status.success(), "{}", log_of(dir.path()));
+    // Without transactions, what a read_uncommitted consumer sees is all
+    // there is: each event once.
+    let records = consume(std::slice::from_ref(&topic), "read_uncommitted");
+    let positions: Vec<&String> = records.iter().map(|r| &r.position).collect();
+    let unique_positions: BTreeSet<String> = positions.iter().map(|p| (*p).clone()).collect();
+    assert_eq!(positions.len(), unique_positions.len(), "a read_uncommitted consumer saw duplicates");
+    assert_eq!(unique_positions, expected_positions(3000, 10), "events missing");
+    let used: BTreeSet<i32> = records.iter().map(|r| r.partition).collect();
+    assert_eq!(used.len(), 3, "records spread over the partitions by key");
+
+    // A partition count that changed under the sink stops it.
+    partitioned_topic(&topic, 4, true);
+    let more = write_config(dir.path(), &generator_to_kafka(id, 3100, 10, None, ", exactly_once: read_back"));
+    let output = run(&["run", "-c", more.to_str().unwrap()], dir.path());
+    assert!(!output.status.success());
+    let said = stderr(&output);
+    assert!(
+        said.contains(&format!("topic {topic} had 3 partitions when this sink last wrote it and has 4 now")),
+        "{said}"
+    );
+}

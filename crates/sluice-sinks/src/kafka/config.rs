@@ -47,6 +47,39 @@ impl KafkaCompression {
     }
 }
 
+/// How the sink avoids duplicates, if it does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ExactlyOnce {
+    /// At-least-once: the idempotent producer, and replays after a crash.
+    #[default]
+    Off,
+    /// One batch, and its checkpoint, in one Kafka transaction.
+    Transactions,
+    /// Each partition's last record read back on start, and every replayed
+    /// record at or below it skipped.
+    ReadBack,
+}
+
+/// `exactly_once: false | true | read_back`.
+impl<'de> Deserialize<'de> for ExactlyOnce {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Flag(bool),
+            Mode(String),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Flag(false) => Ok(ExactlyOnce::Off),
+            Raw::Flag(true) => Ok(ExactlyOnce::Transactions),
+            Raw::Mode(mode) if mode == "read_back" => Ok(ExactlyOnce::ReadBack),
+            Raw::Mode(other) => Err(serde::de::Error::custom(format!(
+                "exactly_once: expected true, false or read_back, found {other:?}"
+            ))),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSinkConfig {
@@ -66,8 +99,9 @@ pub struct KafkaSinkConfig {
     pub topic: String,
     /// Message key template; absent means the row's primary key as JSON.
     pub key: Option<String>,
+    /// `false` (at-least-once), `true` (transactions) or `read_back`.
     #[serde(default)]
-    pub exactly_once: bool,
+    pub exactly_once: ExactlyOnce,
     #[serde(default = "default_checkpoint_topic")]
     pub checkpoint_topic: String,
     /// Default: `sluice-<pipeline>-<sink id>`.
@@ -102,16 +136,27 @@ fn default_timeout() -> u64 {
 }
 
 impl KafkaSinkConfig {
+    /// Whether each batch is a Kafka transaction.
+    pub fn transactions(&self) -> bool {
+        self.exactly_once == ExactlyOnce::Transactions
+    }
+
+    pub fn reads_back(&self) -> bool {
+        self.exactly_once == ExactlyOnce::ReadBack
+    }
+
     /// Messages have keys and headers.
     pub const CARRIER: sluice_format::Carrier = sluice_format::Carrier { name: "kafka", keys: true, headers: sluice_format::Headers::Kafka, avro: if cfg!(feature = "avro") { sluice_format::AvroSupport::Registry } else { sluice_format::AvroSupport::None } };
 }
 
 impl SinkSettings for KafkaSinkConfig {
     fn guarantee(&self) -> Guarantee {
-        if self.exactly_once {
-            Guarantee::ExactlyOnce { condition: Some("read_committed consumers") }
-        } else {
-            Guarantee::AtLeastOnce { dedup: "event id header" }
+        match self.exactly_once {
+            ExactlyOnce::Transactions => Guarantee::ExactlyOnce { condition: Some("read_committed consumers") },
+            ExactlyOnce::ReadBack => Guarantee::ExactlyOnce {
+                condition: Some("topics written only by this sink, whose partition counts stay as they are"),
+            },
+            ExactlyOnce::Off => Guarantee::AtLeastOnce { dedup: "event id header" },
         }
     }
 

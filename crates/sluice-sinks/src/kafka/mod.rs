@@ -14,6 +14,9 @@
 //! the local checkpoint produces no duplicate. The `transactional.id` is
 //! stable per pipeline and sink; a second instance fences the first, which
 //! stops with an error rather than fight.
+//!
+//! With `exactly_once: read_back`, no transactions: each partition's last
+//! record is read back instead (see `read_back`).
 
 #[cfg(feature = "kafka")]
 mod checkpoint;
@@ -25,6 +28,8 @@ mod context;
 mod error;
 #[cfg(feature = "kafka")]
 mod preflight;
+#[cfg(feature = "kafka")]
+mod read_back;
 #[cfg(feature = "kafka")]
 mod sink;
 

@@ -17,6 +17,7 @@ use super::KafkaSinkConfig;
 use super::checkpoint::{ensure_topic, read_position};
 use super::context::{Refusal, Watched};
 use super::error::{Class, class_of, per_event};
+use super::read_back::{PARTITIONS_HEADER, RECORD_HEADER, ReadBack, partition_of, read_topic};
 use crate::registry::SinkSettings;
 use crate::template::{Template, default_key};
 
@@ -37,6 +38,8 @@ pub struct KafkaSink {
     /// Refusals librdkafka reports on its own, kept by the producer's context.
     watched: Watched,
     held: Option<Position>,
+    /// `exactly_once: read_back`: the topics met since the sink opened.
+    read_back: std::sync::Mutex<ReadBack>,
 }
 
 impl KafkaSink {
@@ -54,6 +57,7 @@ impl KafkaSink {
             producer: None,
             watched: Watched::default(),
             held: None,
+            read_back: std::sync::Mutex::new(ReadBack::default()),
             config,
         }
     }
@@ -81,9 +85,16 @@ impl KafkaSink {
         // transactions every batch ends in a commit that flushes anyway,
         // and lingering only adds to each commit's latency.
         if !self.config.client_conf.contains_key("linger.ms") {
-            config.set("linger.ms", if self.config.exactly_once { "0" } else { "5" });
+            config.set("linger.ms", if self.config.transactions() { "0" } else { "5" });
         }
-        if self.config.exactly_once {
+        if self.config.reads_back() {
+            // No message may be skipped: a failure stops the producer
+            // rather than leave a gap, and a message never times out in
+            // the queue (which would also leave one); the writer's own
+            // deadline bounds a write.
+            config.set("enable.gapless.guarantee", "true").set("message.timeout.ms", "0");
+        }
+        if self.config.transactions() {
             config
                 .set("transactional.id", &self.transactional_id)
                 .set("transaction.timeout.ms", (self.timeout.as_millis() as u64 * 2).to_string());
@@ -151,6 +162,21 @@ impl KafkaSink {
         }
     }
 
+    /// `read_back`: the partition count of `topic`, reading back its
+    /// partitions' last records the first time the sink meets it.
+    async fn meet(&self, topic: &str) -> Result<i32, SinkError> {
+        if let Some(state) = sluice_core::sync::lock(&self.read_back).topics.get(topic) {
+            return Ok(state.partitions);
+        }
+        let (base, name, timeout, sink) = (self.base_config(), topic.to_string(), self.timeout, self.config.id.clone());
+        let state = tokio::task::spawn_blocking(move || read_topic(&base, &name, timeout, &sink))
+            .await
+            .map_err(|e| SinkError::transient_from("kafka: read-back task failed", e))??;
+        let partitions = state.partitions;
+        sluice_core::sync::lock(&self.read_back).topics.insert(topic.to_string(), state);
+        Ok(partitions)
+    }
+
     /// Produces every event; returns the delivery futures still pending.
     async fn produce(&self, events: &mut dyn EventChunks) -> Result<VecDeque<(DeliveryFuture, Position)>, SinkError> {
         let producer = self.producer()?;
@@ -204,12 +230,38 @@ impl KafkaSink {
                     let finished = encoder.finish(encoded, topic, event, true).await?;
                     let encoded = finished.as_ref().unwrap_or(encoded);
                     let native = (own_keys && native_key).then_some(key.as_slice());
-                    let record = kafka_record(topic, event, &id, encoded, native);
+                    let placed = match self.config.reads_back() {
+                        true => match self.place(topic, event, (index, &id), encoded.key.as_deref().or(native)).await? {
+                            Some(placed) => Some(placed),
+                            // The partition holds it already (a replay).
+                            None => continue,
+                        },
+                        false => None,
+                    };
+                    let record = kafka_record(topic, event, &id, encoded, native, placed);
                     self.send(&producer, record, event, &mut pending).await?;
                 }
             }
         }
         Ok(pending)
+    }
+
+    /// `read_back`: the partition of record `index` (id `id`) of `event`,
+    /// and the headers that mark it; `None` when the partition holds it.
+    async fn place(
+        &self,
+        topic: &str,
+        event: &Event,
+        (index, id): (usize, &str),
+        key: Option<&[u8]>,
+    ) -> Result<Option<Placed>, SinkError> {
+        let partitions = self.meet(topic).await?;
+        // A record without a key is placed by its id, which a replay keeps.
+        let partition = partition_of(key.unwrap_or(id.as_bytes()), partitions);
+        let mark = (event.position.sort_key(), index as u32);
+        let mut read_back = sluice_core::sync::lock(&self.read_back);
+        let holds = read_back.topics.get_mut(topic).is_some_and(|state| state.holds(partition, &mark));
+        Ok((!holds).then(|| Placed { partition, record: index.to_string(), partitions: partitions.to_string() }))
     }
 
     /// Hands one record to librdkafka, waiting for room when its queue is full.
@@ -303,6 +355,13 @@ impl KafkaSink {
     }
 }
 
+/// Where a `read_back` record goes, and its marks.
+struct Placed {
+    partition: i32,
+    record: String,
+    partitions: String,
+}
+
 fn rejected(event: &Event, reason: &str, error: &KafkaError) -> SinkError {
     SinkError::Rejected {
         detail: format!("kafka: the event {reason} (at {} of {}): {error}", event.position, event.table),
@@ -319,6 +378,7 @@ fn kafka_record<'a>(
     id: &'a str,
     encoded: &'a Record,
     native_key: Option<&'a [u8]>,
+    placed: Option<Placed>,
 ) -> FutureRecord<'a, [u8], [u8]> {
     let mut headers = OwnedHeaders::new_with_capacity(6 + encoded.headers.len())
         .insert(Header { key: "sluice.event_id", value: Some(id.as_bytes()) })
@@ -331,7 +391,17 @@ fn kafka_record<'a>(
     for (name, value) in &encoded.headers {
         headers = headers.insert(Header { key: name, value: Some(value.as_slice()) });
     }
+    let mut partition = None;
+    if let Some(placed) = &placed {
+        headers = headers
+            .insert(Header { key: RECORD_HEADER, value: Some(placed.record.as_bytes()) })
+            .insert(Header { key: PARTITIONS_HEADER, value: Some(placed.partitions.as_bytes()) });
+        partition = Some(placed.partition);
+    }
     let mut record = FutureRecord::to(topic).headers(headers);
+    if let Some(partition) = partition {
+        record = record.partition(partition);
+    }
     if let Some(value) = &encoded.value {
         record = record.payload(value.as_slice());
     }
@@ -352,10 +422,10 @@ impl Sink for KafkaSink {
         if !self.config.topic.contains("${") {
             topics.push(self.config.topic.clone());
         }
-        if self.config.exactly_once {
+        if self.config.transactions() {
             topics.push(self.config.checkpoint_topic.clone());
         }
-        let transactional_id = self.config.exactly_once.then(|| self.transactional_id.clone());
+        let transactional_id = self.config.transactions().then(|| self.transactional_id.clone());
         let wanted = super::preflight::Wanted { topics, transactional_id };
         super::preflight::checks(self.base_config(), wanted, self.timeout).await
     }
@@ -368,6 +438,9 @@ impl Sink for KafkaSink {
         // A new producer each time: after a failure the old one may be in
         // an error state, and init_transactions aborts what it left open.
         self.producer = None;
+        // What the topics hold is read again: a failed batch may have
+        // landed in part.
+        sluice_core::sync::lock(&self.read_back).topics.clear();
         self.watched = Watched::default();
         let producer: FutureProducer<Watched> =
             self.producer_config().create_with_context(self.watched.clone()).map_err(|e| {
@@ -397,7 +470,7 @@ impl Sink for KafkaSink {
             (permanent, None) => permanent,
         })?;
         self.encoder.lock().await.probe().await?;
-        if !self.config.exactly_once {
+        if !self.config.transactions() {
             return Ok(None);
         }
         self.blocking("init transactions", move |p| p.init_transactions(timeout)).await?;
@@ -413,7 +486,7 @@ impl Sink for KafkaSink {
 
     async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
         let last = events.last_position().clone();
-        if self.config.exactly_once {
+        if self.config.transactions() {
             if let Err(error) = self.write_transaction(events, &last).await {
                 if error.is_transient() || matches!(error, SinkError::Rejected { .. }) {
                     // Abort so the retry, after `open`, starts clean.
@@ -449,9 +522,18 @@ impl Sink for KafkaSink {
         if self.producer.is_none() {
             self.open().await?;
         }
+        if self.config.reads_back() {
+            // An older event written after newer ones would end a
+            // partition below what it holds, and the next read-back would
+            // let those newer ones be written again.
+            return Err(SinkError::permanent(
+                format!("kafka sink {:?}: exactly_once: read_back cannot send an earlier event again", self.config.id),
+                "deliver it by hand, or purge the letter; read_back keeps each partition in stream order",
+            ));
+        }
         let mut one = SliceChunks::new(std::slice::from_ref(event))
             .ok_or_else(|| SinkError::transient("kafka: nothing to redeliver"))?;
-        if !self.config.exactly_once {
+        if !self.config.transactions() {
             let pending = self.produce(&mut one).await?;
             return self.settle_all(pending).await;
         }
