@@ -6,8 +6,8 @@
 # drains the same backlog from its own slot: pg_recvlogical with pgoutput
 # into /dev/null (the ceiling, before and after the others), `sluice run`
 # into the file sink, Sluice into Kafka (at-least-once) with the native
-# and with the Debezium envelope (schemas off), and in Avro with the private
-# schema registry, and the peer, Debezium embedded 3.6.1 with its JSON
+# and with the Debezium envelope (schemas off), in Avro with the private
+# schema registry, and with exactly_once: read_back (native), and the peer, Debezium embedded 3.6.1 with its JSON
 # converter (schemas off) into /dev/null. Prints every rate, the ratios,
 # each contender's peak RSS, and the mean size of a Kafka message's key
 # and value in each format (read back by scripts/consumers/topic_bytes.py).
@@ -35,6 +35,7 @@ SELECT 'sluice' FROM pg_create_logical_replication_slot('sluice_bench', 'pgoutpu
 SELECT 'kafka' FROM pg_create_logical_replication_slot('kafka_native', 'pgoutput');
 SELECT 'kafka' FROM pg_create_logical_replication_slot('kafka_debezium', 'pgoutput');
 SELECT 'kafka' FROM pg_create_logical_replication_slot('kafka_avro', 'pgoutput');
+SELECT 'kafka' FROM pg_create_logical_replication_slot('kafka_read_back', 'pgoutput');
 SELECT 'peer' FROM pg_create_logical_replication_slot('debezium', 'pgoutput');
 SQL
 echo "loading $TOTAL rows in $TX_COUNT transactions" >&2
@@ -92,6 +93,8 @@ read -r debezium_secs debezium_kib < <(kafka_run kafka_debezium "{ envelope: deb
 echo "sluice: postgres source to kafka, debezium envelope in avro" >&2
 read -r avro_secs avro_kib < <(kafka_run kafka_avro \
   "{ envelope: debezium, topic_prefix: bench, encoding: avro, schema_registry: { url: \"$SLUICE_TEST_REGISTRY_URL\" } }")
+echo "sluice: postgres source to kafka, native envelope, exactly_once: read_back" >&2
+read -r read_back_secs read_back_kib < <(kafka_run kafka_read_back "{ envelope: native }, exactly_once: read_back")
 python=$(scripts/consumers.sh python)
 # The mean bytes of a message's key and value, over the whole topic.
 sizes() {
@@ -154,11 +157,13 @@ row "sluice postgres -> file sink" "$sluice_secs" "$(mb "$peak_kib")"
 row "sluice postgres -> kafka, native" "$native_secs" "$(mb "$native_kib")"
 row "sluice postgres -> kafka, debezium envelope" "$debezium_secs" "$(mb "$debezium_kib")"
 row "sluice postgres -> kafka, debezium in avro" "$avro_secs" "$(mb "$avro_kib")"
+row "sluice postgres -> kafka, native, read_back" "$read_back_secs" "$(mb "$read_back_kib")"
 row "debezium embedded 3.6.1, JSON -> /dev/null" "$peer_secs" "$(mb "$peer_kib")"
 printf 'ratio (sluice file / faster ceiling): %.2f\n' "$(calc "$ceiling_secs / $sluice_secs")"
 printf 'ratio (kafka debezium envelope / kafka native): %.2f\n' "$(calc "$native_secs / $debezium_secs")"
 printf 'ratio (kafka debezium envelope / debezium embedded): %.2f\n' "$(calc "$peer_secs / $debezium_secs")"
 printf 'ratio (kafka avro / kafka native): %.2f\n' "$(calc "$native_secs / $avro_secs")"
+printf 'ratio (kafka read_back / kafka native at-least-once): %.2f\n' "$(calc "$native_secs / $read_back_secs")"
 printf 'mean message bytes (key + value): native %.0f + %.0f, debezium json %.0f + %.0f, debezium avro %.0f + %.0f\n' \
   "$native_key" "$native_value" "$debezium_key" "$debezium_value" "$avro_key" "$avro_value"
 printf 'ratio (avro value / debezium json value): %.2f; (avro value / native value): %.2f\n' \
