@@ -113,7 +113,8 @@ async fn file_sink_conforms() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_sinks_conform() {
-    for exactly_once in [false, true] {
+    use sluice_config::ExactlyOnce;
+    for exactly_once in [ExactlyOnce::Off, ExactlyOnce::Transactions, ExactlyOnce::ReadBack] {
         let topic = unique("conformk");
         let config = SinkConfig::Kafka(KafkaSinkConfig {
             id: "k".into(),

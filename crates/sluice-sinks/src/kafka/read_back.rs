@@ -99,18 +99,29 @@ pub fn read_topic(base: &ClientConfig, topic: &str, timeout: Duration, sink: &st
         .set("group.id", "sluice-read-back")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_uncommitted")
-        .set("enable.partition.eof", "false");
+        .set("enable.partition.eof", "false")
+        // As the producer would on its first send: a topic the brokers
+        // create on demand is created by this first look.
+        .set("allow.auto.create.topics", "true");
     let consumer: BaseConsumer = config
         .create()
         .map_err(|e| SinkError::permanent_from("kafka: cannot create a consumer", "check client_conf", e))?;
-    let metadata = consumer
-        .fetch_metadata(Some(topic), timeout)
-        .map_err(|e| SinkError::transient_from(format!("kafka: cannot read metadata for {topic}"), e))?;
-    let partitions = metadata
-        .topics()
-        .iter()
-        .find(|t| t.name() == topic && t.error().is_none())
-        .map_or(0, |t| t.partitions().len() as i32);
+    let started = Instant::now();
+    let partitions = loop {
+        let metadata = consumer
+            .fetch_metadata(Some(topic), timeout)
+            .map_err(|e| SinkError::transient_from(format!("kafka: cannot read metadata for {topic}"), e))?;
+        let partitions = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+            .map_or(0, |t| t.partitions().len() as i32);
+        // A topic created by that request has its partitions a moment later.
+        if partitions > 0 || started.elapsed() > timeout {
+            break partitions;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     if partitions == 0 {
         return Err(SinkError::transient(format!(
             "kafka sink {sink:?}: topic {topic} has no partitions yet (is it created, or may the brokers create it?)"
@@ -136,7 +147,6 @@ pub fn read_topic(base: &ClientConfig, topic: &str, timeout: Duration, sink: &st
     consumer
         .assign(&assignment)
         .map_err(|e| SinkError::transient_from("kafka: cannot assign a partition to read back", e))?;
-    let started = Instant::now();
     let mut read = vec![false; partitions as usize];
     while pending > 0 {
         if started.elapsed() > timeout {
