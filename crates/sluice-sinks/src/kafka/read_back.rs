@@ -106,27 +106,7 @@ pub fn read_topic(base: &ClientConfig, topic: &str, timeout: Duration, sink: &st
     let consumer: BaseConsumer = config
         .create()
         .map_err(|e| SinkError::permanent_from("kafka: cannot create a consumer", "check client_conf", e))?;
-    let started = Instant::now();
-    let partitions = loop {
-        let metadata = consumer
-            .fetch_metadata(Some(topic), timeout)
-            .map_err(|e| SinkError::transient_from(format!("kafka: cannot read metadata for {topic}"), e))?;
-        let partitions = metadata
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic && t.error().is_none())
-            .map_or(0, |t| t.partitions().len() as i32);
-        // A topic created by that request has its partitions a moment later.
-        if partitions > 0 || started.elapsed() > timeout {
-            break partitions;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    if partitions == 0 {
-        return Err(SinkError::transient(format!(
-            "kafka sink {sink:?}: topic {topic} has no partitions yet (is it created, or may the brokers create it?)"
-        )));
-    }
+    let partitions = partition_count(&consumer, topic, timeout, sink)?;
     let mut assignment = TopicPartitionList::new();
     let mut pending = 0;
     let mut last = vec![None; partitions as usize];
@@ -147,6 +127,7 @@ pub fn read_topic(base: &ClientConfig, topic: &str, timeout: Duration, sink: &st
     consumer
         .assign(&assignment)
         .map_err(|e| SinkError::transient_from("kafka: cannot assign a partition to read back", e))?;
+    let started = Instant::now();
     let mut read = vec![false; partitions as usize];
     while pending > 0 {
         if started.elapsed() > timeout {
@@ -196,6 +177,33 @@ pub fn read_topic(base: &ClientConfig, topic: &str, timeout: Duration, sink: &st
         last[index] = Some((position.sort_key(), record));
     }
     Ok(TopicState { partitions, last })
+}
+
+/// The partition count of `topic`, which this first look may create (by
+/// the brokers' auto-creation); an error while it has none.
+fn partition_count(consumer: &BaseConsumer, topic: &str, timeout: Duration, sink: &str) -> Result<i32, SinkError> {
+    let started = Instant::now();
+    let partitions = loop {
+        let metadata = consumer
+            .fetch_metadata(Some(topic), timeout)
+            .map_err(|e| SinkError::transient_from(format!("kafka: cannot read metadata for {topic}"), e))?;
+        let partitions = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+            .map_or(0, |t| t.partitions().len() as i32);
+        // A topic created by that request has its partitions a moment later.
+        if partitions > 0 || started.elapsed() > timeout {
+            break partitions;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    if partitions == 0 {
+        return Err(SinkError::transient(format!(
+            "kafka sink {sink:?}: topic {topic} has no partitions yet (is it created, or may the brokers create it?)"
+        )));
+    }
+    Ok(partitions)
 }
 
 /// The topics met since the sink opened.
