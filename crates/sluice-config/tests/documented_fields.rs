@@ -169,7 +169,12 @@ impl<'de> de::Deserializer<'de> for &mut Walk {
     /// each takes (`MysqlStart` reads a YAML value; the s3 sink's `format`
     /// is a word or a block).
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Stop> {
-        visitor.visit_str(if self.field == "format" { "jsonl" } else { "current" })
+        match self.field {
+            "format" => visitor.visit_str("jsonl"),
+            // `true`, `false` or `read_back`.
+            "exactly_once" => visitor.visit_bool(false),
+            _ => visitor.visit_str("current"),
+        }
     }
     fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Stop> {
         visitor.visit_bool(false)
