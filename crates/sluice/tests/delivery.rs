@@ -16,6 +16,15 @@ use common::*;
 
 const TOKEN: &str = "telemetry-token";
 
+/// The value of metric `name` for the hook sink, from a /metrics page.
+fn metric(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(name) && l.contains("sink=\"hook\""))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} for the hook in {metrics}"))
+}
+
 /// The hook sink's figures and the pipeline's head, from the API.
 fn figures(addr: &str) -> (serde_json::Value, u64) {
     let pipeline = common::api::get(addr, "/pipelines/telemetry", Some(TOKEN)).json();
@@ -53,11 +62,7 @@ fn a_webhook_failing_every_other_request_loses_exactly_the_counted_events() {
     let (hook, _) = figures(&addr);
     assert_eq!(hook["guarantee"], "at-most-once (dropped events counted)");
     let metrics = common::api::get(&addr, "/metrics", Some(TOKEN)).body;
-    let shown: u64 = metrics
-        .lines()
-        .find(|l| l.starts_with("sluice_sink_dropped_events_total") && l.contains("sink=\"hook\""))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no dropped-events metric in {metrics}"));
+    let shown = metric(&metrics, "sluice_sink_dropped_events_total") as u64;
     assert!(shown > 0, "the metric shows no drop");
     // A graceful stop lets the write in flight end, so what follows is
     // final: the hook's checkpoint, the drops it logged, and what the
@@ -124,11 +129,7 @@ fn retries_past_the_duplicate_ratio_fail_ready_until_the_window_is_clean() {
     });
     assert!(ready.body.contains("sink hook wrote"), "{}", ready.body);
     let metrics = common::api::get(&addr, "/metrics", Some(TOKEN)).body;
-    let ratio: f64 = metrics
-        .lines()
-        .find(|l| l.starts_with("sluice_sink_duplicate_ratio") && l.contains("sink=\"hook\""))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no duplicate ratio in {metrics}"));
+    let ratio = metric(&metrics, "sluice_sink_duplicate_ratio");
     assert!(ratio > 0.05, "the gauge shows {ratio}");
     let breached = metrics.lines().any(|l| {
         l.starts_with("sluice_slo_breached") && l.contains("slo=\"max_duplicate_ratio\"") && l.ends_with(" 1")

@@ -42,6 +42,19 @@ pub async fn ensure_topic(base: &ClientConfig, topic: &str, timeout: Duration) -
     Ok(())
 }
 
+/// A consumer that reads without joining a group's offsets; `create`
+/// lets its first look at a topic create it, as a producer's send would.
+pub fn reader(base: &ClientConfig, group: &str, isolation: &str, create: bool) -> Result<BaseConsumer, SinkError> {
+    let mut config = base.clone();
+    config
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", isolation)
+        .set("enable.partition.eof", "false")
+        .set("allow.auto.create.topics", if create { "true" } else { "false" });
+    config.create().map_err(|e| SinkError::permanent_from("kafka: cannot create a consumer", "check client_conf", e))
+}
+
 /// Reads the latest committed position for `key` (read_committed).
 pub fn read_position(
     base: &ClientConfig,
@@ -49,15 +62,7 @@ pub fn read_position(
     key: &str,
     timeout: Duration,
 ) -> Result<Option<Position>, SinkError> {
-    let mut config = base.clone();
-    config
-        .set("group.id", "sluice-checkpoint-reader")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "false");
-    let consumer: BaseConsumer = config
-        .create()
-        .map_err(|e| SinkError::permanent_from("kafka: cannot create a consumer", "check client_conf", e))?;
+    let consumer = reader(base, "sluice-checkpoint-reader", "read_committed", false)?;
     let metadata = consumer
         .fetch_metadata(Some(topic), timeout)
         .map_err(|e| SinkError::transient_from(format!("kafka: cannot read metadata for {topic}"), e))?;

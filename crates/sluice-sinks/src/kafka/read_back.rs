@@ -31,6 +31,8 @@ pub type Mark = (String, u32);
 /// What the sink knows of a topic it writes.
 pub struct TopicState {
     pub partitions: i32,
+    /// The count as the `sluice.partitions` header writes it.
+    pub partitions_text: std::sync::Arc<str>,
     /// Per partition, the mark of its last record while replayed records
     /// may still be at or below it; `None` once the stream is past it.
     last: Vec<Option<Mark>>,
@@ -39,11 +41,12 @@ pub struct TopicState {
 impl TopicState {
     /// Whether the record marked `mark`, bound for `partition`, is in the
     /// partition already. The first record past the partition's last one
-    /// ends the comparisons for that partition.
-    pub fn holds(&mut self, partition: i32, mark: &Mark) -> bool {
+    /// ends the comparisons for that partition, so the mark (an allocated
+    /// sort key) is made only while a replay may still be under way.
+    pub fn holds(&mut self, partition: i32, mark: impl FnOnce() -> Mark) -> bool {
         let Some(slot) = self.last.get_mut(partition as usize) else { return false };
         match slot {
-            Some(last) if mark <= last => true,
+            Some(last) if mark() <= *last => true,
             Some(_) => {
                 *slot = None;
                 false
@@ -94,18 +97,7 @@ fn murmur2(data: &[u8]) -> u32 {
 /// Reads the partition count of `topic` and the mark of each partition's
 /// last record (blocking).
 pub fn read_topic(base: &ClientConfig, topic: &str, timeout: Duration, sink: &str) -> Result<TopicState, SinkError> {
-    let mut config = base.clone();
-    config
-        .set("group.id", "sluice-read-back")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_uncommitted")
-        .set("enable.partition.eof", "false")
-        // As the producer would on its first send: a topic the brokers
-        // create on demand is created by this first look.
-        .set("allow.auto.create.topics", "true");
-    let consumer: BaseConsumer = config
-        .create()
-        .map_err(|e| SinkError::permanent_from("kafka: cannot create a consumer", "check client_conf", e))?;
+    let consumer = super::checkpoint::reader(base, "sluice-read-back", "read_uncommitted", true)?;
     let partitions = partition_count(&consumer, topic, timeout, sink)?;
     let mut assignment = TopicPartitionList::new();
     let mut pending = 0;
@@ -122,7 +114,7 @@ pub fn read_topic(base: &ClientConfig, topic: &str, timeout: Duration, sink: &st
         }
     }
     if pending == 0 {
-        return Ok(TopicState { partitions, last });
+        return Ok(TopicState { partitions, partitions_text: partitions.to_string().into(), last });
     }
     consumer
         .assign(&assignment)
@@ -176,7 +168,7 @@ pub fn read_topic(base: &ClientConfig, topic: &str, timeout: Duration, sink: &st
         }
         last[index] = Some((position.sort_key(), record));
     }
-    Ok(TopicState { partitions, last })
+    Ok(TopicState { partitions, partitions_text: partitions.to_string().into(), last })
 }
 
 /// The partition count of `topic`, which this first look may create (by
@@ -229,11 +221,12 @@ mod tests {
 
     #[test]
     fn a_partition_holds_records_up_to_its_last_one() {
-        let mut state = TopicState { partitions: 2, last: vec![Some(("b".into(), 1)), None] };
-        assert!(state.holds(0, &("a".into(), 5)));
-        assert!(state.holds(0, &("b".into(), 1)));
-        assert!(!state.holds(0, &("b".into(), 2)));
-        assert!(!state.holds(0, &("a".into(), 0)), "past the last record, nothing is skipped");
-        assert!(!state.holds(1, &("a".into(), 0)));
+        let mut state =
+            TopicState { partitions: 2, partitions_text: "2".into(), last: vec![Some(("b".into(), 1)), None] };
+        assert!(state.holds(0, || ("a".into(), 5)));
+        assert!(state.holds(0, || ("b".into(), 1)));
+        assert!(!state.holds(0, || ("b".into(), 2)));
+        assert!(!state.holds(0, || ("a".into(), 0)), "past the last record, nothing is skipped");
+        assert!(!state.holds(1, || ("a".into(), 0)));
     }
 }

@@ -258,10 +258,14 @@ impl KafkaSink {
         let partitions = self.meet(topic).await?;
         // A record without a key is placed by its id, which a replay keeps.
         let partition = partition_of(key.unwrap_or(id.as_bytes()), partitions);
-        let mark = (event.position.sort_key(), index as u32);
         let mut read_back = sluice_core::sync::lock(&self.read_back);
-        let holds = read_back.topics.get_mut(topic).is_some_and(|state| state.holds(partition, &mark));
-        Ok((!holds).then(|| Placed { partition, record: index.to_string(), partitions: partitions.to_string() }))
+        let Some(state) = read_back.topics.get_mut(topic) else {
+            return Err(SinkError::transient(format!("kafka: topic {topic} was not read back")));
+        };
+        if state.holds(partition, || (event.position.sort_key(), index as u32)) {
+            return Ok(None);
+        }
+        Ok(Some(Placed { partition, record: index.to_string(), partitions: state.partitions_text.clone() }))
     }
 
     /// Hands one record to librdkafka, waiting for room when its queue is full.
@@ -359,7 +363,7 @@ impl KafkaSink {
 struct Placed {
     partition: i32,
     record: String,
-    partitions: String,
+    partitions: std::sync::Arc<str>,
 }
 
 fn rejected(event: &Event, reason: &str, error: &KafkaError) -> SinkError {
