@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use sluice_core::settings::Secret;
+pub use sluice_core::settings::SslMode;
 
 /// PostgreSQL's own default port.
 pub const DEFAULT_POSTGRES_PORT: u16 = 5432;
@@ -19,21 +20,6 @@ pub const DEFAULT_TABLE_PATTERN: &str = "public.*";
 pub const DEFAULT_STATUS_INTERVAL_SECS: u64 = 10;
 /// How long a connection attempt may take (s).
 pub const DEFAULT_CONNECT_TIMEOUT_SECS: u64 = 10;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SslMode {
-    /// Plain text only.
-    Disable,
-    /// TLS if the server offers it, without checking its certificate.
-    Prefer,
-    /// TLS, without checking the certificate.
-    Require,
-    /// TLS, certificate signed by `ca_file`; any host name.
-    VerifyCa,
-    /// TLS, certificate signed by `ca_file` and naming `host`.
-    VerifyFull,
-}
 
 /// What Sluice does with a matched table that has no primary key and a
 /// replica identity that names no row (DEFAULT without a key, or

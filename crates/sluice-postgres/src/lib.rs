@@ -12,6 +12,6 @@ mod snapshot;
 mod source;
 mod start;
 pub mod types;
-pub mod wire;
+pub use sluice_pgwire as wire;
 
 pub use source::{PostgresSource, SourceStats, connect_params};

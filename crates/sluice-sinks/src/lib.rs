@@ -39,6 +39,7 @@ macro_rules! for_all_sinks {
             (Nats, nats, "nats", NatsSinkConfig, "nats"),
             (Http, http, "http", HttpSinkConfig, "http"),
             (S3, object, "s3", S3SinkConfig, "s3"),
+            (Postgres, postgres, "postgres", PostgresSinkConfig, "postgres"),
         }
     };
 }

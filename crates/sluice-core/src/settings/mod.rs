@@ -8,6 +8,23 @@ use std::fmt;
 
 pub use secret::Secret;
 
+/// How a PostgreSQL client (the source, the `postgres` sink) uses TLS;
+/// libpq's `sslmode` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SslMode {
+    /// Plain text only.
+    Disable,
+    /// TLS if the server offers it, without checking its certificate.
+    Prefer,
+    /// TLS, without checking the certificate.
+    Require,
+    /// TLS, certificate signed by `ca_file`; any host name.
+    VerifyCa,
+    /// TLS, certificate signed by `ca_file` and naming `host`.
+    VerifyFull,
+}
+
 /// The longest id or name. Ids end up in checkpoint keys, file names and
 /// Kafka transactional ids, so they stay short and plain.
 pub const MAX_ID_LEN: usize = 64;

@@ -28,6 +28,7 @@ pub enum Backend {
     Notice(Fields),
     CopyBothResponse,
     CopyOutResponse,
+    CopyInResponse,
     CopyData(Bytes),
     CopyDone,
     /// Any other message; ignored where it is harmless.
@@ -112,6 +113,7 @@ fn decode(tag: u8, mut body: Bytes) -> Result<Backend, Malformed> {
         b'N' => Backend::Notice(fields(&mut body)?),
         b'W' => Backend::CopyBothResponse,
         b'H' => Backend::CopyOutResponse,
+        b'G' => Backend::CopyInResponse,
         b'd' => Backend::CopyData(body),
         b'c' => Backend::CopyDone,
         other => Backend::Other(other),
@@ -265,6 +267,10 @@ pub mod write {
 
     pub fn copy_data(buf: &mut BytesMut, data: &[u8]) {
         tagged(buf, b'd', |b| b.put_slice(data));
+    }
+
+    pub fn copy_done(buf: &mut BytesMut) {
+        tagged(buf, b'c', |_| {});
     }
 
     pub fn terminate(buf: &mut BytesMut) {

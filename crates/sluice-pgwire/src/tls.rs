@@ -9,7 +9,7 @@ use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signat
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, Error, RootCertStore, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
-use sluice_config::SslMode;
+use sluice_core::settings::SslMode;
 
 /// The client config for a mode that uses TLS; `None` for `disable`.
 pub fn client_config(mode: SslMode, ca_file: Option<&Path>) -> Result<Option<Arc<ClientConfig>>, String> {

@@ -1,5 +1,5 @@
-//! A minimal PostgreSQL client for what Sluice needs: simple queries and
-//! the streaming replication protocol (CopyBoth), over TCP or TLS, with
+//! A minimal PostgreSQL client for what Sluice needs: simple queries, COPY
+//! into tables and the streaming replication protocol (CopyBoth), over TCP or TLS, with
 //! cleartext, MD5 or SCRAM-SHA-256 authentication.
 //!
 //! Reading is cancel-safe: `read_message` only takes a message off the
@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use postgres_protocol::authentication::sasl::{ChannelBinding, SCRAM_SHA_256, ScramSha256};
 use rustls_pki_types::ServerName;
-use sluice_config::{Secret, SslMode};
+use sluice_core::settings::{Secret, SslMode};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -258,6 +258,34 @@ impl Connection {
                     .push(values.into_iter().map(|v| v.map(|b| String::from_utf8_lossy(&b).into_owned())).collect()),
                 Backend::Error(fields) => error = Some(self.server_error(fields)),
                 Backend::ReadyForQuery => return error.map_or(Ok(rows), Err),
+                _ => {}
+            }
+        }
+    }
+
+    /// Runs `COPY … FROM STDIN` (`sql`) with `data` in the COPY text
+    /// format. A server error, whenever it comes, is returned once the
+    /// connection is ready for the next query.
+    pub async fn copy_in(&mut self, sql: &str, data: &[u8]) -> Result<(), PgError> {
+        write::query(&mut self.write_buf, sql);
+        self.flush().await?;
+        let mut error = None;
+        loop {
+            match self.read_message().await? {
+                Backend::CopyInResponse => {
+                    // Messages of at most 1 MiB, so the server never holds
+                    // one huge message in memory.
+                    for piece in data.chunks(1 << 20) {
+                        write::copy_data(&mut self.write_buf, piece);
+                        if self.write_buf.len() >= 1 << 20 {
+                            self.flush().await?;
+                        }
+                    }
+                    write::copy_done(&mut self.write_buf);
+                    self.flush().await?;
+                }
+                Backend::Error(fields) => error = Some(self.server_error(fields)),
+                Backend::ReadyForQuery => return error.map_or(Ok(()), Err),
                 _ => {}
             }
         }

@@ -1,0 +1,217 @@
+//! A chunk of events as statements: per target table, runs of changes
+//! that one statement can apply together. A run holds one kind of change
+//! with one column list and never the same key twice, so applying it as
+//! one set gives what applying its changes one by one would. Runs of a
+//! table keep their order; tables are applied one after another, which
+//! only tables tied by foreign keys could tell apart, and every change of
+//! the batch commits at once.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use sluice_core::time::format_utc_micros;
+use sluice_core::{Event, Op, Row, SinkError, Value};
+
+use super::config::{ApplyMode, ColumnFilter};
+use super::tables::{CHANGELOG_COLUMNS, Table};
+use super::text::copy_field;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Insert, or update the row with the same key.
+    Upsert,
+    /// Delete by key.
+    Delete,
+    Truncate,
+    /// Append to a changelog table.
+    Append,
+}
+
+#[derive(Debug)]
+pub struct Run {
+    pub kind: Kind,
+    pub columns: Vec<Arc<str>>,
+    /// The rows in COPY's text format.
+    pub data: String,
+    keys: HashSet<String>,
+}
+
+/// The runs of one target table.
+#[derive(Debug)]
+pub struct TablePlan {
+    pub name: String,
+    pub display: String,
+    pub key: Vec<Arc<str>>,
+    pub runs: Vec<Run>,
+}
+
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub tables: Vec<TablePlan>,
+}
+
+/// A refusal that names the table and what the event lacks.
+fn missing_key(event: &Event, column: &str) -> SinkError {
+    SinkError::permanent(
+        format!(
+            "a {} event of table {} at {} carries no value for key column {column}",
+            event.op.code(),
+            event.table,
+            event.position
+        ),
+        "give the source table a primary key or REPLICA IDENTITY FULL, or declare a key the events carry under keys:",
+    )
+}
+
+impl Plan {
+    /// Adds `event`, already fitted to `table`.
+    pub fn add(
+        &mut self,
+        table: &Table,
+        event: &Event,
+        mode: ApplyMode,
+        filter: &ColumnFilter,
+    ) -> Result<(), SinkError> {
+        let plan = match self.tables.iter().position(|t| t.name == table.name) {
+            Some(i) => &mut self.tables[i],
+            None => {
+                self.tables.push(TablePlan {
+                    name: table.name.clone(),
+                    display: table.display.clone(),
+                    key: table.key.clone(),
+                    runs: Vec::new(),
+                });
+                self.tables.last_mut().ok_or_else(|| SinkError::transient("plan lost its table"))?
+            }
+        };
+        if mode == ApplyMode::Changelog {
+            return plan.append(event);
+        }
+        match event.op {
+            Op::Insert | Op::Read | Op::Update => {
+                let after = event.after.as_ref().ok_or_else(|| missing_key(event, "(no row image)"))?;
+                if event.op == Op::Update
+                    && let Some(before) = &event.before
+                    && let Some(old) = plan.key_text(before)
+                    && plan.key_text(after).is_some_and(|new| new != old)
+                {
+                    plan.delete(event, before)?;
+                }
+                plan.upsert(event, after, table, filter)
+            }
+            Op::Delete => {
+                let image = match &event.key {
+                    Some(key) if plan.key_text(key).is_some() => key,
+                    _ => event.before.as_ref().ok_or_else(|| missing_key(event, "(no row image)"))?,
+                };
+                plan.delete(event, image)
+            }
+            Op::Truncate => {
+                if plan.runs.last().is_none_or(|r| r.kind != Kind::Truncate) {
+                    plan.runs.push(Run { kind: Kind::Truncate, columns: Vec::new(), data: String::new(), keys: HashSet::new() });
+                }
+                Ok(())
+            }
+            Op::Message | Op::Schema => Ok(()),
+        }
+    }
+}
+
+impl TablePlan {
+    /// The key's values of `row` as COPY text; `None` if it lacks one.
+    fn key_text(&self, row: &Row) -> Option<String> {
+        let mut text = String::new();
+        for (i, column) in self.key.iter().enumerate() {
+            let value = row.get(column).filter(|v| !matches!(v, Value::Unchanged))?;
+            if i > 0 {
+                text.push('\t');
+            }
+            copy_field(&mut text, value);
+        }
+        Some(text)
+    }
+
+    /// The run to add a row of `kind` with `columns` and `key` to.
+    fn run_for(&mut self, kind: Kind, columns: &[Arc<str>], key: &str) -> &mut Run {
+        let fits = self.runs.last().is_some_and(|r| r.kind == kind && r.columns == columns && !r.keys.contains(key));
+        if !fits {
+            self.runs.push(Run { kind, columns: columns.to_vec(), data: String::new(), keys: HashSet::new() });
+        }
+        let last = self.runs.len() - 1;
+        &mut self.runs[last]
+    }
+
+    fn delete(&mut self, event: &Event, image: &Row) -> Result<(), SinkError> {
+        let key = match self.key_text(image) {
+            Some(key) => key,
+            None => {
+                let column = self.key.iter().find(|c| image.get(c).is_none()).map_or("?", |c| &**c);
+                return Err(missing_key(event, column));
+            }
+        };
+        let columns = self.key.clone();
+        let run = self.run_for(Kind::Delete, &columns, &key);
+        run.data.push_str(&key);
+        run.data.push('\n');
+        run.keys.insert(key);
+        Ok(())
+    }
+
+    fn upsert(&mut self, event: &Event, after: &Row, table: &Table, filter: &ColumnFilter) -> Result<(), SinkError> {
+        let Some(key) = self.key_text(after) else {
+            let column = self.key.iter().find(|c| after.get(c).is_none()).map_or("?", |c| &**c);
+            return Err(missing_key(event, column));
+        };
+        let written = |(column, value): &(&Arc<str>, &Value)| {
+            !matches!(value, Value::Unchanged) && filter.keeps(&event.table, column) && table.has(column)
+        };
+        let pairs: Vec<(&Arc<str>, &Value)> = after.columns.iter().zip(&after.values).filter(written).collect();
+        let columns: Vec<Arc<str>> = pairs.iter().map(|(c, _)| Arc::clone(c)).collect();
+        let run = self.run_for(Kind::Upsert, &columns, &key);
+        for (i, (_, value)) in pairs.iter().enumerate() {
+            if i > 0 {
+                run.data.push('\t');
+            }
+            copy_field(&mut run.data, value);
+        }
+        run.data.push('\n');
+        run.keys.insert(key);
+        Ok(())
+    }
+
+    fn append(&mut self, event: &Event) -> Result<(), SinkError> {
+        let columns: Vec<Arc<str>> = CHANGELOG_COLUMNS.iter().map(|(c, _)| Arc::from(*c)).collect();
+        if self.runs.is_empty() {
+            self.runs.push(Run { kind: Kind::Append, columns, data: String::new(), keys: HashSet::new() });
+        }
+        let fields = [
+            Value::Text(event.id().to_string()),
+            Value::Text(event.op.code().to_string()),
+            Value::Text(event.position.to_string()),
+            Value::Text(event.tx_id.to_string()),
+            Value::TimestampTz(format_utc_micros(event.commit_time_us)),
+            Value::Text(event.table.to_string()),
+            row_json(event, &event.key)?,
+            row_json(event, &event.before)?,
+            row_json(event, &event.after)?,
+        ];
+        let run = &mut self.runs[0];
+        for (i, value) in fields.iter().enumerate() {
+            if i > 0 {
+                run.data.push('\t');
+            }
+            copy_field(&mut run.data, value);
+        }
+        run.data.push('\n');
+        Ok(())
+    }
+}
+
+/// A row image as a JSON document (unchanged columns left out), or NULL.
+fn row_json(event: &Event, row: &Option<Row>) -> Result<Value, SinkError> {
+    let Some(row) = row else { return Ok(Value::Null) };
+    let text = serde_json::to_string(row).map_err(|e| {
+        SinkError::Rejected { detail: format!("event {} cannot be written as JSON: {e}", event.position), position: event.position.clone() }
+    })?;
+    Ok(Value::Text(text))
+}

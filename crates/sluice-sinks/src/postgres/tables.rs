@@ -1,0 +1,263 @@
+//! The target tables: which target table an event goes to, its key, and
+//! making it fit the event's columns (create it, add columns, widen a
+//! type) before any row is written, inside the batch's transaction.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sluice_core::{Event, SinkError};
+use sluice_pgwire::Connection;
+
+use super::config::{ApplyMode, PostgresSinkConfig, SchemaEvolution};
+use super::text::{ident, quote_literal};
+use super::types::{holds, target_type, type_of_value};
+use super::{db_error, fail};
+
+/// The columns of a changelog table, in order.
+pub const CHANGELOG_COLUMNS: [(&str, &str); 9] = [
+    ("event_id", "uuid"),
+    ("op", "text"),
+    ("position", "text"),
+    ("tx_id", "text"),
+    ("commit_time", "timestamp with time zone"),
+    ("source_table", "text"),
+    ("key", "jsonb"),
+    ("before", "jsonb"),
+    ("after", "jsonb"),
+];
+
+/// A target table as the sink knows it.
+#[derive(Debug)]
+pub struct Table {
+    /// `"schema"."table"`, quoted.
+    pub name: String,
+    /// `schema.table`, for messages.
+    pub display: String,
+    pub key: Vec<Arc<str>>,
+    /// The target's columns and their types.
+    columns: Vec<(String, String)>,
+    /// The source schema version the table was last checked against.
+    version: Option<u32>,
+}
+
+impl Table {
+    pub fn has(&self, column: &str) -> bool {
+        self.columns.iter().any(|(c, _)| c == column)
+    }
+}
+
+/// Target tables by source table. Cleared whenever a transaction fails,
+/// since DDL rolls back with it.
+#[derive(Debug, Default)]
+pub struct Tables {
+    by_source: HashMap<Arc<str>, Table>,
+}
+
+/// `(schema, table)` of `event` under the config's templates.
+fn target_name(config: &PostgresSinkConfig, event: &Event) -> (String, String) {
+    let (schema, table) = match event.table.split_once('.') {
+        Some((schema, table)) => (schema, table),
+        None => (&*event.database, &*event.table),
+    };
+    let fill = |template: &str| {
+        template.replace("${schema}", schema).replace("${db}", &event.database).replace("${table}", table)
+    };
+    (fill(&config.schema), fill(&config.table))
+}
+
+impl Tables {
+    pub fn clear(&mut self) {
+        self.by_source.clear();
+    }
+
+    /// The target table of `event`, made to fit its columns.
+    pub async fn fit(
+        &mut self,
+        conn: &mut Connection,
+        config: &PostgresSinkConfig,
+        event: &Event,
+    ) -> Result<&Table, SinkError> {
+        let fresh = self.by_source.get(&event.table).is_none_or(|t| t.version != Some(event.schema_version));
+        if fresh {
+            let (schema, name) = target_name(config, event);
+            let mut table = Table {
+                name: format!("{}.{}", ident(&schema), ident(&name)),
+                display: format!("{schema}.{name}"),
+                key: key_of(config, event)?,
+                columns: read_columns(conn, &schema, &name).await?,
+                version: None,
+            };
+            let wanted = wanted_columns(config, event);
+            if table.columns.is_empty() {
+                create(conn, config, &schema, &mut table, &wanted).await?;
+            } else {
+                evolve(conn, config, &mut table, &wanted).await?;
+            }
+            table.version = Some(event.schema_version);
+            self.by_source.insert(event.table.clone(), table);
+        }
+        self.by_source.get(&event.table).ok_or_else(|| SinkError::transient("target table vanished from the cache"))
+    }
+}
+
+/// The key columns: declared in `keys`, else the source's primary key;
+/// none in changelog mode.
+fn key_of(config: &PostgresSinkConfig, event: &Event) -> Result<Vec<Arc<str>>, SinkError> {
+    if config.mode == ApplyMode::Changelog {
+        return Ok(Vec::new());
+    }
+    if let Some(key) = config.keys.get(&*event.table) {
+        return Ok(key.iter().map(|c| Arc::from(c.as_str())).collect());
+    }
+    let declared: Vec<Arc<str>> = match &event.schema {
+        Some(schema) => schema.primary_key.iter().filter_map(|&i| schema.columns.get(i)).map(|c| c.name.clone()).collect(),
+        None => event.key.iter().flat_map(|k| k.columns.iter().cloned()).collect(),
+    };
+    if declared.is_empty() {
+        return Err(fail(
+            config,
+            format!("table {} has no primary key, so apply mode cannot tell its rows apart", event.table),
+            format!("declare its key under keys: {{ {}: [columns] }}, or use mode: changelog", event.table),
+        ));
+    }
+    if let Some(column) = declared.iter().find(|c| !config.columns.keeps(&event.table, c)) {
+        return Err(fail(
+            config,
+            format!("key column {column} of table {} is left out by the columns filter", event.table),
+            "keep every key column in apply mode",
+        ));
+    }
+    Ok(declared)
+}
+
+/// The target columns the event's table needs, with their types.
+fn wanted_columns(config: &PostgresSinkConfig, event: &Event) -> Vec<(String, String)> {
+    if config.mode == ApplyMode::Changelog {
+        return CHANGELOG_COLUMNS.iter().map(|(c, t)| (c.to_string(), t.to_string())).collect();
+    }
+    let keeps = |c: &str| config.columns.keeps(&event.table, c);
+    match &event.schema {
+        Some(schema) => {
+            schema.columns.iter().filter(|c| keeps(&c.name)).map(|c| (c.name.to_string(), target_type(c))).collect()
+        }
+        None => {
+            let row = event.after.as_ref().or(event.before.as_ref());
+            row.map(|r| {
+                r.columns
+                    .iter()
+                    .zip(&r.values)
+                    .filter(|(c, _)| keeps(c))
+                    .map(|(c, v)| (c.to_string(), type_of_value(v).to_string()))
+                    .collect()
+            })
+            .unwrap_or_default()
+        }
+    }
+}
+
+async fn read_columns(conn: &mut Connection, schema: &str, table: &str) -> Result<Vec<(String, String)>, SinkError> {
+    let sql = format!(
+        "SELECT a.attname, format_type(a.atttypid, a.atttypmod) AS type FROM pg_attribute a \
+         WHERE a.attrelid = to_regclass({}) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+        quote_literal(&format!("{}.{}", ident(schema), ident(table)))
+    );
+    let rows = conn.simple_query(&sql).await.map_err(|e| db_error(&e, "reading the target table's columns"))?;
+    Ok(rows
+        .rows
+        .iter()
+        .filter_map(|r| Some((rows.get(r, "attname")?.to_string(), rows.get(r, "type")?.to_string())))
+        .collect())
+}
+
+async fn create(
+    conn: &mut Connection,
+    config: &PostgresSinkConfig,
+    schema: &str,
+    table: &mut Table,
+    wanted: &[(String, String)],
+) -> Result<(), SinkError> {
+    if !config.auto_create {
+        return Err(fail(
+            config,
+            format!("target table {} does not exist", table.display),
+            "create it, or set auto_create: true",
+        ));
+    }
+    let mut columns: Vec<String> = wanted.iter().map(|(c, t)| format!("{} {t}", ident(c))).collect();
+    let key = if config.mode == ApplyMode::Changelog { vec![Arc::from("event_id")] } else { table.key.clone() };
+    columns.push(format!("PRIMARY KEY ({})", key.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", ")));
+    let sql = format!(
+        "CREATE SCHEMA IF NOT EXISTS {}; CREATE TABLE IF NOT EXISTS {} ({})",
+        ident(schema),
+        table.name,
+        columns.join(", ")
+    );
+    if to_regnamespace(conn, schema).await? {
+        let sql = sql.split_once("; ").map_or(sql.as_str(), |(_, create)| create);
+        conn.simple_query(sql).await
+    } else {
+        conn.simple_query(&sql).await
+    }
+    .map_err(|e| db_error(&e, &format!("creating target table {}", table.display)))?;
+    tracing::info!(table = %table.display, "created the target table");
+    table.columns = wanted.to_vec();
+    Ok(())
+}
+
+/// Whether the schema exists; `CREATE SCHEMA IF NOT EXISTS` needs the
+/// CREATE privilege on the database even when it does.
+async fn to_regnamespace(conn: &mut Connection, schema: &str) -> Result<bool, SinkError> {
+    let sql = format!("SELECT 1 AS found FROM pg_namespace WHERE nspname = {}", quote_literal(schema));
+    let rows = conn.simple_query(&sql).await.map_err(|e| db_error(&e, "looking up the target schema"))?;
+    Ok(!rows.rows.is_empty())
+}
+
+/// Adds missing columns and widens narrower ones, or says why it cannot.
+async fn evolve(
+    conn: &mut Connection,
+    config: &PostgresSinkConfig,
+    table: &mut Table,
+    wanted: &[(String, String)],
+) -> Result<(), SinkError> {
+    let evolve = config.schema_evolution == SchemaEvolution::AddColumns && config.mode == ApplyMode::Apply;
+    let mut changes = Vec::new();
+    for (column, ty) in wanted {
+        match table.columns.iter().find(|(c, _)| c == column) {
+            Some((_, existing)) if holds(existing, ty) => {}
+            Some((_, existing)) if evolve && holds(ty, existing) => {
+                changes.push(format!("ALTER COLUMN {} TYPE {ty}", ident(column)));
+            }
+            Some((_, existing)) => {
+                return Err(fail(
+                    config,
+                    format!(
+                        "column {column} of target table {} is {existing}, which cannot hold the source's {ty}",
+                        table.display
+                    ),
+                    format!("change the target column to {ty} (or a wider type), then restart the pipeline"),
+                ));
+            }
+            None if evolve => changes.push(format!("ADD COLUMN {} {ty}", ident(column))),
+            None => {
+                return Err(fail(
+                    config,
+                    format!("target table {} has no column {column}", table.display),
+                    format!("add it as {ty}, or set schema_evolution: add_columns"),
+                ));
+            }
+        }
+    }
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let sql = format!("ALTER TABLE {} {}", table.name, changes.join(", "));
+    conn.simple_query(&sql).await.map_err(|e| db_error(&e, &format!("altering target table {}", table.display)))?;
+    tracing::info!(table = %table.display, changes = %changes.join(", "), "changed the target table to fit the source");
+    for (column, ty) in wanted {
+        match table.columns.iter_mut().find(|(c, _)| c == column) {
+            Some(existing) => existing.1 = ty.clone(),
+            None => table.columns.push((column.clone(), ty.clone())),
+        }
+    }
+    Ok(())
+}
