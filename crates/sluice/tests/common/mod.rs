@@ -8,6 +8,7 @@ pub mod debezium;
 pub mod lake;
 pub mod my;
 pub mod pg;
+pub mod pgsink;
 pub mod receiver;
 pub mod replay;
 
