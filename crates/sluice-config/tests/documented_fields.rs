@@ -53,10 +53,16 @@ fn next_combination(picks: &mut Vec<usize>, counts: &[usize]) -> bool {
 /// The text of the section headed `heading` (up to the next heading of
 /// the same or a higher level).
 fn section(heading: &str) -> &'static str {
+    section_in(DOC, heading)
+}
+
+/// The section under `heading` within `text` (a source and a sink may
+/// share a name, so each is looked up in its own part).
+fn section_in(text: &'static str, heading: &str) -> &'static str {
     let level = heading.chars().take_while(|c| *c == '#').count();
     let start =
-        DOC.find(&format!("\n{heading}\n")).unwrap_or_else(|| panic!("docs/configuration.md has no {heading:?}"));
-    let body = &DOC[start + heading.len() + 2..];
+        text.find(&format!("\n{heading}\n")).unwrap_or_else(|| panic!("docs/configuration.md has no {heading:?}"));
+    let body = &text[start + heading.len() + 2..];
     let end = body
         .match_indices("\n#")
         .find(|(at, _)| body[at + 1..].chars().take_while(|c| *c == '#').count() <= level)
@@ -84,8 +90,12 @@ fn every_config_field_is_in_the_configuration_reference() {
     let mut missing = Vec::new();
     for (owner, name, field) in &fields {
         let text = match owner.split_once(' ') {
-            Some(("sink", kind)) => format!("{}{}", intro("## Sinks"), section(&format!("### `{kind}`"))),
-            Some((_, kind)) => format!("{}{}", intro("## Sources"), section(&format!("### `{kind}`"))),
+            Some(("sink", kind)) => {
+                format!("{}{}", intro("## Sinks"), section_in(section("## Sinks"), &format!("### `{kind}`")))
+            }
+            Some((_, kind)) => {
+                format!("{}{}", intro("## Sources"), section_in(section("## Sources"), &format!("### `{kind}`")))
+            }
             None => section("## A pipeline").to_string(),
         };
         if !mentions(&text, field) {

@@ -82,7 +82,9 @@ fn apply_mode_mirrors_every_type_key_change_truncate_and_new_column_across_a_res
         source,
         "ALTER TABLE zoo ADD COLUMN added numeric(8,3);
          UPDATE zoo SET added = id / 7.0, s = s + 1 WHERE id < 20;
-         INSERT INTO zoo (id, added, big_text) VALUES (200, 1.5, repeat('late ', 5000))",
+         INSERT INTO zoo (id, added, big_text) VALUES (200, 1.5, repeat('late ', 5000));
+         ALTER TABLE lines ALTER COLUMN amount TYPE numeric(30,0);
+         UPDATE lines SET amount = amount * 1000000000000 WHERE account = 1",
     );
     let sluice = spawn(&["run", "-c", config], dir.path());
     wait_for_equal(source, target);
@@ -95,4 +97,88 @@ fn apply_mode_mirrors_every_type_key_change_truncate_and_new_column_across_a_res
         "SELECT string_agg(column_name || ' ' || data_type, ', ' ORDER BY ordinal_position) FROM information_schema.columns WHERE table_name = 'zoo' AND column_name IN ('amount', 'added', 'feeling')",
     );
     assert_eq!(types, "amount numeric, feeling text, added numeric", "declared types, enums as text");
+    let widened = scalar(
+        target,
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'lines'::regclass AND attname = 'amount'",
+    );
+    assert_eq!(widened, "numeric(30,0)", "a column the source widened is widened");
+}
+
+#[test]
+fn a_refused_row_goes_to_the_dead_letter_queue_and_the_rest_of_its_batch_lands() {
+    let (source, target) = ("pgsink_bad_src", "pgsink_bad_dst");
+    fresh_database(source);
+    fresh_database(target);
+    sql(source, "CREATE TABLE items (id int PRIMARY KEY, qty int)");
+    sql(target, "CREATE TABLE items (id int PRIMARY KEY, qty int CHECK (qty < 100))");
+    prepare_replication(source, "items");
+    sql(source, "INSERT INTO items VALUES (1, 5), (2, 500), (3, 7); UPDATE items SET qty = qty + 1 WHERE id = 3");
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &pipeline(source, &[sink("replica", target, "")]));
+    let config = config.to_str().unwrap();
+    let sluice = spawn(&["run", "-c", config], dir.path());
+    wait_until(Duration::from_secs(60), "the rows the target takes", || {
+        table_json(target, "items", "id") == "{\"id\": 1, \"qty\": 5}\n{\"id\": 3, \"qty\": 8}\n"
+    });
+    stop(sluice, dir.path());
+    drop_slots(source);
+    let listing = run(&["dlq", "list", "-c", config], dir.path());
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert!(listing.contains("1 dead letter(s)"), "{listing}");
+    let key = listing.lines().nth(1).and_then(|l| l.split_whitespace().next()).unwrap();
+    let shown = String::from_utf8_lossy(&run(&["dlq", "show", key, "-c", config], dir.path()).stdout).into_owned();
+    assert!(shown.contains("violates check constraint \\\"items_qty_check\\\""), "{shown}");
+    assert!(shown.contains("\"qty\": 500"), "the refused event is kept whole: {shown}");
+}
+
+#[test]
+fn a_target_column_that_cannot_hold_the_source_type_stops_the_sink_naming_it() {
+    let (source, target) = ("pgsink_narrow_src", "pgsink_narrow_dst");
+    fresh_database(source);
+    fresh_database(target);
+    sql(source, "CREATE TABLE counts (id int PRIMARY KEY, total bigint)");
+    sql(target, "CREATE TABLE counts (id int PRIMARY KEY, total boolean)");
+    prepare_replication(source, "counts");
+    sql(source, "INSERT INTO counts VALUES (1, 1)");
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &pipeline(source, &[sink("replica", target, "")]));
+    let sluice = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    let log = || std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+    let named = "column total of target table public.counts is boolean, which cannot hold the source's bigint";
+    wait_until(Duration::from_secs(60), "the error naming the column", || log().contains(named));
+    sluice.terminate();
+    drop_slots(source);
+    assert_eq!(scalar(target, "SELECT count(*) FROM counts"), "0", "nothing written");
+}
+
+#[test]
+fn a_user_without_privileges_is_told_which_one_is_missing() {
+    let (source, target) = ("pgsink_priv_src", "pgsink_priv_dst");
+    fresh_database(source);
+    fresh_database(target);
+    sql(source, "CREATE TABLE things (id int PRIMARY KEY)");
+    sql(
+        "postgres",
+        "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgsink_weak') THEN CREATE ROLE pgsink_weak LOGIN PASSWORD 'weak-password'; END IF; END $$",
+    );
+    sql(target, "REVOKE CREATE ON SCHEMA public FROM PUBLIC");
+    prepare_replication(source, "things");
+    sql(source, "INSERT INTO things VALUES (1)");
+
+    let dir = tempfile::tempdir().unwrap();
+    let weak = sink("replica", target, "").replace(
+        &format!("user: {}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\"", common::pg::pg_env("SLUICE_TEST_PG_USER")),
+        "user: pgsink_weak, password: weak-password",
+    );
+    let config = write_config(dir.path(), &pipeline(source, &[weak]));
+    let mut sluice = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    let status = sluice.wait_exit(Duration::from_secs(60));
+    drop_slots(source);
+    let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap();
+    assert!(!status.success());
+    assert!(log.contains("permission denied for database pgsink_priv_dst"), "{log}");
+    assert!(log.contains("grant the sink's user the privilege the message names"), "{log}");
+    assert!(!log.contains("weak-password"), "no password in the log");
 }

@@ -9,15 +9,18 @@ mod common;
 use std::time::{Duration, SystemTime};
 
 use common::pg::{drop_slots, fresh_database, prepare_replication, restart_postgres, sql, stop};
-use common::*;
 use common::pgsink::{pipeline, scalar, sink};
+use common::*;
 
 const BIG: u32 = 300_000;
 const SMALL_INSERTS: u32 = 1_000;
 const SMALL_UPDATES: u32 = 500;
 
 fn digest(database: &str, table: &str) -> String {
-    scalar(database, &format!("SELECT count(*) || ':' || md5(string_agg(to_jsonb(t)::text, ',' ORDER BY id)) FROM {table} t"))
+    scalar(
+        database,
+        &format!("SELECT count(*) || ':' || md5(string_agg(to_jsonb(t)::text, ',' ORDER BY id)) FROM {table} t"),
+    )
 }
 
 /// A pause of 200 to 1,500 ms that differs from run to run, printed so a
@@ -42,7 +45,8 @@ fn kills_and_target_restarts_leave_the_target_exact() {
     let config = write_config(dir.path(), &pipeline(source, &sinks));
     let config = config.to_str().unwrap();
 
-    let mut first = spawn_with_env(&["run", "-c", config], dir.path(), &[("SLUICE_FAILPOINT", "postgres.before_commit=3")]);
+    let mut first =
+        spawn_with_env(&["run", "-c", config], dir.path(), &[("SLUICE_FAILPOINT", "postgres.before_commit=3")]);
     sql(source, &format!("INSERT INTO big SELECT g, md5(g::text), g % 97 FROM generate_series(1, {BIG}) g"));
     let small = std::thread::spawn(move || {
         for id in 1..=SMALL_INSERTS {
@@ -53,7 +57,8 @@ fn kills_and_target_restarts_leave_the_target_exact() {
         }
     });
     assert!(!first.wait_exit(Duration::from_secs(120)).success(), "the failpoint before commit aborts sluice");
-    let mut second = spawn_with_env(&["run", "-c", config], dir.path(), &[("SLUICE_FAILPOINT", "postgres.after_commit=3")]);
+    let mut second =
+        spawn_with_env(&["run", "-c", config], dir.path(), &[("SLUICE_FAILPOINT", "postgres.after_commit=3")]);
     assert!(!second.wait_exit(Duration::from_secs(120)).success(), "the failpoint after commit aborts sluice");
     for _ in 0..3 {
         let mut run = spawn(&["run", "-c", config], dir.path());
@@ -85,7 +90,10 @@ fn kills_and_target_restarts_leave_the_target_exact() {
 
     let distinct = scalar(target, "SELECT count(DISTINCT after->>'id') FROM audit.big WHERE op = 'c'");
     assert_eq!(distinct, BIG.to_string(), "every inserted row once");
-    let ops = scalar(target, "SELECT string_agg(op || '=' || n, ',' ORDER BY op) FROM (SELECT op, count(*) n FROM audit.small GROUP BY op) c");
+    let ops = scalar(
+        target,
+        "SELECT string_agg(op || '=' || n, ',' ORDER BY op) FROM (SELECT op, count(*) n FROM audit.small GROUP BY op) c",
+    );
     assert_eq!(ops, format!("c={inserted},u={updated}"));
     let rows = scalar(target, "SELECT count(DISTINCT key->>'id') FROM audit.small WHERE op = 'u'");
     assert_eq!(rows, updated, "each update once, of its own row");

@@ -76,6 +76,14 @@ fn split(ty: &str) -> (&str, Vec<u32>) {
     (ty[..open].trim_end(), args)
 }
 
+/// `timestamp(3) with time zone` → `timestamp with time zone`.
+fn without_modifier(ty: &str) -> String {
+    match (ty.find('('), ty.find(')')) {
+        (Some(open), Some(close)) if open < close => format!("{}{}", &ty[..open], &ty[close + 1..]),
+        _ => ty.to_string(),
+    }
+}
+
 /// Whether a column of type `target` takes every value of type `wanted`
 /// without loss.
 pub fn holds(target: &str, wanted: &str) -> bool {
@@ -89,7 +97,6 @@ pub fn holds(target: &str, wanted: &str) -> bool {
     let rank = |ty: &str| integers.iter().position(|i| *i == ty);
     let (t_name, t_args) = split(target);
     let (w_name, w_args) = split(wanted);
-    let zone = |ty: &str| ty.rsplit_once(' ').map(|(_, z)| z.to_string());
     match (t_name, w_name) {
         (t, w) if rank(t).is_some() && rank(w).is_some() => rank(t) >= rank(w),
         ("numeric", w) if rank(w).is_some() => t_args.is_empty() || t_args[0] >= 19 + u32::from(w == "bigint"),
@@ -104,7 +111,7 @@ pub fn holds(target: &str, wanted: &str) -> bool {
             t_args.is_empty() || w_args.first().is_some_and(|w| t_args[0] >= *w)
         }
         ("jsonb", "json") => true,
-        (t, w) if t.starts_with("time") && t.split('(').next() == w.split('(').next() && zone(target) == zone(wanted) => {
+        (t, w) if t.starts_with("time") && without_modifier(target) == without_modifier(wanted) => {
             t_args.first().copied().unwrap_or(6) >= w_args.first().copied().unwrap_or(6)
         }
         _ => false,

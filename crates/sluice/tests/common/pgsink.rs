@@ -50,4 +50,3 @@ pub fn sink(id: &str, target: &str, extra: &str) -> String {
         ca = pg_env("SLUICE_TEST_PG_CA"),
     )
 }
-
