@@ -111,7 +111,7 @@ pub fn holds(target: &str, wanted: &str) -> bool {
             t_args.is_empty() || w_args.first().is_some_and(|w| t_args[0] >= *w)
         }
         ("jsonb", "json") => true,
-        (t, w) if t.starts_with("time") && without_modifier(target) == without_modifier(wanted) => {
+        (t, _) if t.starts_with("time") && without_modifier(target) == without_modifier(wanted) => {
             t_args.first().copied().unwrap_or(6) >= w_args.first().copied().unwrap_or(6)
         }
         _ => false,
