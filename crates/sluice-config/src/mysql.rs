@@ -2,6 +2,7 @@
 
 use serde::Deserialize;
 
+pub use sluice_core::settings::MysqlSslMode;
 use sluice_core::settings::Secret;
 
 /// MySQL's own default port.
@@ -11,16 +12,6 @@ pub const DEFAULT_MYSQL_CONNECT_TIMEOUT_SECS: u64 = 10;
 /// The server sends a heartbeat this often on an idle binlog (s), so a dead
 /// connection is noticed within a few of them.
 pub const DEFAULT_MYSQL_HEARTBEAT_SECS: u64 = 5;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum MysqlSslMode {
-    Disable,
-    /// TLS without checking the certificate.
-    Require,
-    /// TLS, certificate signed by `ca_file` and naming `host`.
-    VerifyFull,
-}
 
 /// What a schema-change event's `ddl` text keeps of the statement's
 /// string literals. A literal can hold anything the statement's author

@@ -7,6 +7,7 @@
 #[cfg(feature = "avro")]
 mod avro;
 pub mod buffer;
+pub mod db;
 mod delivery;
 mod encoded;
 mod preflight;
@@ -40,6 +41,7 @@ macro_rules! for_all_sinks {
             (Http, http, "http", HttpSinkConfig, "http"),
             (S3, object, "s3", S3SinkConfig, "s3"),
             (Postgres, postgres, "postgres", PostgresSinkConfig, "postgres"),
+            (Mysql, mysql, "mysql", MysqlSinkConfig, "mysql"),
         }
     };
 }

@@ -97,13 +97,19 @@ impl Db {
     /// The first row of the last result `sql` returns, reconnecting while
     /// the server restarts (up to a minute).
     pub async fn first_row(&self, sql: &str) -> anyhow::Result<Vec<Option<String>>> {
+        Ok(self.rows(sql).await?.into_iter().next().unwrap_or_default())
+    }
+
+    /// Every row of the last result `sql` returns, as text, reconnecting
+    /// while the server restarts (up to a minute).
+    pub async fn rows(&self, sql: &str) -> anyhow::Result<Vec<Vec<Option<String>>>> {
         let mut last = None;
         for _ in 0..300 {
             match self.connect().await {
                 Ok(mut conn) => {
-                    let row = conn.first_row(sql).await;
+                    let rows = conn.rows(sql).await;
                     conn.close().await;
-                    return row.with_context(|| format!("running {sql}"));
+                    return rows.with_context(|| format!("running {sql}"));
                 }
                 Err(e) => last = Some(e),
             }
@@ -127,19 +133,20 @@ impl Conn {
         }
     }
 
-    async fn first_row(&mut self, sql: &str) -> anyhow::Result<Vec<Option<String>>> {
+    async fn rows(&mut self, sql: &str) -> anyhow::Result<Vec<Vec<Option<String>>>> {
         match self {
-            Conn::Postgres(conn) => Ok(conn.simple_query(sql).await?.rows.into_iter().next().unwrap_or_default()),
+            Conn::Postgres(conn) => Ok(conn.simple_query(sql).await?.rows),
             Conn::MariaDb(conn) => {
                 let mut result = conn.query_iter(sql).await?;
-                let mut first = Vec::new();
+                let mut last = Vec::new();
                 while !result.is_empty() {
                     let rows: Vec<mysql_async::Row> = result.collect().await?;
-                    if let Some(row) = rows.first() {
-                        first = (0..row.len()).map(|i| row.get::<Option<String>, _>(i).flatten()).collect();
-                    }
+                    last = rows
+                        .iter()
+                        .map(|row| (0..row.len()).map(|i| row.get::<Option<String>, _>(i).flatten()).collect())
+                        .collect();
                 }
-                Ok(first)
+                Ok(last)
             }
         }
     }

@@ -56,10 +56,21 @@ fn sinks(env: &Env, run: &str, kind: Kind, port: impl Fn(&str) -> u16) -> anyhow
         config: {{ id: http, url: "http://127.0.0.1:{http}/{tag}", mode: batch, batch_max_events: 200, timeout_secs: 5 }}
       - type: http
         config: {{ id: http_slow, url: "http://127.0.0.1:{http_slow}/{tag}slow", required: false, mode: batch, batch_max_events: 200, timeout_secs: 5 }}
+      - type: postgres
+        config: {{ id: pg_log, host: 127.0.0.1, port: {pg}, database: {database}, user: {pg_user}, password: "{pg_password}", ssl_mode: disable, mode: changelog, schema: tt{run}{tag}l, checkpoint_schema: tt{run}{tag}l, connect_timeout_secs: 5 }}
+      - type: mysql
+        config: {{ id: my_log, host: 127.0.0.1, port: {my}, user: {my_user}, password: "{my_password}", mode: changelog, schema: tt{run}{tag}l, checkpoint_schema: tt{run}{tag}l, connect_timeout_secs: 5 }}
       - type: s3
         config: {{ id: s3, bucket: {bucket}, endpoint: "http://127.0.0.1:{s3}", path_style: true, access_key_id: {access}, secret_access_key: {secret}, prefix: tt{run}{tag}, max_file_events: 20000, max_file_age_secs: 5, timeout_secs: 5 }}
 "#,
         brokers = env.get("SLUICE_TEST_KAFKA_BROKERS")?,
+        pg = port("postgres"),
+        database = DATABASE,
+        pg_user = env.get("SLUICE_TEST_PG_USER")?,
+        pg_password = env.get("SLUICE_TEST_PG_PASSWORD")?,
+        my = port("mariadb"),
+        my_user = env.get("SLUICE_TEST_MY_USER")?,
+        my_password = env.get("SLUICE_TEST_MY_PASSWORD")?,
         redis = port("redis"),
         nats = port("nats"),
         http = port("http"),
@@ -72,7 +83,8 @@ fn sinks(env: &Env, run: &str, kind: Kind, port: impl Fn(&str) -> u16) -> anyhow
 }
 
 /// The sink ids of each pipeline, as in [`sinks`].
-const SINK_IDS: [&str; 8] = ["file", "kafka_eos", "kafka_alo", "redis", "nats", "http", "http_slow", "s3"];
+const SINK_IDS: [&str; 10] =
+    ["file", "kafka_eos", "kafka_alo", "redis", "nats", "http", "http_slow", "pg_log", "my_log", "s3"];
 
 /// The highest checkpoint each key reached, from the checkpointer's log
 /// lines, read on from where the last call stopped.
@@ -315,6 +327,11 @@ impl Setup {
                 ("nats", readers::nats(env, &format!("TT{run}{tag}")).await?),
                 ("http", readers::http(&self.receiver, &source_id(run, kind), &format!("/{tag}"))),
                 ("http_slow", readers::http(&self.receiver, &source_id(run, kind), &format!("/{tag}slow"))),
+                (
+                    "pg_log",
+                    readers::changelog(&Db::new(env, Kind::Postgres, DATABASE)?, &format!("tt{run}{tag}l")).await?,
+                ),
+                ("my_log", readers::changelog(&Db::new(env, Kind::MariaDb, "")?, &format!("tt{run}{tag}l")).await?),
                 ("s3", readers::s3(env, &format!("tt{run}{tag}")).await?),
             ];
             for (sink, changes) in sources {

@@ -88,6 +88,38 @@ pub fn kafka(brokers: &str, topics: &[String]) -> anyhow::Result<Vec<Change>> {
     Ok(by_partition.into_values().flatten().collect())
 }
 
+/// What the changelog-mode database sink keeps in `schema` (a schema of
+/// `db`'s PostgreSQL database, or a MariaDB database): one row per change.
+pub async fn changelog(db: &crate::db::Db, schema: &str) -> anyhow::Result<Vec<Change>> {
+    let quote = |name: &str| match db.kind() {
+        crate::db::Kind::Postgres => format!("\"{name}\""),
+        crate::db::Kind::MariaDb => format!("`{name}`"),
+    };
+    let exists = match db.kind() {
+        crate::db::Kind::Postgres => "SELECT table_name FROM information_schema.tables WHERE table_schema = ",
+        crate::db::Kind::MariaDb => "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ",
+    };
+    let present = db.rows(&format!("{exists}'{schema}'")).await?;
+    let mut changes = Vec::new();
+    for table in TABLES.iter().filter(|t| present.iter().any(|r| r.first().and_then(|c| c.as_deref()) == Some(**t))) {
+        let sql = format!(
+            "SELECT op, source_table, {}, {} FROM {}.{}",
+            quote("before"),
+            quote("after"),
+            quote(schema),
+            quote(table)
+        );
+        for row in db.rows(&sql).await? {
+            let text = |i: usize| row.get(i).cloned().flatten();
+            let json =
+                |i: usize| text(i).and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(serde_json::Value::Null);
+            let event = serde_json::json!({ "op": text(0), "table": text(1), "before": json(2), "after": json(3) });
+            changes.extend(change_of(&event));
+        }
+    }
+    Ok(changes)
+}
+
 /// XRANGE's answer: entry id and field/value pairs.
 type StreamEntries = Vec<(String, Vec<(String, Vec<u8>)>)>;
 

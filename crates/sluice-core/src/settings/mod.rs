@@ -25,6 +25,17 @@ pub enum SslMode {
     VerifyFull,
 }
 
+/// How a MySQL or MariaDB client (the source, the `mysql` sink) uses TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MysqlSslMode {
+    Disable,
+    /// TLS without checking the certificate.
+    Require,
+    /// TLS, certificate signed by `ca_file` and naming `host`.
+    VerifyFull,
+}
+
 /// The longest id or name. Ids end up in checkpoint keys, file names and
 /// Kafka transactional ids, so they stay short and plain.
 pub const MAX_ID_LEN: usize = 64;

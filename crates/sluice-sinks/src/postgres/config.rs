@@ -7,6 +7,8 @@ use serde::Deserialize;
 use sluice_core::Guarantee;
 use sluice_core::settings::{Invalid, Secret, SslMode, check_id, check_seconds};
 
+pub use crate::db::{ApplyMode, ColumnFilter, SchemaEvolution};
+use crate::db::check_name_template;
 use crate::registry::SinkSettings;
 use crate::target::Target;
 
@@ -17,52 +19,6 @@ pub const DEFAULT_TARGET_TABLE: &str = "${table}";
 /// Where the sink keeps `sluice_checkpoints`.
 pub const DEFAULT_CHECKPOINT_SCHEMA: &str = "sluice";
 pub const DEFAULT_DB_CONNECT_TIMEOUT_SECS: u64 = 10;
-
-/// What the sink does with each change.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ApplyMode {
-    /// The target table mirrors the source table by key.
-    #[default]
-    Apply,
-    /// Every change appended as a row, keyed by its event id.
-    Changelog,
-}
-
-/// What the sink does when a source table's columns change.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SchemaEvolution {
-    /// Add new columns and widen columns whose type grew; stop on anything else.
-    #[default]
-    AddColumns,
-    /// Change nothing; stop when an event has a column the target lacks.
-    None,
-}
-
-/// Which columns reach the target. A name is a column of every table
-/// (`ssn`) or of one table (`public.users.ssn`, the table as events name it).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ColumnFilter {
-    #[serde(default)]
-    pub include: Vec<String>,
-    #[serde(default)]
-    pub exclude: Vec<String>,
-}
-
-impl ColumnFilter {
-    /// Whether `column` of `table` is written.
-    pub fn keeps(&self, table: &str, column: &str) -> bool {
-        let names = |list: &[String]| {
-            list.iter().any(|name| match name.rsplit_once('.') {
-                Some((t, c)) => t == table && c == column,
-                None => name == column,
-            })
-        };
-        (self.include.is_empty() || names(&self.include)) && !names(&self.exclude)
-    }
-}
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -116,43 +72,20 @@ fn default_port() -> u16 {
 fn default_ssl_mode() -> SslMode {
     SslMode::Prefer
 }
-fn default_connect_timeout() -> u64 {
+pub(crate) fn default_connect_timeout() -> u64 {
     DEFAULT_DB_CONNECT_TIMEOUT_SECS
 }
-fn default_schema() -> String {
+pub(crate) fn default_schema() -> String {
     DEFAULT_TARGET_SCHEMA.to_string()
 }
-fn default_table() -> String {
+pub(crate) fn default_table() -> String {
     DEFAULT_TARGET_TABLE.to_string()
 }
-fn default_checkpoint_schema() -> String {
+pub(crate) fn default_checkpoint_schema() -> String {
     DEFAULT_CHECKPOINT_SCHEMA.to_string()
 }
-fn default_true() -> bool {
+pub(crate) fn default_true() -> bool {
     true
-}
-
-/// A name template of a database sink: `${schema}`, `${db}` and `${table}` only.
-pub fn check_name_template(at: &str, field: &str, template: &str) -> Result<(), Invalid> {
-    let mut rest = template;
-    while let Some(start) = rest.find("${") {
-        let after = &rest[start + 2..];
-        let Some(end) = after.find('}') else {
-            return Err(Invalid::new(format!("{at}.{field}"), "`${` without a closing `}`", "close the placeholder"));
-        };
-        if !matches!(&after[..end], "schema" | "db" | "table") {
-            return Err(Invalid::new(
-                format!("{at}.{field}"),
-                format!("unknown placeholder ${{{}}}", &after[..end]),
-                "use ${schema}, ${db} or ${table}",
-            ));
-        }
-        rest = &after[end + 1..];
-    }
-    if template.is_empty() {
-        return Err(Invalid::new(format!("{at}.{field}"), "is empty", "name a schema or table, or leave it out"));
-    }
-    Ok(())
 }
 
 impl SinkSettings for PostgresSinkConfig {
@@ -175,15 +108,7 @@ impl SinkSettings for PostgresSinkConfig {
         check_name_template(at, "schema", &c.schema)?;
         check_name_template(at, "table", &c.table)?;
         check_id(&format!("{at}.checkpoint_schema"), &c.checkpoint_schema)?;
-        for (table, key) in &c.keys {
-            if key.is_empty() {
-                return Err(Invalid::new(
-                    format!("{at}.keys.{table}"),
-                    "names no column",
-                    "list the columns that identify a row",
-                ));
-            }
-        }
+        crate::db::check_keys(at, &c.keys)?;
         check_seconds(at, "connect_timeout_secs", c.connect_timeout_secs, 600)
     }
 

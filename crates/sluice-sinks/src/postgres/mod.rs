@@ -6,7 +6,7 @@
 //! none of it, and `open` reads back the position it holds. In `apply`
 //! mode the target tables mirror the source tables by key (rows go
 //! through COPY into a session's temporary table, then one `INSERT … ON
-//! CONFLICT` or `DELETE … USING` per run of changes; see [`plan`]); in
+//! CONFLICT` or `DELETE … USING` per run of changes; see [`crate::db::plan`]); in
 //! `changelog` mode every change is a row keyed by its event id.
 //!
 //! A row the target refuses (a constraint, a value out of range) fails its
@@ -15,8 +15,6 @@
 //! letter queue with the server's error; the rest of the batch is written.
 
 pub mod config;
-#[cfg(feature = "postgres")]
-mod plan;
 #[cfg(feature = "postgres")]
 mod preflight;
 #[cfg(feature = "postgres")]
@@ -56,6 +54,9 @@ fn db_error(e: &sluice_pgwire::PgError, doing: &str) -> sluice_core::SinkError {
             "grant the sink's user the privilege the message names (USAGE and CREATE on the schema, INSERT, UPDATE, DELETE and TRUNCATE on the table), then restart",
         ),
         Some("42P01" | "42703") => SinkError::transient(detail),
+        // Another session created the same schema or table at the same
+        // moment (`IF NOT EXISTS` is not atomic): the retry finds it.
+        Some("23505" | "42P06" | "42P07") => SinkError::transient(detail),
         Some(code) if !e.is_transient() && !code.is_empty() => {
             SinkError::permanent(detail, "fix the target so it can take the change, then restart the pipeline")
         }

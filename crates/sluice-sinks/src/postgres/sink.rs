@@ -7,11 +7,14 @@ use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError, fail
 use sluice_pgwire::{ConnectParams, Connection, PgError};
 
 use super::config::PostgresSinkConfig;
-use super::plan::{Kind, Plan, Run, TablePlan};
+use super::text::CopyText;
+use crate::db::plan::{Kind, Run, TablePlan};
 use super::tables::Tables;
 use super::text::{ident, quote_literal};
 use super::{db_error, fail, is_row_error};
 use crate::registry::SinkSettings;
+
+type Plan = crate::db::plan::Plan<CopyText>;
 
 pub struct PostgresSink {
     config: PostgresSinkConfig,
@@ -22,6 +25,8 @@ pub struct PostgresSink {
     tables: Tables,
     /// This session's temporary tables, by target table and column list.
     stages: HashMap<String, String>,
+    /// How many temporary tables this session made, for their names.
+    staged: usize,
     held: Option<Position>,
     /// Set after a row failed a set statement: the next try writes event
     /// by event, to find the row.
@@ -37,6 +42,7 @@ impl PostgresSink {
             conn: None,
             tables: Tables::default(),
             stages: HashMap::new(),
+            staged: 0,
             held: None,
             careful: false,
         }
@@ -156,7 +162,12 @@ impl PostgresSink {
     async fn add(&mut self, plan: &mut Plan, event: &Event) -> Result<(), SinkError> {
         let conn = self.conn.as_mut().ok_or_else(|| SinkError::transient("postgres sink used before open"))?;
         let table = self.tables.fit(conn, &self.config, event).await?;
-        plan.add(table, event, self.config.mode, &self.config.columns)
+        plan.add(table, event, self.config.mode, &self.config.columns)?;
+        if std::mem::take(&mut self.tables.altered) {
+            // Staging tables have the old column types.
+            self.stages.clear();
+        }
+        Ok(())
     }
 
     async fn execute(&mut self, plan: &Plan) -> Result<(), (PgError, String)> {
@@ -205,7 +216,8 @@ impl PostgresSink {
         if let Some(stage) = self.stages.get(&key) {
             return Ok(stage.clone());
         }
-        let stage = format!("sluice_stage_{}", self.stages.len() + 1);
+        self.staged += 1;
+        let stage = format!("sluice_stage_{}", self.staged);
         let sql = format!("CREATE TEMPORARY TABLE {stage} AS SELECT {columns} FROM {} WITH NO DATA", table.name);
         let conn = self.conn.as_mut().ok_or_else(|| (not_open(), String::new()))?;
         conn.simple_query(&sql).await.map_err(|e| (e, format!("staging rows of {}", table.display)))?;

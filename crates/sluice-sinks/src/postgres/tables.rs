@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use sluice_core::{Event, SinkError};
+
+use crate::db::plan::{CHANGELOG_COLUMNS, Table};
 use sluice_pgwire::Connection;
 
 use super::config::{ApplyMode, PostgresSinkConfig, SchemaEvolution};
@@ -13,56 +15,18 @@ use super::text::{ident, quote_literal};
 use super::types::{holds, target_type, type_of_value};
 use super::{db_error, fail};
 
-/// The columns of a changelog table, in order.
-pub const CHANGELOG_COLUMNS: [(&str, &str); 9] = [
-    ("event_id", "uuid"),
-    ("op", "text"),
-    ("position", "text"),
-    ("tx_id", "text"),
-    ("commit_time", "timestamp with time zone"),
-    ("source_table", "text"),
-    ("key", "jsonb"),
-    ("before", "jsonb"),
-    ("after", "jsonb"),
-];
-
-/// A target table as the sink knows it.
-#[derive(Debug)]
-pub struct Table {
-    /// `"schema"."table"`, quoted.
-    pub name: String,
-    /// `schema.table`, for messages.
-    pub display: String,
-    pub key: Vec<Arc<str>>,
-    /// The target's columns and their types.
-    columns: Vec<(String, String)>,
-    /// The source schema version the table was last checked against.
-    version: Option<u32>,
-}
-
-impl Table {
-    pub fn has(&self, column: &str) -> bool {
-        self.columns.iter().any(|(c, _)| c == column)
-    }
-}
+/// The types of a changelog table's columns ([`CHANGELOG_COLUMNS`], in order).
+const CHANGELOG_TYPES: [&str; 9] =
+    ["uuid", "text", "text", "text", "timestamp with time zone", "text", "jsonb", "jsonb", "jsonb"];
 
 /// Target tables by source table. Cleared whenever a transaction fails,
 /// since DDL rolls back with it.
 #[derive(Debug, Default)]
 pub struct Tables {
     by_source: HashMap<Arc<str>, Table>,
-}
-
-/// `(schema, table)` of `event` under the config's templates.
-fn target_name(config: &PostgresSinkConfig, event: &Event) -> (String, String) {
-    let (schema, table) = match event.table.split_once('.') {
-        Some((schema, table)) => (schema, table),
-        None => (&*event.database, &*event.table),
-    };
-    let fill = |template: &str| {
-        template.replace("${schema}", schema).replace("${db}", &event.database).replace("${table}", table)
-    };
-    (fill(&config.schema), fill(&config.table))
+    /// Set when a table's columns changed; the sink's staging tables of
+    /// the old shape must go.
+    pub altered: bool,
 }
 
 impl Tables {
@@ -79,11 +43,12 @@ impl Tables {
     ) -> Result<&Table, SinkError> {
         let fresh = self.by_source.get(&event.table).is_none_or(|t| t.version != Some(event.schema_version));
         if fresh {
-            let (schema, name) = target_name(config, event);
+            let (schema, name) = crate::db::target_name(&config.schema, &config.table, event);
             let mut table = Table {
                 name: format!("{}.{}", ident(&schema), ident(&name)),
                 display: format!("{schema}.{name}"),
-                key: key_of(config, event)?,
+                key: crate::db::key_of(&config.keys, config.mode, &config.columns, event)
+                    .map_err(|(detail, hint)| fail(config, detail, hint))?,
                 columns: read_columns(conn, &schema, &name).await?,
                 version: None,
             };
@@ -91,7 +56,7 @@ impl Tables {
             if table.columns.is_empty() {
                 create(conn, config, &schema, &mut table, &wanted).await?;
             } else {
-                evolve(conn, config, &mut table, &wanted).await?;
+                self.altered |= evolve(conn, config, &mut table, &wanted).await?;
             }
             table.version = Some(event.schema_version);
             self.by_source.insert(event.table.clone(), table);
@@ -100,40 +65,10 @@ impl Tables {
     }
 }
 
-/// The key columns: declared in `keys`, else the source's primary key;
-/// none in changelog mode.
-fn key_of(config: &PostgresSinkConfig, event: &Event) -> Result<Vec<Arc<str>>, SinkError> {
-    if config.mode == ApplyMode::Changelog {
-        return Ok(Vec::new());
-    }
-    if let Some(key) = config.keys.get(&*event.table) {
-        return Ok(key.iter().map(|c| Arc::from(c.as_str())).collect());
-    }
-    let declared: Vec<Arc<str>> = match &event.schema {
-        Some(schema) => schema.primary_key.iter().filter_map(|&i| schema.columns.get(i)).map(|c| c.name.clone()).collect(),
-        None => event.key.iter().flat_map(|k| k.columns.iter().cloned()).collect(),
-    };
-    if declared.is_empty() {
-        return Err(fail(
-            config,
-            format!("table {} has no primary key, so apply mode cannot tell its rows apart", event.table),
-            format!("declare its key under keys: {{ {}: [columns] }}, or use mode: changelog", event.table),
-        ));
-    }
-    if let Some(column) = declared.iter().find(|c| !config.columns.keeps(&event.table, c)) {
-        return Err(fail(
-            config,
-            format!("key column {column} of table {} is left out by the columns filter", event.table),
-            "keep every key column in apply mode",
-        ));
-    }
-    Ok(declared)
-}
-
 /// The target columns the event's table needs, with their types.
 fn wanted_columns(config: &PostgresSinkConfig, event: &Event) -> Vec<(String, String)> {
     if config.mode == ApplyMode::Changelog {
-        return CHANGELOG_COLUMNS.iter().map(|(c, t)| (c.to_string(), t.to_string())).collect();
+        return CHANGELOG_COLUMNS.iter().zip(CHANGELOG_TYPES).map(|(c, t)| (c.to_string(), t.to_string())).collect();
     }
     let keeps = |c: &str| config.columns.keeps(&event.table, c);
     match &event.schema {
@@ -213,12 +148,13 @@ async fn to_regnamespace(conn: &mut Connection, schema: &str) -> Result<bool, Si
 }
 
 /// Adds missing columns and widens narrower ones, or says why it cannot.
+/// True when it changed the table.
 async fn evolve(
     conn: &mut Connection,
     config: &PostgresSinkConfig,
     table: &mut Table,
     wanted: &[(String, String)],
-) -> Result<(), SinkError> {
+) -> Result<bool, SinkError> {
     let evolve = config.schema_evolution == SchemaEvolution::AddColumns && config.mode == ApplyMode::Apply;
     let mut changes = Vec::new();
     for (column, ty) in wanted {
@@ -248,7 +184,7 @@ async fn evolve(
         }
     }
     if changes.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
     let sql = format!("ALTER TABLE {} {}", table.name, changes.join(", "));
     conn.simple_query(&sql).await.map_err(|e| db_error(&e, &format!("altering target table {}", table.display)))?;
@@ -259,5 +195,5 @@ async fn evolve(
             None => table.columns.push((column.clone(), ty.clone())),
         }
     }
-    Ok(())
+    Ok(true)
 }

@@ -6,6 +6,23 @@ use std::fmt::Write as _;
 
 use sluice_core::Value;
 
+use crate::db::plan::Encoding;
+
+/// Rows in COPY's text format.
+pub struct CopyText;
+
+impl Encoding for CopyText {
+    fn field(out: &mut String, value: &Value) {
+        copy_field(out, value);
+    }
+    const FIELD_SEP: char = '\t';
+    const ROW_START: &'static str = "";
+    const ROW_END: &'static str = "\n";
+    const ROW_SEP: &'static str = "";
+    /// COPY streams its data, so one run may be any size.
+    const MAX_RUN_BYTES: usize = usize::MAX;
+}
+
 /// Appends `value` as one field of a COPY text row (`\N` for NULL).
 pub fn copy_field(out: &mut String, value: &Value) {
     match input_text(value) {

@@ -7,14 +7,51 @@
 //! the batch commits at once.
 
 use std::collections::HashSet;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use sluice_core::time::format_utc_micros;
 use sluice_core::{Event, Op, Row, SinkError, Value};
 
-use super::config::{ApplyMode, ColumnFilter};
-use super::tables::{CHANGELOG_COLUMNS, Table};
-use super::text::copy_field;
+use super::{ApplyMode, ColumnFilter};
+
+/// The columns of a changelog table, in order; each sink types them.
+pub const CHANGELOG_COLUMNS: [&str; 9] =
+    ["event_id", "op", "position", "tx_id", "commit_time", "source_table", "key", "before", "after"];
+
+/// How a sink writes rows into a run's data: COPY text for PostgreSQL,
+/// a VALUES list for MySQL.
+pub trait Encoding {
+    /// Appends `value` as one field.
+    fn field(out: &mut String, value: &Value);
+    const FIELD_SEP: char;
+    const ROW_START: &'static str;
+    const ROW_END: &'static str;
+    const ROW_SEP: &'static str;
+    /// A run's data grows to about this size, then the next row starts a
+    /// new run (a statement's size limit).
+    const MAX_RUN_BYTES: usize;
+}
+
+/// A target table as a sink knows it.
+#[derive(Debug)]
+pub struct Table {
+    /// The quoted name.
+    pub name: String,
+    /// `schema.table`, for messages.
+    pub display: String,
+    pub key: Vec<Arc<str>>,
+    /// The target's columns and their types.
+    pub columns: Vec<(String, String)>,
+    /// The source schema version the table was last checked against.
+    pub version: Option<u32>,
+}
+
+impl Table {
+    pub fn has(&self, column: &str) -> bool {
+        self.columns.iter().any(|(c, _)| c == column)
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -45,9 +82,16 @@ pub struct TablePlan {
     pub runs: Vec<Run>,
 }
 
-#[derive(Debug, Default)]
-pub struct Plan {
+#[derive(Debug)]
+pub struct Plan<E> {
     pub tables: Vec<TablePlan>,
+    encoding: PhantomData<E>,
+}
+
+impl<E> Default for Plan<E> {
+    fn default() -> Self {
+        Self { tables: Vec::new(), encoding: PhantomData }
+    }
 }
 
 /// A refusal that names the table and what the event lacks.
@@ -63,8 +107,8 @@ fn missing_key(event: &Event, column: &str) -> SinkError {
     )
 }
 
-impl Plan {
-    /// Adds `event`, already fitted to `table`.
+impl<E: Encoding> Plan<E> {
+    /// Adds `event`, whose target `table` already fits it.
     pub fn add(
         &mut self,
         table: &Table,
@@ -85,30 +129,35 @@ impl Plan {
             }
         };
         if mode == ApplyMode::Changelog {
-            return plan.append(event);
+            return plan.append::<E>(event);
         }
         match event.op {
             Op::Insert | Op::Read | Op::Update => {
                 let after = event.after.as_ref().ok_or_else(|| missing_key(event, "(no row image)"))?;
                 if event.op == Op::Update
                     && let Some(before) = &event.before
-                    && let Some(old) = plan.key_text(before)
-                    && plan.key_text(after).is_some_and(|new| new != old)
+                    && let Some(old) = plan.key_text::<E>(before)
+                    && plan.key_text::<E>(after).is_some_and(|new| new != old)
                 {
-                    plan.delete(event, before)?;
+                    plan.delete::<E>(event, before)?;
                 }
-                plan.upsert(event, after, table, filter)
+                plan.upsert::<E>(event, after, table, filter)
             }
             Op::Delete => {
                 let image = match &event.key {
-                    Some(key) if plan.key_text(key).is_some() => key,
+                    Some(key) if plan.key_text::<E>(key).is_some() => key,
                     _ => event.before.as_ref().ok_or_else(|| missing_key(event, "(no row image)"))?,
                 };
-                plan.delete(event, image)
+                plan.delete::<E>(event, image)
             }
             Op::Truncate => {
                 if plan.runs.last().is_none_or(|r| r.kind != Kind::Truncate) {
-                    plan.runs.push(Run { kind: Kind::Truncate, columns: Vec::new(), data: String::new(), keys: HashSet::new() });
+                    plan.runs.push(Run {
+                        kind: Kind::Truncate,
+                        columns: Vec::new(),
+                        data: String::new(),
+                        keys: HashSet::new(),
+                    });
                 }
                 Ok(())
             }
@@ -119,30 +168,42 @@ impl Plan {
 
 impl TablePlan {
     /// The key's values of `row` as COPY text; `None` if it lacks one.
-    fn key_text(&self, row: &Row) -> Option<String> {
+    fn key_text<E: Encoding>(&self, row: &Row) -> Option<String> {
         let mut text = String::new();
         for (i, column) in self.key.iter().enumerate() {
             let value = row.get(column).filter(|v| !matches!(v, Value::Unchanged))?;
             if i > 0 {
-                text.push('\t');
+                text.push(E::FIELD_SEP);
             }
-            copy_field(&mut text, value);
+            E::field(&mut text, value);
         }
         Some(text)
     }
 
     /// The run to add a row of `kind` with `columns` and `key` to.
-    fn run_for(&mut self, kind: Kind, columns: &[Arc<str>], key: &str) -> &mut Run {
-        let fits = self.runs.last().is_some_and(|r| r.kind == kind && r.columns == columns && !r.keys.contains(key));
+    /// The run to add a row of `kind` with `columns` and `key` to, its
+    /// data ready for the row's first field.
+    fn run_for<E: Encoding>(&mut self, kind: Kind, columns: &[Arc<str>], key: Option<&str>) -> &mut Run {
+        let fits = self.runs.last().is_some_and(|r| {
+            r.kind == kind
+                && r.columns == columns
+                && key.is_none_or(|key| !r.keys.contains(key))
+                && r.data.len() < E::MAX_RUN_BYTES
+        });
         if !fits {
             self.runs.push(Run { kind, columns: columns.to_vec(), data: String::new(), keys: HashSet::new() });
         }
         let last = self.runs.len() - 1;
-        &mut self.runs[last]
+        let run = &mut self.runs[last];
+        if !run.data.is_empty() {
+            run.data.push_str(E::ROW_SEP);
+        }
+        run.data.push_str(E::ROW_START);
+        run
     }
 
-    fn delete(&mut self, event: &Event, image: &Row) -> Result<(), SinkError> {
-        let key = match self.key_text(image) {
+    fn delete<E: Encoding>(&mut self, event: &Event, image: &Row) -> Result<(), SinkError> {
+        let key = match self.key_text::<E>(image) {
             Some(key) => key,
             None => {
                 let column = self.key.iter().find(|c| image.get(c).is_none()).map_or("?", |c| &**c);
@@ -150,15 +211,21 @@ impl TablePlan {
             }
         };
         let columns = self.key.clone();
-        let run = self.run_for(Kind::Delete, &columns, &key);
+        let run = self.run_for::<E>(Kind::Delete, &columns, Some(&key));
         run.data.push_str(&key);
-        run.data.push('\n');
+        run.data.push_str(E::ROW_END);
         run.keys.insert(key);
         Ok(())
     }
 
-    fn upsert(&mut self, event: &Event, after: &Row, table: &Table, filter: &ColumnFilter) -> Result<(), SinkError> {
-        let Some(key) = self.key_text(after) else {
+    fn upsert<E: Encoding>(
+        &mut self,
+        event: &Event,
+        after: &Row,
+        table: &Table,
+        filter: &ColumnFilter,
+    ) -> Result<(), SinkError> {
+        let Some(key) = self.key_text::<E>(after) else {
             let column = self.key.iter().find(|c| after.get(c).is_none()).map_or("?", |c| &**c);
             return Err(missing_key(event, column));
         };
@@ -167,23 +234,20 @@ impl TablePlan {
         };
         let pairs: Vec<(&Arc<str>, &Value)> = after.columns.iter().zip(&after.values).filter(written).collect();
         let columns: Vec<Arc<str>> = pairs.iter().map(|(c, _)| Arc::clone(c)).collect();
-        let run = self.run_for(Kind::Upsert, &columns, &key);
+        let run = self.run_for::<E>(Kind::Upsert, &columns, Some(&key));
         for (i, (_, value)) in pairs.iter().enumerate() {
             if i > 0 {
-                run.data.push('\t');
+                run.data.push(E::FIELD_SEP);
             }
-            copy_field(&mut run.data, value);
+            E::field(&mut run.data, value);
         }
-        run.data.push('\n');
+        run.data.push_str(E::ROW_END);
         run.keys.insert(key);
         Ok(())
     }
 
-    fn append(&mut self, event: &Event) -> Result<(), SinkError> {
-        let columns: Vec<Arc<str>> = CHANGELOG_COLUMNS.iter().map(|(c, _)| Arc::from(*c)).collect();
-        if self.runs.is_empty() {
-            self.runs.push(Run { kind: Kind::Append, columns, data: String::new(), keys: HashSet::new() });
-        }
+    fn append<E: Encoding>(&mut self, event: &Event) -> Result<(), SinkError> {
+        let columns: Vec<Arc<str>> = CHANGELOG_COLUMNS.iter().map(|c| Arc::from(*c)).collect();
         let fields = [
             Value::Text(event.id().to_string()),
             Value::Text(event.op.code().to_string()),
@@ -195,14 +259,14 @@ impl TablePlan {
             row_json(event, &event.before)?,
             row_json(event, &event.after)?,
         ];
-        let run = &mut self.runs[0];
+        let run = self.run_for::<E>(Kind::Append, &columns, None);
         for (i, value) in fields.iter().enumerate() {
             if i > 0 {
-                run.data.push('\t');
+                run.data.push(E::FIELD_SEP);
             }
-            copy_field(&mut run.data, value);
+            E::field(&mut run.data, value);
         }
-        run.data.push('\n');
+        run.data.push_str(E::ROW_END);
         Ok(())
     }
 }
@@ -210,8 +274,9 @@ impl TablePlan {
 /// A row image as a JSON document (unchanged columns left out), or NULL.
 fn row_json(event: &Event, row: &Option<Row>) -> Result<Value, SinkError> {
     let Some(row) = row else { return Ok(Value::Null) };
-    let text = serde_json::to_string(row).map_err(|e| {
-        SinkError::Rejected { detail: format!("event {} cannot be written as JSON: {e}", event.position), position: event.position.clone() }
+    let text = serde_json::to_string(row).map_err(|e| SinkError::Rejected {
+        detail: format!("event {} cannot be written as JSON: {e}", event.position),
+        position: event.position.clone(),
     })?;
     Ok(Value::Text(text))
 }

@@ -1,0 +1,139 @@
+//! What the database sinks (`postgres`, `mysql`) share: their modes, the
+//! column filter, target name templates, and the plan that turns events
+//! into set statements.
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub mod plan;
+
+use serde::Deserialize;
+use sluice_core::settings::Invalid;
+
+/// What the sink does with each change.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApplyMode {
+    /// The target table mirrors the source table by key.
+    #[default]
+    Apply,
+    /// Every change appended as a row, keyed by its event id.
+    Changelog,
+}
+
+/// What the sink does when a source table's columns change.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SchemaEvolution {
+    /// Add new columns and widen columns whose type grew; stop on anything else.
+    #[default]
+    AddColumns,
+    /// Change nothing; stop when an event has a column the target lacks.
+    None,
+}
+
+/// Which columns reach the target. A name is a column of every table
+/// (`ssn`) or of one table (`public.users.ssn`, the table as events name it).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnFilter {
+    #[serde(default)]
+    pub include: Vec<String>,
+    #[serde(default)]
+    pub exclude: Vec<String>,
+}
+
+impl ColumnFilter {
+    /// Whether `column` of `table` is written.
+    pub fn keeps(&self, table: &str, column: &str) -> bool {
+        let names = |list: &[String]| {
+            list.iter().any(|name| match name.rsplit_once('.') {
+                Some((t, c)) => t == table && c == column,
+                None => name == column,
+            })
+        };
+        (self.include.is_empty() || names(&self.include)) && !names(&self.exclude)
+    }
+}
+
+/// A name template of a database sink: `${schema}`, `${db}` and `${table}` only.
+pub fn check_name_template(at: &str, field: &str, template: &str) -> Result<(), Invalid> {
+    let mut rest = template;
+    while let Some(start) = rest.find("${") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            return Err(Invalid::new(format!("{at}.{field}"), "`${` without a closing `}`", "close the placeholder"));
+        };
+        if !matches!(&after[..end], "schema" | "db" | "table") {
+            return Err(Invalid::new(
+                format!("{at}.{field}"),
+                format!("unknown placeholder ${{{}}}", &after[..end]),
+                "use ${schema}, ${db} or ${table}",
+            ));
+        }
+        rest = &after[end + 1..];
+    }
+    if template.is_empty() {
+        return Err(Invalid::new(format!("{at}.{field}"), "is empty", "name a schema or table, or leave it out"));
+    }
+    Ok(())
+}
+
+/// `(schema, table)` of `event`'s target under the `schema` and `table`
+/// templates: `${schema}` is the source table's schema, or its database
+/// where the source has no schemas (MySQL).
+pub fn target_name(schema_template: &str, table_template: &str, event: &sluice_core::Event) -> (String, String) {
+    let (schema, table) = match event.table.split_once('.') {
+        Some((schema, table)) => (schema, table),
+        None => (&*event.database, &*event.table),
+    };
+    let fill = |template: &str| {
+        template.replace("${schema}", schema).replace("${db}", &event.database).replace("${table}", table)
+    };
+    (fill(schema_template), fill(table_template))
+}
+
+/// Each declared key names at least one column.
+pub fn check_keys(at: &str, keys: &std::collections::BTreeMap<String, Vec<String>>) -> Result<(), Invalid> {
+    match keys.iter().find(|(_, key)| key.is_empty()) {
+        Some((table, _)) => {
+            Err(Invalid::new(format!("{at}.keys.{table}"), "names no column", "list the columns that identify a row"))
+        }
+        None => Ok(()),
+    }
+}
+
+/// The key columns of `event`'s table: declared in `keys`, else the
+/// source's primary key; none in changelog mode. The error is the
+/// problem and its fix.
+pub fn key_of(
+    keys: &std::collections::BTreeMap<String, Vec<String>>,
+    mode: ApplyMode,
+    filter: &ColumnFilter,
+    event: &sluice_core::Event,
+) -> Result<Vec<std::sync::Arc<str>>, (String, String)> {
+    use std::sync::Arc;
+    if mode == ApplyMode::Changelog {
+        return Ok(Vec::new());
+    }
+    if let Some(key) = keys.get(&*event.table) {
+        return Ok(key.iter().map(|c| Arc::from(c.as_str())).collect());
+    }
+    let declared: Vec<Arc<str>> = match &event.schema {
+        Some(schema) => {
+            schema.primary_key.iter().filter_map(|&i| schema.columns.get(i)).map(|c| c.name.clone()).collect()
+        }
+        None => event.key.iter().flat_map(|k| k.columns.iter().cloned()).collect(),
+    };
+    if declared.is_empty() {
+        return Err((
+            format!("table {} has no primary key, so apply mode cannot tell its rows apart", event.table),
+            format!("declare its key under keys: {{ {}: [columns] }}, or use mode: changelog", event.table),
+        ));
+    }
+    if let Some(column) = declared.iter().find(|c| !filter.keeps(&event.table, c)) {
+        return Err((
+            format!("key column {column} of table {} is left out by the columns filter", event.table),
+            "keep every key column in apply mode".to_string(),
+        ));
+    }
+    Ok(declared)
+}
