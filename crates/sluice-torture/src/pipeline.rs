@@ -48,6 +48,8 @@ fn sinks(env: &Env, run: &str, kind: Kind, port: impl Fn(&str) -> u16) -> anyhow
         config: {{ id: kafka_eos, brokers: "{brokers}", topic: "tt{run}{tag}e.${{table}}", exactly_once: true, timeout_secs: 10 }}
       - type: kafka
         config: {{ id: kafka_alo, brokers: "{brokers}", topic: "tt{run}{tag}a.${{table}}", timeout_secs: 10 }}
+      - type: kafka
+        config: {{ id: kafka_rb, brokers: "{brokers}", topic: "tt{run}{tag}r.${{table}}", exactly_once: read_back, timeout_secs: 10 }}
       - type: redis
         config: {{ id: redis, url: "redis://127.0.0.1:{redis}/0", stream: "tt{run}{tag}:${{table}}", timeout_secs: 5 }}
       - type: nats
@@ -83,8 +85,8 @@ fn sinks(env: &Env, run: &str, kind: Kind, port: impl Fn(&str) -> u16) -> anyhow
 }
 
 /// The sink ids of each pipeline, as in [`sinks`].
-const SINK_IDS: [&str; 10] =
-    ["file", "kafka_eos", "kafka_alo", "redis", "nats", "http", "http_slow", "pg_log", "my_log", "s3"];
+const SINK_IDS: [&str; 11] =
+    ["file", "kafka_eos", "kafka_alo", "kafka_rb", "redis", "nats", "http", "http_slow", "pg_log", "my_log", "s3"];
 
 /// The highest checkpoint each key reached, from the checkpointer's log
 /// lines, read on from where the last call stopped.
@@ -313,16 +315,20 @@ impl Setup {
                 TABLES.iter().map(|t| pattern.replace("{table}", &format!("{schema}.{t}"))).collect()
             };
             let brokers = env.get("SLUICE_TEST_KAFKA_BROKERS")?;
-            let kafka = |topics: Vec<String>| {
+            let kafka = |topics: Vec<String>, isolation: &'static str| {
                 let brokers = brokers.clone();
-                tokio::task::spawn_blocking(move || readers::kafka(&brokers, &topics))
+                tokio::task::spawn_blocking(move || readers::kafka(&brokers, &topics, isolation))
             };
-            let eos = kafka(names(&format!("tt{run}{tag}e.{{table}}"))).await??;
-            let alo = kafka(names(&format!("tt{run}{tag}a.{{table}}"))).await??;
+            let eos = kafka(names(&format!("tt{run}{tag}e.{{table}}")), "read_committed").await??;
+            let alo = kafka(names(&format!("tt{run}{tag}a.{{table}}")), "read_committed").await??;
+            // Read-back promises exactly-once to every consumer, even one
+            // that reads what no transaction committed.
+            let read_back = kafka(names(&format!("tt{run}{tag}r.{{table}}")), "read_uncommitted").await??;
             let sources = [
                 ("file", readers::file(&self.dir.join(format!("out-{tag}.jsonl")))),
                 ("kafka_eos", eos),
                 ("kafka_alo", alo),
+                ("kafka_rb", read_back),
                 ("redis", readers::redis(env, &names(&format!("tt{run}{tag}:{{table}}"))).await?),
                 ("nats", readers::nats(env, &format!("TT{run}{tag}")).await?),
                 ("http", readers::http(&self.receiver, &source_id(run, kind), &format!("/{tag}"))),

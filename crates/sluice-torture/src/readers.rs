@@ -53,13 +53,14 @@ pub fn file(path: &Path) -> Vec<Change> {
     text.lines().filter_map(|l| parse(l.as_bytes())).collect()
 }
 
-/// Every record of the topics, partition after partition, read committed.
-pub fn kafka(brokers: &str, topics: &[String]) -> anyhow::Result<Vec<Change>> {
+/// Every record of the topics, partition after partition, at
+/// `isolation` (`read_committed` or `read_uncommitted`).
+pub fn kafka(brokers: &str, topics: &[String], isolation: &str) -> anyhow::Result<Vec<Change>> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", "sluice-torture")
         .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
+        .set("isolation.level", isolation)
         .create()?;
     let mut assignment = TopicPartitionList::new();
     for topic in topics {
