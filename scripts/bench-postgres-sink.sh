@@ -7,7 +7,8 @@
 # with a slot for each contender in place, plus a one-row marker
 # transaction after each phase. Then:
 # - the ceiling: COPY … FROM STDIN of the same 500,000 rows into an empty
-#   table, before and after the others (the faster run counts);
+#   table, before and after the others (the faster run counts), and the
+#   source's own: pg_recvlogical decoding the inserts to /dev/null;
 # - Sluice: the PostgreSQL source into the postgres sink (apply mode,
 #   tables created by the sink) in a second database; the insert rate runs
 #   until the first marker lands, the update rate from there to the second;
@@ -38,6 +39,7 @@ CREATE TABLE bench_done (id int PRIMARY KEY);
 CREATE PUBLICATION sluice_bench FOR TABLE orders, bench_done;
 SELECT 'sluice' FROM pg_create_logical_replication_slot('sink_sluice', 'pgoutput');
 SELECT 'feed' FROM pg_create_logical_replication_slot('sink_feed', 'pgoutput');
+SELECT 'source' FROM pg_create_logical_replication_slot('sink_source', 'pgoutput');
 SQL
 echo "loading $ROWS inserts and $ROWS updates" >&2
 {
@@ -46,6 +48,9 @@ echo "loading $ROWS inserts and $ROWS updates" >&2
     echo "INSERT INTO orders SELECT g, 'customer-' || (g % 1000), (g % 100000) / 100.0, 'paid', TIMESTAMPTZ '2026-12-01 00:00:00+00' + g * INTERVAL '1 second' FROM generate_series($first, $((first + ROWS_PER_TX - 1))) g;"
   done
   echo "INSERT INTO bench_done VALUES (1);"
+} | psql_db -d bench_sink
+after_inserts=$(psql_db -d bench_sink -At -c "SELECT pg_current_wal_lsn()")
+{
   for tx in $(seq 0 $((TX_COUNT - 1))); do
     first=$((tx * ROWS_PER_TX + 1))
     echo "UPDATE orders SET status = 'shipped', amount = amount + 1 WHERE id BETWEEN $first AND $((first + ROWS_PER_TX - 1));"
@@ -53,6 +58,13 @@ echo "loading $ROWS inserts and $ROWS updates" >&2
 } | psql_db -d bench_sink
 before_last=$(psql_db -d bench_sink -At -c "SELECT pg_current_wal_insert_lsn()")
 psql_db -d bench_sink -c "INSERT INTO bench_done VALUES (2)"
+
+# The source's own ceiling: pg_recvlogical decoding the inserts to /dev/null.
+echo "ceiling of the source: pg_recvlogical, the inserts" >&2
+start=$(now)
+"$SLUICE_TEST_PG_BIN/pg_recvlogical" -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -d bench_sink \
+  --slot sink_source --start --endpos "$after_inserts" -o proto_version=1 -o publication_names=sluice_bench -f /dev/null
+source_secs=$(calc "$(now) - $start")
 
 # The ceiling: the inserted rows, COPY'd into an empty table.
 psql_db -d bench_sink -c "\\copy (SELECT id, customer, (id % 100000) / 100.0, 'paid', created_at FROM orders ORDER BY id) TO '$work/rows.copy'"
@@ -154,17 +166,22 @@ peer_pid=$!
 peer_kib=0
 peer_start=""
 peer_inserts_at=""
+# The connector takes each topic on its own, so the markers say nothing
+# about the orders: its progress is read from the orders themselves.
+jdbc_count() { psql_db -d bench_sink_jdbc -At -c "SELECT count(*) FROM orders $1" 2>/dev/null || echo 0; }
 while true; do
   sample=$(awk '/VmHWM/ {print $2}' "/proc/$peer_pid/status" 2>/dev/null || true)
   if [ -n "$sample" ] && [ "$sample" -gt "$peer_kib" ]; then peer_kib=$sample; fi
   kill -0 "$peer_pid" 2>/dev/null || { tail -50 "$work/connect.log" >&2; exit 1; }
-  if [ -z "$peer_start" ] && [ "$(psql_db -d bench_sink_jdbc -At -c "SELECT count(*) FROM orders" 2>/dev/null || echo 0)" -gt 0 ]; then
-    peer_start=$(now)
+  if [ -z "$peer_inserts_at" ]; then
+    rows=$(jdbc_count "")
+    if [ -z "$peer_start" ] && [ "$rows" -gt 0 ]; then peer_start=$(now); fi
+    if [ "$rows" -ge "$ROWS" ]; then peer_inserts_at=$(now); fi
+  elif [ "$(jdbc_count "WHERE status = 'shipped'")" -ge "$ROWS" ]; then
+    peer_updates_at=$(now)
+    break
   fi
-  done_rows=$(target_count bench_sink_jdbc)
-  if [ -z "$peer_inserts_at" ] && [ "$done_rows" -ge 1 ]; then peer_inserts_at=$(now); fi
-  if [ "$done_rows" -ge 2 ]; then peer_updates_at=$(now); break; fi
-  sleep 0.2
+  sleep 0.5
 done
 kill "$peer_pid"; wait "$peer_pid" 2>/dev/null || true
 peer_inserts=$(calc "$peer_inserts_at - $peer_start")
@@ -179,10 +196,14 @@ mb() { printf '%.1f' "$(calc "$1 / 1024")"; }
 printf '%-52s %12s %10s %12s\n' "run" "rows/s" "seconds" "peak RSS MB"
 row "COPY FROM STDIN, empty table, 1st" "$ceiling_first" "-"
 row "COPY FROM STDIN, empty table, 2nd" "$ceiling_second" "-"
+row "pg_recvlogical -> /dev/null: inserts (the source)" "$source_secs" "-"
 row "sluice postgres sink, apply: inserts" "$sluice_inserts" "$(mb "$sluice_kib")"
 row "sluice postgres sink, apply: updates" "$sluice_updates" "$(mb "$sluice_kib")"
 row "debezium jdbc sink 3.6.1: inserts (from first row)" "$peer_inserts" "$(mb "$peer_kib")"
 row "debezium jdbc sink 3.6.1: updates" "$peer_updates" "$(mb "$peer_kib")"
-printf 'ratio (sluice inserts / faster COPY): %.2f\n' "$(calc "$ceiling_secs / $sluice_inserts")"
+printf 'ratio (sluice inserts / faster COPY): %.2f; (sluice inserts / pg_recvlogical): %.2f\n' \
+  "$(calc "$ceiling_secs / $sluice_inserts")" "$(calc "$source_secs / $sluice_inserts")"
+printf 'ratio (sluice / debezium jdbc sink), inserts and updates together: %.2f\n' \
+  "$(calc "($peer_inserts + $peer_updates) / ($sluice_inserts + $sluice_updates)")"
 printf 'ratio (sluice / debezium jdbc sink): inserts %.2f, updates %.2f\n' \
   "$(calc "$peer_inserts / $sluice_inserts")" "$(calc "$peer_updates / $sluice_updates")"

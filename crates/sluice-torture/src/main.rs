@@ -157,9 +157,12 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     println!("torture: chaos: {} kills, {}", setup.kills, chaos.summary());
     setup.drain(&env, binlog_end, Duration::from_secs(args.drain_limit_secs)).await?;
     let held = setup.read_all(&env).await?;
+    let states = setup.final_states(&env).await?;
     let [(pg, _), (my, _)] = workloads;
+    let finals = [(Kind::Postgres, pg.rows().to_vec()), (Kind::MariaDb, my.rows().to_vec())];
     let expected = [(Kind::Postgres, pg.committed), (Kind::MariaDb, my.committed)];
     let mut passed = report::print(&expected, &held);
+    passed &= report::final_states(&finals, &states);
     match &chaos.slow_outcome {
         Some(Ok(shown)) => println!("torture: delivery went on through the slow spell: {shown}"),
         Some(Err(shown)) => {
@@ -168,6 +171,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         }
         None => println!("torture: the run was too short for the optional webhook's slow spell"),
     }
+    println!("torture: {}", if passed { "PASS" } else { "FAIL" });
     setup.finish(passed);
     Ok(passed)
 }

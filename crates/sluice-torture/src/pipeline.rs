@@ -13,6 +13,9 @@ use crate::receiver::Receiver;
 use crate::workload::{Change, TABLES};
 use crate::{Env, readers};
 
+/// A table's rows as an apply-mode sink holds them: id → change number.
+pub type Rows = std::collections::BTreeMap<i64, i64>;
+
 /// One sink of one pipeline: its id and what it holds.
 pub struct Held {
     pub source: Kind,
@@ -60,6 +63,10 @@ fn sinks(env: &Env, run: &str, kind: Kind, port: impl Fn(&str) -> u16) -> anyhow
         config: {{ id: http_slow, url: "http://127.0.0.1:{http_slow}/{tag}slow", required: false, mode: batch, batch_max_events: 200, timeout_secs: 5 }}
       - type: postgres
         config: {{ id: pg_log, host: 127.0.0.1, port: {pg}, database: {database}, user: {pg_user}, password: "{pg_password}", ssl_mode: disable, mode: changelog, schema: tt{run}{tag}l, checkpoint_schema: tt{run}{tag}l, connect_timeout_secs: 5 }}
+      - type: postgres
+        config: {{ id: pg_apply, host: 127.0.0.1, port: {pg}, database: {database}, user: {pg_user}, password: "{pg_password}", ssl_mode: disable, schema: tt{run}{tag}s, checkpoint_schema: tt{run}{tag}s, connect_timeout_secs: 5 }}
+      - type: mysql
+        config: {{ id: my_apply, host: 127.0.0.1, port: {my}, user: {my_user}, password: "{my_password}", schema: tt{run}{tag}s, checkpoint_schema: tt{run}{tag}s, connect_timeout_secs: 5 }}
       - type: mysql
         config: {{ id: my_log, host: 127.0.0.1, port: {my}, user: {my_user}, password: "{my_password}", mode: changelog, schema: tt{run}{tag}l, checkpoint_schema: tt{run}{tag}l, connect_timeout_secs: 5 }}
       - type: s3
@@ -85,8 +92,21 @@ fn sinks(env: &Env, run: &str, kind: Kind, port: impl Fn(&str) -> u16) -> anyhow
 }
 
 /// The sink ids of each pipeline, as in [`sinks`].
-const SINK_IDS: [&str; 11] =
-    ["file", "kafka_eos", "kafka_alo", "kafka_rb", "redis", "nats", "http", "http_slow", "pg_log", "my_log", "s3"];
+const SINK_IDS: [&str; 13] = [
+    "file",
+    "kafka_eos",
+    "kafka_alo",
+    "kafka_rb",
+    "redis",
+    "nats",
+    "http",
+    "http_slow",
+    "pg_log",
+    "my_log",
+    "pg_apply",
+    "my_apply",
+    "s3",
+];
 
 /// The highest checkpoint each key reached, from the checkpointer's log
 /// lines, read on from where the last call stopped.
@@ -346,6 +366,29 @@ impl Setup {
             }
         }
         Ok(held)
+    }
+
+    /// The rows (id → change number) the apply-mode database sinks hold,
+    /// per table: what the final state is compared by.
+    pub async fn final_states(&self, env: &Env) -> anyhow::Result<Vec<(Kind, &'static str, Vec<Rows>)>> {
+        let mut states = Vec::new();
+        for kind in [Kind::Postgres, Kind::MariaDb] {
+            let schema = format!("tt{}{}s", self.run_id, kind.tag());
+            let targets = [
+                ("pg_apply", Db::new(env, Kind::Postgres, DATABASE)?, format!("\"{schema}\".")),
+                ("my_apply", Db::new(env, Kind::MariaDb, "")?, format!("`{schema}`.")),
+            ];
+            for (sink, db, prefix) in targets {
+                let mut tables = Vec::new();
+                for table in TABLES {
+                    let rows = db.rows(&format!("SELECT id, change_no FROM {prefix}{table}")).await.unwrap_or_default();
+                    let number = |v: &Option<String>| v.as_deref().and_then(|t| t.parse::<i64>().ok()).unwrap_or(-1);
+                    tables.push(rows.iter().map(|r| (number(&r[0]), number(&r[1]))).collect());
+                }
+                states.push((kind, sink, tables));
+            }
+        }
+        Ok(states)
     }
 
     /// Each sink's declared guarantee, as `sluice validate` prints it.

@@ -59,6 +59,30 @@ pub fn print(expected: &[(Kind, Vec<Change>)], held: &[Held]) -> bool {
     for example in examples {
         println!("{example}");
     }
-    println!("torture: {}", if ok { "PASS" } else { "FAIL" });
+    ok
+}
+
+/// The apply-mode sinks' tables against each source's final rows; true
+/// when every table holds exactly the rows the source holds, each at its
+/// last change.
+pub fn final_states(
+    expected: &[(Kind, Vec<crate::pipeline::Rows>)],
+    held: &[(Kind, &str, Vec<crate::pipeline::Rows>)],
+) -> bool {
+    let mut ok = true;
+    for (kind, sink, tables) in held {
+        let Some((_, want)) = expected.iter().find(|(k, _)| k == kind) else { continue };
+        let rows: usize = want.iter().map(|t| t.len()).sum();
+        let wrong: usize = want
+            .iter()
+            .zip(tables)
+            .map(|(w, h)| {
+                w.iter().filter(|(id, change)| h.get(id) != Some(change)).count()
+                    + h.keys().filter(|id| !w.contains_key(id)).count()
+            })
+            .sum();
+        ok &= wrong == 0 && tables.len() == want.len();
+        println!("torture: {} {sink}: final state {rows} rows, {wrong} differ from the source", kind.tag());
+    }
     ok
 }

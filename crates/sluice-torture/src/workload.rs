@@ -140,6 +140,11 @@ impl Workload {
         &self.db
     }
 
+    /// The live rows of each table: id → its last change number.
+    pub fn rows(&self) -> &[BTreeMap<i64, i64>] {
+        &self.rows
+    }
+
     /// Writes one transaction. An error during it leaves the outcome in
     /// doubt until the `tx_log` row says whether it committed.
     pub async fn step(&mut self, conn: &mut Option<Conn>) -> anyhow::Result<()> {

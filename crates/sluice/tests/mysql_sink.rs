@@ -183,3 +183,38 @@ fn mariadb_into_postgres_mirrors_the_source_table() {
         panic!("PostgreSQL never matched MariaDB:\nsource {expected:?}\ntarget {:?}", target_rows());
     }
 }
+
+#[test]
+fn a_row_mariadb_refuses_goes_to_the_dead_letter_queue_and_the_rest_lands() {
+    let (source, target) = ("mysink_bad_src", "mysink_bad_dst");
+    fresh_database(source);
+    my_exec(&format!(
+        "DROP DATABASE IF EXISTS {target}; CREATE DATABASE {target}; \
+         CREATE TABLE {target}.items (id int PRIMARY KEY, qty int, CONSTRAINT qty_small CHECK (qty < 100))"
+    ));
+    sql(source, "CREATE TABLE items (id int PRIMARY KEY, qty int)");
+    prepare_replication(source, "items");
+    sql(source, "INSERT INTO items VALUES (1, 5), (2, 500), (3, 7); UPDATE items SET qty = qty + 1 WHERE id = 3");
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "pipelines:\n  - name: pg\n    source:\n      type: postgres\n      config: {{ id: {source}, host: 127.0.0.1, port: {port}, database: {source}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", status_interval_secs: 1 }}\n    sinks:\n      - type: mysql\n        config: {sink}\n",
+        port = pg_env("SLUICE_TEST_PG_PORT"),
+        user = pg_env("SLUICE_TEST_PG_USER"),
+        sink = my_sink("mariadb", target),
+    );
+    let config = write_config(dir.path(), &config);
+    let config = config.to_str().unwrap();
+    let sluice = spawn(&["run", "-c", config], dir.path());
+    let rows = || my_rows::<(i32, i32)>(&format!("SELECT id, qty FROM {target}.items ORDER BY id"));
+    wait_until(Duration::from_secs(60), "the rows MariaDB takes", || rows() == vec![(1, 5), (3, 8)]);
+    stop(sluice, dir.path());
+    drop_slots(source);
+    let listing = run(&["dlq", "list", "-c", config], dir.path());
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert!(listing.contains("1 dead letter(s)"), "{listing}");
+    let key = listing.lines().nth(1).and_then(|l| l.split_whitespace().next()).unwrap();
+    let shown = String::from_utf8_lossy(&run(&["dlq", "show", key, "-c", config], dir.path()).stdout).into_owned();
+    assert!(shown.contains("qty_small"), "the server's error names the constraint: {shown}");
+    assert!(shown.contains("\"qty\": 500"), "the refused event is kept whole: {shown}");
+}
