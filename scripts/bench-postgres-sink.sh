@@ -12,6 +12,7 @@
 # - Sluice: the PostgreSQL source into the postgres sink (apply mode,
 #   tables created by the sink) in a second database; the insert rate runs
 #   until the first marker lands, the update rate from there to the second;
+# - the sink alone: the generator's 500,000 mixed changes into the sink;
 # - the peer: Debezium's JDBC sink 3.6.1 in Kafka Connect standalone
 #   (upsert, delete enabled, key from the record key), applying the same
 #   changes, which Sluice first writes to Kafka in Debezium's envelope with
@@ -113,6 +114,21 @@ sluice_updates=$(calc "$updates_at - $inserts_at")
 same=$(psql_db -d bench_sink_sluice -At -c "SELECT count(*) FROM orders WHERE status = 'shipped'")
 [ "$same" -eq "$ROWS" ] || { echo "the sink holds $same shipped orders, not $ROWS" >&2; exit 1; }
 
+# The sink alone: the generator (no database to decode) into the postgres
+# sink, 500,000 events of its mix (70 % inserts, 20 % updates, 10 % deletes
+# of earlier rows); sluice exits when the finite generator is written.
+cat > "$work/gen.yaml" <<YAML
+pipelines:
+  - name: gen-$run_id
+    source: { type: generator, config: { id: gen-$run_id, tx_count: $TX_COUNT, rows_per_tx: $ROWS_PER_TX } }
+    sinks:
+      - type: postgres
+        config: { id: replica, host: 127.0.0.1, port: $SLUICE_TEST_PG_PORT, database: bench_sink_gen, user: $SLUICE_TEST_PG_USER, password: "\${PGPASSWORD}", ssl_mode: disable }
+YAML
+psql_db -d postgres -c "DROP DATABASE IF EXISTS bench_sink_gen WITH (FORCE)" -c "CREATE DATABASE bench_sink_gen"
+echo "sluice: generator to the postgres sink" >&2
+read -r gen_secs gen_kib < <(measure "$work/gen.yaml" never)
+
 # The feed of the peer: the same changes in Kafka, Debezium's envelope with schemas.
 topic="bench-sink-$run_id"
 cat > "$work/feed.yaml" <<YAML
@@ -199,10 +215,12 @@ row "COPY FROM STDIN, empty table, 2nd" "$ceiling_second" "-"
 row "pg_recvlogical -> /dev/null: inserts (the source)" "$source_secs" "-"
 row "sluice postgres sink, apply: inserts" "$sluice_inserts" "$(mb "$sluice_kib")"
 row "sluice postgres sink, apply: updates" "$sluice_updates" "$(mb "$sluice_kib")"
+row "sluice generator -> postgres sink (mixed changes)" "$gen_secs" "$(mb "$gen_kib")"
 row "debezium jdbc sink 3.6.1: inserts (from first row)" "$peer_inserts" "$(mb "$peer_kib")"
 row "debezium jdbc sink 3.6.1: updates" "$peer_updates" "$(mb "$peer_kib")"
 printf 'ratio (sluice inserts / faster COPY): %.2f; (sluice inserts / pg_recvlogical): %.2f\n' \
   "$(calc "$ceiling_secs / $sluice_inserts")" "$(calc "$source_secs / $sluice_inserts")"
+printf 'ratio (generator -> postgres sink / faster COPY): %.2f\n' "$(calc "$ceiling_secs / $gen_secs")"
 printf 'ratio (sluice / debezium jdbc sink), inserts and updates together: %.2f\n' \
   "$(calc "($peer_inserts + $peer_updates) / ($sluice_inserts + $sluice_updates)")"
 printf 'ratio (sluice / debezium jdbc sink): inserts %.2f, updates %.2f\n' \

@@ -210,11 +210,7 @@ fn a_row_mariadb_refuses_goes_to_the_dead_letter_queue_and_the_rest_lands() {
     wait_until(Duration::from_secs(60), "the rows MariaDB takes", || rows() == vec![(1, 5), (3, 8)]);
     stop(sluice, dir.path());
     drop_slots(source);
-    let listing = run(&["dlq", "list", "-c", config], dir.path());
-    let listing = String::from_utf8_lossy(&listing.stdout);
-    assert!(listing.contains("1 dead letter(s)"), "{listing}");
-    let key = listing.lines().nth(1).and_then(|l| l.split_whitespace().next()).unwrap();
-    let shown = String::from_utf8_lossy(&run(&["dlq", "show", key, "-c", config], dir.path()).stdout).into_owned();
+    let shown = the_dead_letter(config, dir.path());
     assert!(shown.contains("qty_small"), "the server's error names the constraint: {shown}");
     assert!(shown.contains("\"qty\": 500"), "the refused event is kept whole: {shown}");
 }

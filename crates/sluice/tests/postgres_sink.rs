@@ -123,11 +123,7 @@ fn a_refused_row_goes_to_the_dead_letter_queue_and_the_rest_of_its_batch_lands()
     });
     stop(sluice, dir.path());
     drop_slots(source);
-    let listing = run(&["dlq", "list", "-c", config], dir.path());
-    let listing = String::from_utf8_lossy(&listing.stdout);
-    assert!(listing.contains("1 dead letter(s)"), "{listing}");
-    let key = listing.lines().nth(1).and_then(|l| l.split_whitespace().next()).unwrap();
-    let shown = String::from_utf8_lossy(&run(&["dlq", "show", key, "-c", config], dir.path()).stdout).into_owned();
+    let shown = the_dead_letter(config, dir.path());
     assert!(shown.contains("violates check constraint \\\"items_qty_check\\\""), "{shown}");
     assert!(shown.contains("\"qty\": 500"), "the refused event is kept whole: {shown}");
 }

@@ -3,6 +3,8 @@
 //! into set statements.
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+pub mod apply;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub mod plan;
 
 use serde::Deserialize;
@@ -136,4 +138,36 @@ pub fn key_of(
         ));
     }
     Ok(declared)
+}
+
+/// The settings both database sinks share, as written.
+pub struct Common<'a> {
+    pub host: &'a str,
+    /// Whether the TLS mode checks the certificate, which needs `ca_file`.
+    pub verifies: bool,
+    pub has_ca_file: bool,
+    pub schema: &'a str,
+    pub table: &'a str,
+    pub checkpoint_schema: &'a str,
+    pub keys: &'a std::collections::BTreeMap<String, Vec<String>>,
+    pub connect_timeout_secs: u64,
+}
+
+/// The checks both database sinks' configs share.
+pub fn check_common(at: &str, c: Common<'_>) -> Result<(), Invalid> {
+    if c.host.is_empty() {
+        return Err(Invalid::new(format!("{at}.host"), "is empty", "name the target server"));
+    }
+    if c.verifies && !c.has_ca_file {
+        return Err(Invalid::new(
+            format!("{at}.ca_file"),
+            "is required when ssl_mode checks the server's certificate",
+            "give the PEM file of the CA that signed the server's certificate",
+        ));
+    }
+    check_name_template(at, "schema", c.schema)?;
+    check_name_template(at, "table", c.table)?;
+    sluice_core::settings::check_id(&format!("{at}.checkpoint_schema"), c.checkpoint_schema)?;
+    check_keys(at, c.keys)?;
+    sluice_core::settings::check_seconds(at, "connect_timeout_secs", c.connect_timeout_secs, 600)
 }

@@ -12,6 +12,7 @@ use super::tables::{Fit, Tables};
 use super::text::{ValuesList, ident, quoted};
 use super::{fail, is_row_error, my_error};
 use crate::db::plan::{Kind, Run, TablePlan};
+use crate::db::apply::{Applier, apply};
 use crate::registry::SinkSettings;
 
 type Plan = crate::db::plan::Plan<ValuesList>;
@@ -121,65 +122,6 @@ impl MysqlSink {
         })
     }
 
-    async fn apply(&mut self, events: &[Event]) -> Result<(), SinkError> {
-        if self.careful {
-            for event in events {
-                let mut plan = Plan::default();
-                self.add(&mut plan, event).await?;
-                if let Err((e, doing)) = self.execute(&plan).await {
-                    return Err(if is_row_error(&e) {
-                        SinkError::Rejected {
-                            detail: format!("the target refused the change while {doing}: {e}"),
-                            position: event.position.clone(),
-                        }
-                    } else {
-                        my_error(e, &doing)
-                    });
-                }
-            }
-            return Ok(());
-        }
-        let mut plan = Plan::default();
-        for event in events {
-            self.add(&mut plan, event).await?;
-        }
-        match self.execute(&plan).await {
-            Ok(()) => Ok(()),
-            Err((e, doing)) if is_row_error(&e) => {
-                self.careful = true;
-                Err(SinkError::transient(format!(
-                    "mysql sink {:?}: the target refused a row while {doing}: {e}; the batch is written again event by event to find it",
-                    self.config.id
-                )))
-            }
-            Err((e, doing)) => Err(my_error(e, &doing)),
-        }
-    }
-
-    async fn add(&mut self, plan: &mut Plan, event: &Event) -> Result<(), SinkError> {
-        let conn = self.conn.as_mut().ok_or_else(|| SinkError::transient("mysql sink used before open"))?;
-        match self.tables.fit(conn, &self.config, event).await? {
-            Fit::Ready(table) => plan.add(table, event, self.config.mode, &self.config.columns),
-            Fit::Changed(table) => Err(SinkError::transient(format!(
-                "mysql sink {:?}: target table {table} was changed to fit the source; the batch is written again",
-                self.config.id
-            ))),
-        }
-    }
-
-    async fn execute(&mut self, plan: &Plan) -> Result<(), (mysql_async::Error, String)> {
-        for table in &plan.tables {
-            for run in &table.runs {
-                let (sql, what) = statement(table, run);
-                let conn = match self.conn.as_mut() {
-                    Some(conn) => conn,
-                    None => return Err((mysql_async::Error::Driver(mysql_async::DriverError::ConnectionClosed), what)),
-                };
-                conn.query_drop(sql).await.map_err(|e| (e, format!("{what} {}", table.display)))?;
-            }
-        }
-        Ok(())
-    }
 }
 
 /// The statement of a run, and what it does (for messages).
@@ -208,6 +150,53 @@ fn statement(table: &TablePlan, run: &Run) -> (String, String) {
 }
 
 #[async_trait]
+impl Applier for MysqlSink {
+    type Encoding = ValuesList;
+    type Error = mysql_async::Error;
+
+    fn name(&self) -> String {
+        format!("mysql sink {:?}", self.config.id)
+    }
+
+    fn careful(&mut self) -> &mut bool {
+        &mut self.careful
+    }
+
+    async fn add(&mut self, plan: &mut Plan, event: &Event) -> Result<(), SinkError> {
+        let conn = self.conn.as_mut().ok_or_else(|| SinkError::transient("mysql sink used before open"))?;
+        match self.tables.fit(conn, &self.config, event).await? {
+            Fit::Ready(table) => plan.add(table, event, self.config.mode, &self.config.columns),
+            Fit::Changed(table) => Err(SinkError::transient(format!(
+                "mysql sink {:?}: target table {table} was changed to fit the source; the batch is written again",
+                self.config.id
+            ))),
+        }
+    }
+
+    async fn execute(&mut self, plan: &Plan) -> Result<(), (mysql_async::Error, String)> {
+        for table in &plan.tables {
+            for run in &table.runs {
+                let (sql, what) = statement(table, run);
+                let conn = match self.conn.as_mut() {
+                    Some(conn) => conn,
+                    None => return Err((mysql_async::Error::Driver(mysql_async::DriverError::ConnectionClosed), what)),
+                };
+                conn.query_drop(sql).await.map_err(|e| (e, format!("{what} {}", table.display)))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn is_row_error(e: &Self::Error) -> bool {
+        is_row_error(e)
+    }
+
+    fn error(e: Self::Error, doing: &str) -> SinkError {
+        my_error(e, doing)
+    }
+}
+
+#[async_trait]
 impl Sink for MysqlSink {
     fn id(&self) -> &str {
         &self.config.id
@@ -231,7 +220,7 @@ impl Sink for MysqlSink {
         let last = events.last_position().clone();
         self.exec("START TRANSACTION", "starting a transaction").await?;
         while let Some(chunk) = events.next_chunk().await? {
-            self.apply(chunk).await?;
+            apply(self, chunk).await?;
         }
         let sql = format!(
             "INSERT INTO {} (source_id, sink_id, position) VALUES ({}, {}, {}) \
@@ -278,7 +267,7 @@ impl Sink for MysqlSink {
         }
         self.exec("START TRANSACTION", "starting a transaction").await?;
         let careful = std::mem::replace(&mut self.careful, true);
-        let applied = self.apply(std::slice::from_ref(event)).await;
+        let applied = apply(self, std::slice::from_ref(event)).await;
         self.careful = careful;
         match applied {
             Ok(()) => self.exec("COMMIT", "committing the event").await,

@@ -5,10 +5,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use sluice_core::Guarantee;
-use sluice_core::settings::{Invalid, Secret, SslMode, check_id, check_seconds};
+use sluice_core::settings::{Invalid, Secret, SslMode};
 
 pub use crate::db::{ApplyMode, ColumnFilter, SchemaEvolution};
-use crate::db::check_name_template;
 use crate::registry::SinkSettings;
 use crate::target::Target;
 
@@ -95,21 +94,19 @@ impl SinkSettings for PostgresSinkConfig {
 
     fn validate(&self, at: &str) -> Result<(), Invalid> {
         let c = self;
-        if c.host.is_empty() {
-            return Err(Invalid::new(format!("{at}.host"), "is empty", "name the target server"));
-        }
-        if matches!(c.ssl_mode, SslMode::VerifyCa | SslMode::VerifyFull) && c.ca_file.is_none() {
-            return Err(Invalid::new(
-                format!("{at}.ca_file"),
-                "is required with ssl_mode verify-ca or verify-full",
-                "give the PEM file of the CA that signed the server's certificate",
-            ));
-        }
-        check_name_template(at, "schema", &c.schema)?;
-        check_name_template(at, "table", &c.table)?;
-        check_id(&format!("{at}.checkpoint_schema"), &c.checkpoint_schema)?;
-        crate::db::check_keys(at, &c.keys)?;
-        check_seconds(at, "connect_timeout_secs", c.connect_timeout_secs, 600)
+        crate::db::check_common(
+            at,
+            crate::db::Common {
+                host: &c.host,
+                verifies: matches!(c.ssl_mode, SslMode::VerifyCa | SslMode::VerifyFull),
+                has_ca_file: c.ca_file.is_some(),
+                schema: &c.schema,
+                table: &c.table,
+                checkpoint_schema: &c.checkpoint_schema,
+                keys: &c.keys,
+                connect_timeout_secs: c.connect_timeout_secs,
+            },
+        )
     }
 
     fn preflight(&self) -> Result<(), (&'static str, String)> {

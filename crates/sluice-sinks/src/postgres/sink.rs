@@ -12,6 +12,7 @@ use crate::db::plan::{Kind, Run, TablePlan};
 use super::tables::Tables;
 use super::text::{ident, quote_literal};
 use super::{db_error, fail, is_row_error};
+use crate::db::apply::{Applier, apply};
 use crate::registry::SinkSettings;
 
 type Plan = crate::db::plan::Plan<CopyText>;
@@ -122,62 +123,6 @@ impl PostgresSink {
         })
     }
 
-    /// The events of one chunk, fitted and applied as set statements, or
-    /// one event at a time when looking for a refused row.
-    async fn apply(&mut self, events: &[Event]) -> Result<(), SinkError> {
-        if self.careful {
-            for event in events {
-                let mut plan = Plan::default();
-                self.add(&mut plan, event).await?;
-                if let Err((e, doing)) = self.execute(&plan).await {
-                    return Err(if is_row_error(&e) {
-                        SinkError::Rejected {
-                            detail: format!("the target refused the change while {doing}: {e}"),
-                            position: event.position.clone(),
-                        }
-                    } else {
-                        db_error(&e, &doing)
-                    });
-                }
-            }
-            return Ok(());
-        }
-        let mut plan = Plan::default();
-        for event in events {
-            self.add(&mut plan, event).await?;
-        }
-        match self.execute(&plan).await {
-            Ok(()) => Ok(()),
-            Err((e, doing)) if is_row_error(&e) => {
-                self.careful = true;
-                Err(SinkError::transient(format!(
-                    "postgres sink {:?}: the target refused a row while {doing}: {e}; the batch is written again event by event to find it",
-                    self.config.id
-                )))
-            }
-            Err((e, doing)) => Err(db_error(&e, &doing)),
-        }
-    }
-
-    async fn add(&mut self, plan: &mut Plan, event: &Event) -> Result<(), SinkError> {
-        let conn = self.conn.as_mut().ok_or_else(|| SinkError::transient("postgres sink used before open"))?;
-        let table = self.tables.fit(conn, &self.config, event).await?;
-        plan.add(table, event, self.config.mode, &self.config.columns)?;
-        if std::mem::take(&mut self.tables.altered) {
-            // Staging tables have the old column types.
-            self.stages.clear();
-        }
-        Ok(())
-    }
-
-    async fn execute(&mut self, plan: &Plan) -> Result<(), (PgError, String)> {
-        for table in &plan.tables {
-            for run in &table.runs {
-                self.execute_run(table, run).await?;
-            }
-        }
-        Ok(())
-    }
 
     async fn execute_run(&mut self, table: &TablePlan, run: &Run) -> Result<(), (PgError, String)> {
         let columns = run.columns.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", ");
@@ -267,6 +212,48 @@ fn delete_sql(table: &TablePlan, stage: &str) -> String {
 }
 
 #[async_trait]
+impl Applier for PostgresSink {
+    type Encoding = CopyText;
+    type Error = PgError;
+
+    fn name(&self) -> String {
+        format!("postgres sink {:?}", self.config.id)
+    }
+
+    fn careful(&mut self) -> &mut bool {
+        &mut self.careful
+    }
+
+    async fn add(&mut self, plan: &mut Plan, event: &Event) -> Result<(), SinkError> {
+        let conn = self.conn.as_mut().ok_or_else(|| SinkError::transient("postgres sink used before open"))?;
+        let table = self.tables.fit(conn, &self.config, event).await?;
+        plan.add(table, event, self.config.mode, &self.config.columns)?;
+        if std::mem::take(&mut self.tables.altered) {
+            // Staging tables have the old column types.
+            self.stages.clear();
+        }
+        Ok(())
+    }
+
+    async fn execute(&mut self, plan: &Plan) -> Result<(), (PgError, String)> {
+        for table in &plan.tables {
+            for run in &table.runs {
+                self.execute_run(table, run).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn is_row_error(e: &Self::Error) -> bool {
+        is_row_error(e)
+    }
+
+    fn error(e: Self::Error, doing: &str) -> SinkError {
+        db_error(&e, doing)
+    }
+}
+
+#[async_trait]
 impl Sink for PostgresSink {
     fn id(&self) -> &str {
         &self.config.id
@@ -287,7 +274,7 @@ impl Sink for PostgresSink {
         let last = events.last_position().clone();
         self.query("BEGIN", "starting a transaction").await?;
         while let Some(chunk) = events.next_chunk().await? {
-            self.apply(chunk).await?;
+            apply(self, chunk).await?;
         }
         self.commit(&last).await?;
         self.careful = false;
@@ -318,7 +305,7 @@ impl Sink for PostgresSink {
         }
         self.query("BEGIN", "starting a transaction").await?;
         let careful = std::mem::replace(&mut self.careful, true);
-        let applied = self.apply(std::slice::from_ref(event)).await;
+        let applied = apply(self, std::slice::from_ref(event)).await;
         self.careful = careful;
         match applied {
             Ok(()) => self.query("COMMIT", "committing the event").await.map(|_| ()),

@@ -238,3 +238,13 @@ pub fn nats_raw(stream: &str) -> Vec<(std::collections::BTreeMap<String, String>
         messages
     })
 }
+
+/// The one dead letter the store in `dir` holds, as `sluice dlq show`
+/// prints it; panics unless there is exactly one.
+pub fn the_dead_letter(config: &str, dir: &Path) -> String {
+    let listing = run(&["dlq", "list", "-c", config], dir);
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert!(listing.contains("1 dead letter(s)"), "{listing}");
+    let key = listing.lines().nth(1).and_then(|l| l.split_whitespace().next()).unwrap();
+    String::from_utf8_lossy(&run(&["dlq", "show", key, "-c", config], dir).stdout).into_owned()
+}
