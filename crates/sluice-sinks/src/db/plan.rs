@@ -1,10 +1,15 @@
 //! A chunk of events as statements: per target table, runs of changes
 //! that one statement can apply together. A run holds one kind of change
-//! with one column list and never the same key twice, so applying it as
-//! one set gives what applying its changes one by one would. Runs of a
-//! table keep their order; tables are applied one after another, which
-//! only tables tied by foreign keys could tell apart, and every change of
-//! the batch commits at once.
+//! with one column list.
+//!
+//! A table's changes fall into segments in which no key comes twice:
+//! within one, the changes touch different rows, so the order they are
+//! applied in cannot change the result, and each kind of change is one
+//! statement (deletes first, so a row that gives up a unique value does
+//! so before another takes it). A key seen again, or a truncate, starts
+//! the next segment. Tables are applied one after another, which only
+//! tables tied by foreign keys could tell apart, and every change of the
+//! batch commits at once.
 
 use std::collections::HashSet;
 use std::marker::PhantomData;
@@ -68,9 +73,8 @@ pub enum Kind {
 pub struct Run {
     pub kind: Kind,
     pub columns: Vec<Arc<str>>,
-    /// The rows in COPY's text format.
+    /// The rows in the sink's encoding.
     pub data: String,
-    keys: HashSet<String>,
 }
 
 /// The runs of one target table.
@@ -80,6 +84,9 @@ pub struct TablePlan {
     pub display: String,
     pub key: Vec<Arc<str>>,
     pub runs: Vec<Run>,
+    /// Where the current segment's runs begin, and its keys.
+    segment: usize,
+    keys: HashSet<String>,
 }
 
 #[derive(Debug)]
@@ -124,6 +131,8 @@ impl<E: Encoding> Plan<E> {
                     display: table.display.clone(),
                     key: table.key.clone(),
                     runs: Vec::new(),
+                    segment: 0,
+                    keys: HashSet::new(),
                 });
                 self.tables.last_mut().ok_or_else(|| SinkError::transient("plan lost its table"))?
             }
@@ -152,13 +161,11 @@ impl<E: Encoding> Plan<E> {
             }
             Op::Truncate => {
                 if plan.runs.last().is_none_or(|r| r.kind != Kind::Truncate) {
-                    plan.runs.push(Run {
-                        kind: Kind::Truncate,
-                        columns: Vec::new(),
-                        data: String::new(),
-                        keys: HashSet::new(),
-                    });
+                    plan.runs.push(Run { kind: Kind::Truncate, columns: Vec::new(), data: String::new() });
                 }
+                // Whatever follows comes after the truncate.
+                plan.segment = plan.runs.len();
+                plan.keys.clear();
                 Ok(())
             }
             Op::Message | Op::Schema => Ok(()),
@@ -180,21 +187,31 @@ impl TablePlan {
         Some(text)
     }
 
-    /// The run to add a row of `kind` with `columns` and `key` to.
     /// The run to add a row of `kind` with `columns` and `key` to, its
     /// data ready for the row's first field.
-    fn run_for<E: Encoding>(&mut self, kind: Kind, columns: &[Arc<str>], key: Option<&str>) -> &mut Run {
-        let fits = self.runs.last().is_some_and(|r| {
-            r.kind == kind
-                && r.columns == columns
-                && key.is_none_or(|key| !r.keys.contains(key))
-                && r.data.len() < E::MAX_RUN_BYTES
-        });
-        if !fits {
-            self.runs.push(Run { kind, columns: columns.to_vec(), data: String::new(), keys: HashSet::new() });
+    fn run_for<E: Encoding>(&mut self, kind: Kind, columns: &[Arc<str>], key: Option<String>) -> &mut Run {
+        if let Some(key) = key {
+            if self.keys.contains(&key) {
+                // The key again: its earlier change must be applied first.
+                self.segment = self.runs.len();
+                self.keys.clear();
+            }
+            self.keys.insert(key);
         }
-        let last = self.runs.len() - 1;
-        let run = &mut self.runs[last];
+        let found = self.runs[self.segment..]
+            .iter()
+            .position(|r| r.kind == kind && r.columns == columns && r.data.len() < E::MAX_RUN_BYTES);
+        let index = match found {
+            Some(i) => self.segment + i,
+            None => {
+                let run = Run { kind, columns: columns.to_vec(), data: String::new() };
+                // Deletes go first in their segment.
+                let at = if kind == Kind::Delete { self.segment } else { self.runs.len() };
+                self.runs.insert(at, run);
+                at
+            }
+        };
+        let run = &mut self.runs[index];
         if !run.data.is_empty() {
             run.data.push_str(E::ROW_SEP);
         }
@@ -211,10 +228,9 @@ impl TablePlan {
             }
         };
         let columns = self.key.clone();
-        let run = self.run_for::<E>(Kind::Delete, &columns, Some(&key));
+        let run = self.run_for::<E>(Kind::Delete, &columns, Some(key.clone()));
         run.data.push_str(&key);
         run.data.push_str(E::ROW_END);
-        run.keys.insert(key);
         Ok(())
     }
 
@@ -234,7 +250,7 @@ impl TablePlan {
         };
         let pairs: Vec<(&Arc<str>, &Value)> = after.columns.iter().zip(&after.values).filter(written).collect();
         let columns: Vec<Arc<str>> = pairs.iter().map(|(c, _)| Arc::clone(c)).collect();
-        let run = self.run_for::<E>(Kind::Upsert, &columns, Some(&key));
+        let run = self.run_for::<E>(Kind::Upsert, &columns, Some(key));
         for (i, (_, value)) in pairs.iter().enumerate() {
             if i > 0 {
                 run.data.push(E::FIELD_SEP);
@@ -242,7 +258,6 @@ impl TablePlan {
             E::field(&mut run.data, value);
         }
         run.data.push_str(E::ROW_END);
-        run.keys.insert(key);
         Ok(())
     }
 
@@ -279,4 +294,69 @@ fn row_json(event: &Event, row: &Option<Row>) -> Result<Value, SinkError> {
         position: event.position.clone(),
     })?;
     Ok(Value::Text(text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::{Origin, Position};
+
+    /// Fields as their text, rows one per line.
+    struct Lines;
+
+    impl Encoding for Lines {
+        fn field(out: &mut String, value: &Value) {
+            out.push_str(&value.text());
+        }
+        const FIELD_SEP: char = ',';
+        const ROW_START: &'static str = "";
+        const ROW_END: &'static str = "";
+        const ROW_SEP: &'static str = " ";
+        const MAX_RUN_BYTES: usize = usize::MAX;
+    }
+
+    fn event(seq: u32, op: Op, id: i64) -> Event {
+        let columns: sluice_core::Columns = vec![Arc::from("id"), Arc::from("v")].into();
+        let row = Row { columns, values: vec![Value::Int(id), Value::Int(i64::from(seq))] };
+        let key = Row { columns: vec![Arc::from("id")].into(), values: vec![Value::Int(id)] };
+        Event {
+            op,
+            source_id: "s".into(),
+            database: "db".into(),
+            table: "public.t".into(),
+            key: Some(key),
+            before: (op == Op::Delete).then(|| row.clone()),
+            after: (op != Op::Delete).then_some(row),
+            schema_version: 1,
+            position: Position::Generator { tx: 1, seq },
+            tx_id: "1".into(),
+            tx_end: false,
+            commit_time_us: 0,
+            schema: None,
+            origin: Origin::None,
+        }
+    }
+
+    #[test]
+    fn a_key_seen_again_starts_a_segment_and_deletes_lead_theirs() {
+        let table = Table {
+            name: "t".into(),
+            display: "public.t".into(),
+            key: vec![Arc::from("id")],
+            columns: vec![("id".into(), "bigint".into()), ("v".into(), "bigint".into())],
+            version: Some(1),
+        };
+        let mut plan = Plan::<Lines>::default();
+        let changes =
+            [(Op::Insert, 1), (Op::Insert, 2), (Op::Delete, 1), (Op::Insert, 3), (Op::Update, 2), (Op::Delete, 4)];
+        for (seq, (op, id)) in changes.into_iter().enumerate() {
+            plan.add(&table, &event(seq as u32, op, id), ApplyMode::Apply, &ColumnFilter::default()).unwrap();
+        }
+        let runs: Vec<(Kind, &str)> = plan.tables[0].runs.iter().map(|r| (r.kind, r.data.as_str())).collect();
+        assert_eq!(
+            runs,
+            vec![(Kind::Upsert, "1,0 2,1"), (Kind::Delete, "1 4"), (Kind::Upsert, "3,3 2,4")],
+            "the second segment starts at the delete of 1, its deletes first"
+        );
+    }
 }

@@ -208,7 +208,13 @@ fn upsert_sql(table: &TablePlan, run: &Run, columns: &str, stage: &str) -> Strin
 
 fn delete_sql(table: &TablePlan, stage: &str) -> String {
     let matches: Vec<String> = table.key.iter().map(|c| format!("t.{0} = s.{0}", ident(c))).collect();
-    format!("DELETE FROM {} t USING {stage} s WHERE {}; TRUNCATE {stage}", table.name, matches.join(" AND "))
+    // Statistics of the staged keys let the planner probe the target's key
+    // index for a few of them rather than scan the table.
+    format!(
+        "ANALYZE {stage}; DELETE FROM {} t USING {stage} s WHERE {}; TRUNCATE {stage}",
+        table.name,
+        matches.join(" AND ")
+    )
 }
 
 #[async_trait]
