@@ -60,6 +60,10 @@ impl Table {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// Rows the source inserted (or a snapshot read): new to the target
+    /// unless it already held them, so a sink may try a plain insert
+    /// first and upsert only if a key is taken.
+    Insert,
     /// Insert, or update the row with the same key.
     Upsert,
     /// Delete by key.
@@ -150,7 +154,8 @@ impl<E: Encoding> Plan<E> {
                 {
                     plan.delete::<E>(event, before)?;
                 }
-                plan.upsert::<E>(event, after, table, filter)
+                let kind = if event.op == Op::Update { Kind::Upsert } else { Kind::Insert };
+                plan.upsert::<E>(kind, event, after, table, filter)
             }
             Op::Delete => {
                 let image = match &event.key {
@@ -236,6 +241,7 @@ impl TablePlan {
 
     fn upsert<E: Encoding>(
         &mut self,
+        kind: Kind,
         event: &Event,
         after: &Row,
         table: &Table,
@@ -250,7 +256,7 @@ impl TablePlan {
         };
         let pairs: Vec<(&Arc<str>, &Value)> = after.columns.iter().zip(&after.values).filter(written).collect();
         let columns: Vec<Arc<str>> = pairs.iter().map(|(c, _)| Arc::clone(c)).collect();
-        let run = self.run_for::<E>(Kind::Upsert, &columns, Some(key));
+        let run = self.run_for::<E>(kind, &columns, Some(key));
         for (i, (_, value)) in pairs.iter().enumerate() {
             if i > 0 {
                 run.data.push(E::FIELD_SEP);
@@ -355,7 +361,7 @@ mod tests {
         let runs: Vec<(Kind, &str)> = plan.tables[0].runs.iter().map(|r| (r.kind, r.data.as_str())).collect();
         assert_eq!(
             runs,
-            vec![(Kind::Upsert, "1,0 2,1"), (Kind::Delete, "1 4"), (Kind::Upsert, "3,3 2,4")],
+            vec![(Kind::Insert, "1,0 2,1"), (Kind::Delete, "1 4"), (Kind::Insert, "3,3"), (Kind::Upsert, "2,4")],
             "the second segment starts at the delete of 1, its deletes first"
         );
     }

@@ -128,7 +128,7 @@ impl MysqlSink {
 fn statement(table: &TablePlan, run: &Run) -> (String, String) {
     let columns = run.columns.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", ");
     match run.kind {
-        Kind::Upsert => {
+        Kind::Insert | Kind::Upsert => {
             let mut updates: Vec<String> =
                 run.columns.iter().filter(|c| !table.key.contains(c)).map(|c| format!("{0} = VALUES({0})", ident(c))).collect();
             if updates.is_empty() {

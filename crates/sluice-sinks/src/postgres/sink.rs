@@ -127,30 +127,57 @@ impl PostgresSink {
     async fn execute_run(&mut self, table: &TablePlan, run: &Run) -> Result<(), (PgError, String)> {
         let columns = run.columns.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", ");
         let doing = |what: &str| format!("{what} {}", table.display);
-        let stage = match run.kind {
-            Kind::Upsert | Kind::Delete => Some(self.stage(table, &columns).await?),
-            Kind::Truncate | Kind::Append => None,
-        };
         let conn = self.conn.as_mut().ok_or_else(|| (not_open(), doing("writing")))?;
-        match (run.kind, stage) {
-            (Kind::Truncate, _) => {
+        match run.kind {
+            Kind::Truncate => {
                 conn.simple_query(&format!("TRUNCATE {}", table.name)).await.map_err(|e| (e, doing("truncating")))?;
             }
-            (Kind::Append, _) | (_, None) => {
+            Kind::Append => {
                 let copy = format!("COPY {} ({columns}) FROM STDIN", table.name);
                 conn.copy_in(&copy, run.data.as_bytes()).await.map_err(|e| (e, doing("appending to")))?;
             }
-            (kind, Some(stage)) => {
-                let copy = format!("COPY {stage} ({columns}) FROM STDIN");
-                conn.copy_in(&copy, run.data.as_bytes()).await.map_err(|e| (e, doing("staging rows of")))?;
-                let (sql, what) = if kind == Kind::Upsert {
-                    (upsert_sql(table, run, &columns, &stage), "upserting into")
-                } else {
-                    (delete_sql(table, &stage), "deleting from")
-                };
-                conn.simple_query(&sql).await.map_err(|e| (e, doing(what)))?;
+            Kind::Insert => {
+                // New rows go straight in; a key the target holds already
+                // (a snapshot over existing rows) sends the run the upsert way.
+                conn.simple_query("SAVEPOINT sluice_insert").await.map_err(|e| (e, doing("inserting into")))?;
+                let copy = format!("COPY {} ({columns}) FROM STDIN", table.name);
+                match conn.copy_in(&copy, run.data.as_bytes()).await {
+                    Ok(()) => {
+                        let release = conn.simple_query("RELEASE SAVEPOINT sluice_insert").await;
+                        release.map_err(|e| (e, doing("inserting into")))?;
+                    }
+                    Err(e) if e.code() == Some("23505") => {
+                        let undo = conn.simple_query("ROLLBACK TO SAVEPOINT sluice_insert").await;
+                        undo.map_err(|e| (e, doing("inserting into")))?;
+                        self.staged_statement(table, run, &columns, Kind::Upsert).await?;
+                    }
+                    Err(e) => return Err((e, doing("inserting into"))),
+                }
             }
+            kind @ (Kind::Upsert | Kind::Delete) => self.staged_statement(table, run, &columns, kind).await?,
         }
+        Ok(())
+    }
+
+    /// The run's rows into a staging table, then one upsert or delete.
+    async fn staged_statement(
+        &mut self,
+        table: &TablePlan,
+        run: &Run,
+        columns: &str,
+        kind: Kind,
+    ) -> Result<(), (PgError, String)> {
+        let doing = |what: &str| format!("{what} {}", table.display);
+        let stage = self.stage(table, columns).await?;
+        let conn = self.conn.as_mut().ok_or_else(|| (not_open(), doing("writing")))?;
+        let copy = format!("COPY {stage} ({columns}) FROM STDIN");
+        conn.copy_in(&copy, run.data.as_bytes()).await.map_err(|e| (e, doing("staging rows of")))?;
+        let (sql, what) = if kind == Kind::Delete {
+            (delete_sql(table, &stage), "deleting from")
+        } else {
+            (upsert_sql(table, run, columns, &stage), "upserting into")
+        };
+        conn.simple_query(&sql).await.map_err(|e| (e, doing(what)))?;
         Ok(())
     }
 
