@@ -4,10 +4,12 @@
 //! row in `<checkpoint_schema>.sluice_checkpoints` commit together, so
 //! after a crash at any point the target holds either all of a batch or
 //! none of it, and `open` reads back the position it holds. In `apply`
-//! mode the target tables mirror the source tables by key (rows go
-//! through COPY into a session's temporary table, then one `INSERT … ON
-//! CONFLICT` or `DELETE … USING` per run of changes; see [`crate::db::plan`]); in
-//! `changelog` mode every change is a row keyed by its event id.
+//! mode the target tables mirror the source tables by key: inserted rows
+//! go in by COPY (an upsert if a key is taken), updates through COPY into
+//! a session's temporary table and one `INSERT … ON CONFLICT`, deletes by
+//! one `DELETE … USING`, each per run of changes (see
+//! [`crate::db::plan`]); in `changelog` mode every change is a row keyed
+//! by its event id.
 //!
 //! A row the target refuses (a constraint, a value out of range) fails its
 //! whole statement. The batch is then written again event by event, each
