@@ -5,8 +5,8 @@
 //! empty string: a silently empty password or path is worse than a refusal.
 //! `$${` writes a literal `${`. Whole-line comments are left alone so a
 //! commented-out example does not demand its variables. The sink template
-//! placeholders `${db}`, `${table}`, `${op}` and `${key.<column>}` are not
-//! variables and pass through untouched.
+//! placeholders `${db}`, `${table}`, `${op}`, `${key.<column>}` and the
+//! database sinks' `${schema}` are not variables and pass through untouched.
 
 /// A `${VAR}` with no value and no default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +52,7 @@ fn expand_line(
             problem: "`${` without a closing `}`; write `$${` for a literal `${`".into(),
         })?;
         let body = &body_and_rest[..end];
-        if matches!(body, "db" | "table" | "op") || body.starts_with("key.") {
+        if matches!(body, "db" | "table" | "op" | "schema") || body.starts_with("key.") {
             out.push_str("${");
             out.push_str(body);
             out.push('}');
@@ -118,6 +118,7 @@ mod tests {
         assert!(expand("a: ${HOST\n", env).is_err());
         assert!(expand("a: ${not-a-name}\n", env).is_err());
         assert_eq!(expand("t: ${db}.${table}.${op}.${key.id}\n", env).unwrap(), "t: ${db}.${table}.${op}.${key.id}\n");
+        assert_eq!(expand("s: ${schema}_mirror\n", env).unwrap(), "s: ${schema}_mirror\n");
         assert!(expand("a: ${}\n", env).is_err());
     }
 }
