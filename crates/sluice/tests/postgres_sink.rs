@@ -179,3 +179,48 @@ fn a_user_without_privileges_is_told_which_one_is_missing() {
     assert!(log.contains("grant the sink's user the privilege the message names"), "{log}");
     assert!(!log.contains("weak-password"), "no password in the log");
 }
+
+#[test]
+fn declared_keys_and_left_out_columns_shape_the_target() {
+    let (source, target) = ("pgsink_keys_src", "pgsink_keys_dst");
+    fresh_database(source);
+    fresh_database(target);
+    sql(source, "CREATE TABLE events (id int, at int, v text, secret text); ALTER TABLE events REPLICA IDENTITY FULL");
+    prepare_replication(source, "events");
+    sql(
+        source,
+        "INSERT INTO events SELECT g, g % 3, 'v' || g, 'hidden' FROM generate_series(1, 20) g;
+         UPDATE events SET v = 'changed' WHERE id % 4 = 0; DELETE FROM events WHERE id % 5 = 0",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let extra = ", keys: { public.events: [id, at] }, columns: { exclude: [public.events.secret] }";
+    let config = write_config(dir.path(), &pipeline(source, &[sink("replica", target, extra)]));
+    let sluice = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    let wanted = table_json(source, "(SELECT id, at, v FROM events)", "id");
+    wait_until(Duration::from_secs(60), "the target's rows", || table_json(target, "events", "id") == wanted);
+    stop(sluice, dir.path());
+    drop_slots(source);
+    let key = scalar(
+        target,
+        "SELECT string_agg(a.attname, ',' ORDER BY a.attname) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) WHERE i.indrelid = 'events'::regclass AND i.indisprimary",
+    );
+    assert_eq!(key, "at,id", "the declared key is the target's primary key");
+}
+
+#[test]
+fn without_auto_create_a_missing_table_stops_the_sink_naming_it() {
+    let (source, target) = ("pgsink_nocreate_src", "pgsink_nocreate_dst");
+    fresh_database(source);
+    fresh_database(target);
+    sql(source, "CREATE TABLE things (id int PRIMARY KEY)");
+    prepare_replication(source, "things");
+    sql(source, "INSERT INTO things VALUES (1)");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &pipeline(source, &[sink("replica", target, ", auto_create: false")]));
+    let sluice = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    let log = || std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+    let named = "target table public.things does not exist; hint: create it, or set auto_create: true";
+    wait_until(Duration::from_secs(60), "the error naming the table", || log().contains(named));
+    sluice.terminate();
+    drop_slots(source);
+}

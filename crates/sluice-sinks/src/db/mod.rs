@@ -171,3 +171,79 @@ pub fn check_common(at: &str, c: Common<'_>) -> Result<(), Invalid> {
     check_keys(at, c.keys)?;
     sluice_core::settings::check_seconds(at, "connect_timeout_secs", c.connect_timeout_secs, 600)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use sluice_core::{ColumnSchema, ColumnType, Event, Op, Origin, Position, TableSchema};
+
+    use super::*;
+
+    fn event(primary_key: Vec<usize>) -> Event {
+        let column = |name: &str| ColumnSchema {
+            name: Arc::from(name),
+            type_name: "int4".into(),
+            ty: ColumnType::Int32,
+            nullable: true,
+            default: None,
+        };
+        Event {
+            op: Op::Insert,
+            source_id: "s".into(),
+            database: "shop".into(),
+            table: "public.events".into(),
+            key: None,
+            before: None,
+            after: None,
+            schema_version: 1,
+            position: Position::Generator { tx: 1, seq: 0 },
+            tx_id: "1".into(),
+            tx_end: true,
+            commit_time_us: 0,
+            schema: Some(Arc::new(TableSchema { columns: vec![column("id"), column("at")], primary_key })),
+            origin: Origin::None,
+        }
+    }
+
+    #[test]
+    fn filters_name_columns_of_every_table_or_of_one() {
+        let filter = ColumnFilter { include: vec![], exclude: vec!["ssn".into(), "public.users.pw".into()] };
+        assert!(!filter.keeps("public.orders", "ssn"));
+        assert!(!filter.keeps("public.users", "pw"));
+        assert!(filter.keeps("public.orders", "pw"));
+        let only = ColumnFilter { include: vec!["id".into(), "public.users.name".into()], exclude: vec![] };
+        assert!(only.keeps("public.orders", "id") && only.keeps("public.users", "name"));
+        assert!(!only.keeps("public.orders", "name"));
+    }
+
+    #[test]
+    fn keys_come_from_the_config_then_the_source_and_a_keyless_table_is_refused() {
+        let none = ColumnFilter::default();
+        let mut keys = BTreeMap::new();
+        assert_eq!(key_of(&keys, ApplyMode::Apply, &none, &event(vec![0])).unwrap(), vec![Arc::from("id")]);
+        let (problem, hint) = key_of(&keys, ApplyMode::Apply, &none, &event(vec![])).unwrap_err();
+        assert!(problem.contains("public.events has no primary key") && hint.contains("keys:"), "{problem}; {hint}");
+        assert!(key_of(&keys, ApplyMode::Changelog, &none, &event(vec![])).unwrap().is_empty());
+        keys.insert("public.events".to_string(), vec!["id".to_string(), "at".to_string()]);
+        let declared = key_of(&keys, ApplyMode::Apply, &none, &event(vec![])).unwrap();
+        assert_eq!(declared, vec![Arc::from("id"), Arc::from("at")]);
+        let dropped = ColumnFilter { include: vec![], exclude: vec!["id".into()] };
+        let (problem, _) = key_of(&BTreeMap::new(), ApplyMode::Apply, &dropped, &event(vec![0])).unwrap_err();
+        assert!(problem.contains("key column id"), "{problem}");
+    }
+
+    #[test]
+    fn target_names_fill_schema_db_and_table() {
+        let pg = event(vec![0]);
+        assert_eq!(target_name("${schema}", "${table}", &pg), ("public".to_string(), "events".to_string()));
+        assert_eq!(
+            target_name("mirror_${db}", "${schema}_${table}", &pg),
+            ("mirror_shop".into(), "public_events".into())
+        );
+        let mut my = event(vec![0]);
+        my.table = "orders".into();
+        assert_eq!(target_name("${schema}", "${table}", &my), ("shop".to_string(), "orders".to_string()));
+    }
+}
