@@ -1,7 +1,8 @@
 //! `sluice validate --connect` against the real servers: a config whose
 //! sources and sinks are all reachable passes, with a warning for a table
 //! without a key; one with a wrong password, a missing publication, an
-//! unreachable broker and a webhook that refuses the credentials fails on
+//! unreachable broker, a webhook that refuses the credentials and database
+//! sinks whose users lack privileges fail on
 //! exactly those checks, names the fix, and shows no secret.
 
 mod common;
@@ -44,7 +45,7 @@ fn a_config_whose_servers_answer_passes_with_a_line_per_check() {
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
-        "pipelines:\n  - name: pg\n{}    sinks:\n      - {{ type: kafka, config: {{ id: k, brokers: \"{}\", topic: connect.items, exactly_once: true }} }}\n      - {{ type: redis, config: {{ id: r, url: \"{}\", stream: s }} }}\n      - {{ type: nats, config: {{ id: n, url: \"{}\", subject: \"connect.x\", stream: connect_ok, create_stream: true }} }}\n      - {{ type: s3, config: {{ id: lake, {}, prefix: connect }} }}\n      - {{ type: http, config: {{ id: hook, url: \"{}\" }} }}\n      - {{ type: file, config: {{ id: f, path: out.jsonl }} }}\n  - name: my\n    source: {{ type: mysql, config: {{ id: my1, host: 127.0.0.1, port: {}, user: {}, password: \"${{SLUICE_TEST_MY_PASSWORD}}\", tables: [connect_ok.*] }} }}\n    sinks:\n      - {{ type: null, config: {{ id: nothing }} }}\n",
+        "pipelines:\n  - name: pg\n{}    sinks:\n      - {{ type: kafka, config: {{ id: k, brokers: \"{}\", topic: connect.items, exactly_once: true }} }}\n      - {{ type: redis, config: {{ id: r, url: \"{}\", stream: s }} }}\n      - {{ type: nats, config: {{ id: n, url: \"{}\", subject: \"connect.x\", stream: connect_ok, create_stream: true }} }}\n      - {{ type: s3, config: {{ id: lake, {}, prefix: connect }} }}\n      - {{ type: http, config: {{ id: hook, url: \"{}\" }} }}\n      - {{ type: file, config: {{ id: f, path: out.jsonl }} }}\n  - name: my\n    source: {{ type: mysql, config: {{ id: my1, host: 127.0.0.1, port: {}, user: {}, password: \"${{SLUICE_TEST_MY_PASSWORD}}\", tables: [connect_ok.*] }} }}\n    sinks:\n      - {{ type: null, config: {{ id: nothing }} }}\n      - {{ type: mysql, config: {{ id: mys, host: 127.0.0.1, port: {}, user: {}, password: \"${{SLUICE_TEST_MY_PASSWORD}}\", schema: connect_ok }} }}\n      - {{ type: postgres, config: {{ id: pgs, host: 127.0.0.1, port: {}, database: {db}, user: {}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", ssl_mode: disable }} }}\n",
         postgres(db, db, "${SLUICE_TEST_PG_PASSWORD}", ""),
         env("SLUICE_TEST_KAFKA_BROKERS"),
         env("SLUICE_TEST_REDIS_URL"),
@@ -53,6 +54,10 @@ fn a_config_whose_servers_answer_passes_with_a_line_per_check() {
         receiver.url("/in/${table}"),
         env("SLUICE_TEST_MY_PORT"),
         env("SLUICE_TEST_MY_USER"),
+        env("SLUICE_TEST_MY_PORT"),
+        env("SLUICE_TEST_MY_USER"),
+        pg_env("SLUICE_TEST_PG_PORT"),
+        pg_env("SLUICE_TEST_PG_USER"),
     );
     let config = write_config(dir.path(), &config);
     let output = run(&["validate", "--connect", "-c", config.to_str().unwrap()], dir.path());
@@ -73,6 +78,11 @@ fn a_config_whose_servers_answer_passes_with_a_line_per_check() {
         ("sink f", "path"),
         ("source my1", "binlog"),
         ("source my1", "replication grant"),
+        ("sink mys", "connect"),
+        ("sink mys", "checkpoint table"),
+        ("sink mys", "target privileges"),
+        ("sink pgs", "connect"),
+        ("sink pgs", "checkpoint table"),
     ] {
         assert!(check(&text, heading, name).trim_start().starts_with("ok"), "{heading} {name}:\n{text}");
     }
@@ -92,7 +102,7 @@ fn each_failing_check_names_the_fix_and_no_secret() {
     receiver.set_rule(|_| Reply::Status(401));
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
-        "pipelines:\n  - name: wrong\n{}    sinks:\n      - {{ type: redis, config: {{ id: r, url: \"{}\", password: redis-pass-9191, ca_file: {}, stream: s, timeout_secs: 5 }} }}\n  - name: nopub\n{}    sinks:\n      - {{ type: kafka, config: {{ id: k, brokers: \"127.0.0.1:1\", topic: t, timeout_secs: 3 }} }}\n      - {{ type: http, config: {{ id: hook, url: \"{}\", headers: {{ Authorization: \"Bearer hook-token-5150\" }} }} }}\n",
+        "pipelines:\n  - name: wrong\n{}    sinks:\n      - {{ type: redis, config: {{ id: r, url: \"{}\", password: redis-pass-9191, ca_file: {}, stream: s, timeout_secs: 5 }} }}\n  - name: nopub\n{}    sinks:\n      - {{ type: kafka, config: {{ id: k, brokers: \"127.0.0.1:1\", topic: t, timeout_secs: 3 }} }}\n      - {{ type: http, config: {{ id: hook, url: \"{}\", headers: {{ Authorization: \"Bearer hook-token-5150\" }} }} }}\n  - name: weak\n{}    sinks:\n      - {{ type: mysql, config: {{ id: mweak, host: 127.0.0.1, port: {}, user: sluice_noslave, password: \"${{SLUICE_TEST_MY_PASSWORD}}\", schema: connect_bad }} }}\n      - {{ type: postgres, config: {{ id: pweak, host: 127.0.0.1, port: {}, database: {db}, user: sluice_norepl, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", ssl_mode: disable }} }}\n",
         postgres("wrongpass", db, "pg-pass-4242", ""),
         env("SLUICE_TEST_REDIS_TLS_URL"),
         env("SLUICE_TEST_TLS_CA"),
@@ -103,6 +113,9 @@ fn each_failing_check_names_the_fix_and_no_secret() {
             ", create_publication: false, slot: connect_bad_slot, create_slot: false"
         ),
         receiver.url("/in"),
+        postgres("weak", db, "${SLUICE_TEST_PG_PASSWORD}", ""),
+        env("SLUICE_TEST_MY_PORT"),
+        pg_env("SLUICE_TEST_PG_PORT"),
     );
     let config = write_config(dir.path(), &config);
     let output = run(&["validate", "--connect", "-c", config.to_str().unwrap()], dir.path());
@@ -121,6 +134,18 @@ fn each_failing_check_names_the_fix_and_no_secret() {
     assert!(hook.contains("FAIL") && hook.contains("401"), "{hook}");
     let redis = check(&text, "sink r", "server");
     assert!(redis.contains("FAIL") && redis.contains("check the url's user and the password"), "{redis}");
+    let target = check(&text, "sink mweak", "target privileges");
+    assert!(
+        target.contains("FAIL")
+            && target.contains(
+                "GRANT INSERT, UPDATE, DELETE, CREATE, ALTER ON `connect_bad`.* TO 'sluice_noslave'@'127.0.0.1'"
+            ),
+        "{target}"
+    );
+    let checkpoints = check(&text, "sink mweak", "checkpoint table");
+    assert!(checkpoints.contains("FAIL") && checkpoints.contains("GRANT"), "{checkpoints}");
+    let checkpoints = check(&text, "sink pweak", "checkpoint table");
+    assert!(checkpoints.contains("FAIL") && checkpoints.contains("sluice_norepl may not"), "{checkpoints}");
     for secret in ["pg-pass-4242", "redis-pass-9191", "hook-token-5150"] {
         assert!(!text.contains(secret) && !stderr(&output).contains(secret), "{secret} shown:\n{text}");
     }

@@ -10,6 +10,8 @@
 
 pub mod config;
 #[cfg(feature = "mysql")]
+mod preflight;
+#[cfg(feature = "mysql")]
 mod sink;
 #[cfg(feature = "mysql")]
 mod tables;

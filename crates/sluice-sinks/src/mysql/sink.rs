@@ -254,8 +254,10 @@ impl Sink for MysqlSink {
         match self.connect().await {
             Ok(mut conn) => {
                 let version: Option<String> = conn.query_first("SELECT VERSION()").await.ok().flatten();
+                let mut checks = vec![Check::ok("connect", format!("{} ({})", self.server(), version.unwrap_or_default()))];
+                checks.extend(super::preflight::checks(&self.config, &mut conn, &self.server()).await);
                 let _ = conn.disconnect().await;
-                vec![Check::ok("connect", format!("{} ({})", self.server(), version.unwrap_or_default()))]
+                checks
             }
             Err(e) => vec![Check::fail("connect", e.to_string(), "check host, port, user, password and ssl_mode")],
         }
