@@ -224,3 +224,36 @@ fn without_auto_create_a_missing_table_stops_the_sink_naming_it() {
     sluice.terminate();
     drop_slots(source);
 }
+
+#[test]
+fn an_unreachable_target_is_retried_until_it_answers() {
+    let (source, target) = ("pgsink_down_src", "pgsink_down_dst");
+    fresh_database(source);
+    fresh_database(target);
+    sql(source, "CREATE TABLE things (id int PRIMARY KEY, v text)");
+    prepare_replication(source, "things");
+    sql(source, "INSERT INTO things SELECT g, md5(g::text) FROM generate_series(1, 1000) g");
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let pg_port = common::pg::pg_env("SLUICE_TEST_PG_PORT");
+    let down = sink("replica", target, ", connect_timeout_secs: 2")
+        .replace(&format!("port: {pg_port}"), &format!("port: {port}"));
+    let config = write_config(dir.path(), &pipeline(source, &[down]));
+    let sluice = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    let log = || std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+    let server = format!("127.0.0.1:{port}/{target}");
+    wait_until(Duration::from_secs(60), "a retried connection", || {
+        let log = log();
+        log.contains("sink call failed; retrying") && log.contains(&server)
+    });
+    assert_eq!(scalar(target, "SELECT to_regclass('things') IS NULL"), "t", "nothing written while it is down");
+
+    forward(port, pg_port.parse().unwrap());
+    sql(source, "UPDATE things SET v = 'later' WHERE id <= 10");
+    let wanted = table_json(source, "things", "id");
+    wait_until(Duration::from_secs(60), "the target's rows", || table_json(target, "things", "id") == wanted);
+    stop(sluice, dir.path());
+    drop_slots(source);
+    assert!(!log().contains(&common::pg::pg_env("SLUICE_TEST_PG_PASSWORD")), "no password in the log");
+}

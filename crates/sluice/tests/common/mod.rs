@@ -248,3 +248,27 @@ pub fn the_dead_letter(config: &str, dir: &Path) -> String {
     let key = listing.lines().nth(1).and_then(|l| l.split_whitespace().next()).unwrap();
     String::from_utf8_lossy(&run(&["dlq", "show", key, "-c", config], dir).stdout).into_owned()
 }
+
+/// A loopback port nothing listens on when it is returned.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// From now on, forwards every connection to `port` on loopback to `to`,
+/// in both directions, until the test ends: a server the test makes
+/// reachable when it chooses.
+pub fn forward(port: u16, to: u16) {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("the forwarded port is free");
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", to)) else { continue };
+            let (Ok(client_in), Ok(server_in)) = (client.try_clone(), server.try_clone()) else { continue };
+            for (mut from, mut into) in [(client_in, server), (server_in, client)] {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut into);
+                    let _ = into.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        }
+    });
+}

@@ -31,20 +31,27 @@ pub fn params(database: &str) -> ConnectParams {
 
 /// Runs SQL, retrying the connection while the server restarts.
 pub fn sql(database: &str, statements: &str) {
+    try_sql(database, statements).unwrap_or_else(|e| panic!("{statements}: {e}"));
+}
+
+/// Runs SQL as `sql` does, but hands back the statements' error, which a
+/// server restart in the middle of them causes.
+pub fn try_sql(database: &str, statements: &str) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         for attempt in 0..100 {
             match Connection::connect(&params(database), false).await {
                 Ok(mut conn) => {
-                    conn.simple_query(statements).await.unwrap_or_else(|e| panic!("{statements}: {e}"));
+                    let done = conn.simple_query(statements).await.map(|_| ()).map_err(|e| e.to_string());
                     conn.close().await;
-                    return;
+                    return done;
                 }
                 Err(_) if attempt < 99 => tokio::time::sleep(Duration::from_millis(100)).await,
                 Err(e) => panic!("cannot connect: {e}"),
             }
         }
-    });
+        unreachable!("the last attempt panics")
+    })
 }
 
 pub fn fresh_database(name: &str) {
