@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Kafka sink throughput, at-least-once against exactly-once, with default
-# batch settings: generator → Kafka (1M events) and PostgreSQL → Kafka
+# Kafka sink throughput, at-least-once against exactly-once (read_back and
+# transactions), with default batch settings: generator → Kafka (1M events) and PostgreSQL → Kafka
 # (1M rows in 100 transactions), each with its peak RSS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,8 +9,16 @@ cd "$(dirname "$0")/.."
 . scripts/bench-common.sh
 
 
-printf '%-40s %12s %10s %12s\n' "run" "events/s" "seconds" "peak RSS MB"
-for mode in false true; do
+label() {
+  case "$1" in
+    true) echo "exactly-once (transactions)" ;;
+    read_back) echo "exactly-once (read_back)" ;;
+    *) echo "at-least-once" ;;
+  esac
+}
+
+printf '%-52s %12s %10s %12s\n' "run" "events/s" "seconds" "peak RSS MB"
+for mode in false read_back true; do
   cat > "$work/gen.yaml" <<YAML
 pipelines:
   - name: gen-$mode-$run_id
@@ -20,8 +28,8 @@ pipelines:
         config: { id: k, brokers: "$SLUICE_TEST_KAFKA_BROKERS", topic: "bench-gen-$mode-$run_id", exactly_once: $mode }
 YAML
   read -r secs peak < <(measure "$work/gen.yaml" never)
-  label=$([ "$mode" = true ] && echo "exactly-once" || echo "at-least-once")
-  printf '%-40s %12.0f %10.2f %12.1f\n' "generator -> kafka, $label" "$(calc "1000000 / $secs")" "$secs" "$(calc "$peak / 1024")"
+  label=$(label "$mode")
+  printf '%-52s %12.0f %10.2f %12.1f\n' "generator -> kafka, $label" "$(calc "1000000 / $secs")" "$secs" "$(calc "$peak / 1024")"
   eval "gen_$mode=$secs"
 done
 
@@ -35,6 +43,7 @@ CREATE TABLE bench_done (id int PRIMARY KEY);
 CREATE PUBLICATION sluice_bench_kafka FOR TABLE orders, bench_done;
 SELECT 'slot' FROM pg_create_logical_replication_slot('bench_false', 'pgoutput');
 SELECT 'slot' FROM pg_create_logical_replication_slot('bench_true', 'pgoutput');
+SELECT 'slot' FROM pg_create_logical_replication_slot('bench_read_back', 'pgoutput');
 SQL
 for tx in $(seq 0 99); do
   first=$((tx * 10000 + 1))
@@ -43,7 +52,7 @@ done | psql_db -d bench_kafka
 # A last one-row transaction: its checkpoint (sequence 0) marks the end.
 psql_db -d bench_kafka -c "INSERT INTO bench_done VALUES (1)"
 pg_done() { grep -q 'checkpoint stored.*position=pg:[0-9A-F]*/[0-9A-F]*:0$' "$work/sluice.log"; }
-for mode in false true; do
+for mode in false read_back true; do
   cat > "$work/pg.yaml" <<YAML
 pipelines:
   - name: pg-$mode-$run_id
@@ -55,9 +64,11 @@ pipelines:
         config: { id: k, brokers: "$SLUICE_TEST_KAFKA_BROKERS", topic: "bench-pg-$mode-$run_id", exactly_once: $mode }
 YAML
   read -r secs peak < <(measure "$work/pg.yaml" pg_done)
-  label=$([ "$mode" = true ] && echo "exactly-once" || echo "at-least-once")
-  printf '%-40s %12.0f %10.2f %12.1f\n' "postgres -> kafka, $label" "$(calc "1000000 / $secs")" "$secs" "$(calc "$peak / 1024")"
+  label=$(label "$mode")
+  printf '%-52s %12.0f %10.2f %12.1f\n' "postgres -> kafka, $label" "$(calc "1000000 / $secs")" "$secs" "$(calc "$peak / 1024")"
   eval "pg_$mode=$secs"
 done
 printf 'exactly-once overhead: generator %.1f%%, postgres %.1f%%\n' \
   "$(calc "($gen_true / $gen_false - 1) * 100")" "$(calc "($pg_true / $pg_false - 1) * 100")"
+printf 'read_back / at-least-once throughput: generator %.2f, postgres %.2f\n' \
+  "$(calc "$gen_false / $gen_read_back")" "$(calc "$pg_false / $pg_read_back")"

@@ -162,19 +162,15 @@ impl KafkaSink {
         }
     }
 
-    /// `read_back`: the partition count of `topic`, reading back its
-    /// partitions' last records the first time the sink meets it.
-    async fn meet(&self, topic: &str) -> Result<i32, SinkError> {
-        if let Some(state) = sluice_core::sync::lock(&self.read_back).topics.get(topic) {
-            return Ok(state.partitions);
-        }
+    /// `read_back`: reads back the last records of `topic`'s partitions,
+    /// the first time the sink meets it.
+    async fn meet(&self, topic: &str) -> Result<(), SinkError> {
         let (base, name, timeout, sink) = (self.base_config(), topic.to_string(), self.timeout, self.config.id.clone());
         let state = tokio::task::spawn_blocking(move || read_topic(&base, &name, timeout, &sink))
             .await
             .map_err(|e| SinkError::transient_from("kafka: read-back task failed", e))??;
-        let partitions = state.partitions;
         sluice_core::sync::lock(&self.read_back).topics.insert(topic.to_string(), state);
-        Ok(partitions)
+        Ok(())
     }
 
     /// Produces every event; returns the delivery futures still pending.
@@ -255,17 +251,19 @@ impl KafkaSink {
         (index, id): (usize, &str),
         key: Option<&[u8]>,
     ) -> Result<Option<Placed>, SinkError> {
-        let partitions = self.meet(topic).await?;
         // A record without a key is placed by its id, which a replay keeps.
-        let partition = partition_of(key.unwrap_or(id.as_bytes()), partitions);
-        let mut read_back = sluice_core::sync::lock(&self.read_back);
-        let Some(state) = read_back.topics.get_mut(topic) else {
-            return Err(SinkError::transient(format!("kafka: topic {topic} was not read back")));
-        };
-        if state.holds(partition, || (event.position.sort_key(), index as u32)) {
-            return Ok(None);
+        let key = key.unwrap_or(id.as_bytes());
+        for _ in 0..2 {
+            if let Some(state) = sluice_core::sync::lock(&self.read_back).topics.get_mut(topic) {
+                let partition = partition_of(key, state.partitions);
+                if state.holds(partition, || (event.position.sort_key(), index as u32)) {
+                    return Ok(None);
+                }
+                return Ok(Some(Placed { partition, record: index as u32, partitions: state.partitions_text.clone() }));
+            }
+            self.meet(topic).await?;
         }
-        Ok(Some(Placed { partition, record: index.to_string(), partitions: state.partitions_text.clone() }))
+        Err(SinkError::transient(format!("kafka: topic {topic} was not read back")))
     }
 
     /// Hands one record to librdkafka, waiting for room when its queue is full.
@@ -362,8 +360,21 @@ impl KafkaSink {
 /// Where a `read_back` record goes, and its marks.
 struct Placed {
     partition: i32,
-    record: String,
+    record: u32,
     partitions: std::sync::Arc<str>,
+}
+
+/// `n` in decimal, written at the end of `buffer`.
+fn decimal(mut n: u32, buffer: &mut [u8; 10]) -> &[u8] {
+    let mut at = buffer.len();
+    loop {
+        at -= 1;
+        buffer[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buffer[at..];
+        }
+    }
 }
 
 fn rejected(event: &Event, reason: &str, error: &KafkaError) -> SinkError {
@@ -397,8 +408,12 @@ fn kafka_record<'a>(
     }
     let mut partition = None;
     if let Some(placed) = &placed {
+        // librdkafka copies a header's value as it is added, so the index
+        // is written on the stack rather than allocated.
+        let mut digits = [0u8; 10];
+        let record = decimal(placed.record, &mut digits);
         headers = headers
-            .insert(Header { key: RECORD_HEADER, value: Some(placed.record.as_bytes()) })
+            .insert(Header { key: RECORD_HEADER, value: Some(record) })
             .insert(Header { key: PARTITIONS_HEADER, value: Some(placed.partitions.as_bytes()) });
         partition = Some(placed.partition);
     }
@@ -430,7 +445,8 @@ impl Sink for KafkaSink {
             topics.push(self.config.checkpoint_topic.clone());
         }
         let transactional_id = self.config.transactions().then(|| self.transactional_id.clone());
-        let wanted = super::preflight::Wanted { topics, transactional_id };
+        let login_hint = super::security::login_hint(self.config.sasl.as_ref());
+        let wanted = super::preflight::Wanted { topics, transactional_id, login_hint };
         super::preflight::checks(self.base_config(), wanted, self.timeout).await
     }
 
@@ -461,7 +477,7 @@ impl Sink for KafkaSink {
         connected.map_err(|e| match (e, self.watched.refusal()) {
             (_, Some(Refusal::Login(reason))) => SinkError::permanent(
                 format!("kafka sink {:?}: brokers {brokers} refused the login: {reason}", self.config.id),
-                "check sasl.mechanism, sasl.username and sasl.password",
+                super::security::login_hint(self.config.sasl.as_ref()),
             ),
             (_, Some(Refusal::Tls(reason))) => SinkError::permanent(
                 format!("kafka sink {:?}: the TLS handshake with brokers {brokers} failed: {reason}", self.config.id),
@@ -557,5 +573,16 @@ impl Sink for KafkaSink {
         self.blocking("commit transaction", move |p| p.commit_transaction(timeout)).await?;
         self.count_transaction("committed");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn decimal_writes_what_to_string_writes() {
+        let mut digits = [0u8; 10];
+        for n in [0, 7, 10, 99, 1_000_001, u32::MAX] {
+            assert_eq!(super::decimal(n, &mut digits), n.to_string().as_bytes());
+        }
     }
 }
