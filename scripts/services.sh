@@ -39,6 +39,8 @@ REDIS_ACL_USER=sluice-acl
 REDIS_ACL_PASSWORD=sluice-redis-secret
 NATS_USER=sluice
 NATS_PASSWORD=sluice-nats-secret
+OIDC_CLIENT_ID=sluice-kafka-client
+OIDC_CLIENT_SECRET=sluice-oidc-secret
 NATS_NKEY_SEED=SUAGFDWAN6HYHSAUMTEJBTAZY3LG2YY3LGRZ2VZARSKS4XQH73B7FXNGLY
 NATS_NKEY_PUBLIC=UA5MDYOJELREEHS2ARU7KDRKFNLNGU5SXUORA4FMSZESX2OGH5R6VBLI
 
@@ -253,6 +255,35 @@ ENV
   log "mariadb $(mariadb --version | awk '{print $5}') on 127.0.0.1:$port (pid $(cat "$my/pid"))"
 }
 
+# A token issuer (scripts/oidc/issuer.py) for Kafka's OAUTHBEARER login:
+# librdkafka fetches tokens from it, and the broker checks them against
+# its key set. It must answer before Kafka starts, which reads the key set.
+start_oidc() {
+  local oidc="$DIR/oidc" port tries=0
+  port=$(free_port 28480)
+  mkdir -p "$oidc"
+  openssl genrsa -out "$oidc/signing.key" 2048 2>/dev/null
+  nohup python3 "$(dirname "$0")/oidc/issuer.py" "$port" "$oidc/signing.key" \
+    "$OIDC_CLIENT_ID" "$OIDC_CLIENT_SECRET" > "$oidc/log" 2>&1 &
+  echo $! > "$oidc/pid"
+  until curl -sf "http://127.0.0.1:$port/jwks" >/dev/null; do
+    tries=$((tries + 1))
+    if [ "$tries" -gt 100 ] || ! kill -0 "$(cat "$oidc/pid")" 2>/dev/null; then
+      cat "$oidc/log" >&2; log "the token issuer did not start"; exit 1
+    fi
+    sleep 0.1
+  done
+  OIDC_URL="http://127.0.0.1:$port"
+  cat >> "$DIR/env" <<ENV
+export SLUICE_TEST_OIDC_TOKEN_URL=$OIDC_URL/token
+export SLUICE_TEST_OIDC_CLIENT_ID=$OIDC_CLIENT_ID
+export SLUICE_TEST_OIDC_CLIENT_SECRET=$OIDC_CLIENT_SECRET
+ENV
+  log "token issuer on 127.0.0.1:$port (pid $(cat "$oidc/pid"))"
+}
+
+stop_oidc() { kill_recorded "$DIR/oidc"; }
+
 start_kafka() {
   local kafka="$DIR/kafka"
   if [ ! -f "$KAFKA_LIBS/kafka_2.13-$KAFKA_VERSION.jar" ]; then
@@ -266,8 +297,10 @@ start_kafka() {
   sasl_port=$(free_port $((controller_port + 1)))
   mkdir -p "$kafka/data"
   # A plaintext listener for most tests, and a SASL_SSL one with SCRAM
-  # users for the tests of what managed Kafka services ask for.
+  # users and OAUTHBEARER (tokens of the issuer above) for the tests of
+  # what managed Kafka services ask for.
   local scram="org.apache.kafka.common.security.scram.ScramLoginModule required;"
+  local oauth="org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
   cat > "$kafka/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
@@ -277,9 +310,13 @@ advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sasl_port
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL
 inter.broker.listener.name=PLAINTEXT
-sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512
+sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER
 listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=$scram
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=$scram
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=$oauth
+listener.name.sasl_ssl.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler
+sasl.oauthbearer.jwks.endpoint.url=$OIDC_URL/jwks
+sasl.oauthbearer.expected.issuer=$OIDC_URL
 ssl.keystore.type=PKCS12
 ssl.keystore.location=$DIR/tls/server.p12
 ssl.keystore.password=$KAFKA_KEYSTORE_PASSWORD
@@ -302,7 +339,8 @@ appender.file.fileName=$kafka/server.log
 appender.file.layout.type=PatternLayout
 appender.file.layout.pattern=%d %p %c{1} %m%n
 LOG
-  local java=(java -Xms256m -Xmx512m -Dlog4j2.configurationFile="$kafka/log4j2.properties" -cp "$KAFKA_LIBS/*")
+  local java=(java -Xms256m -Xmx512m -Dlog4j2.configurationFile="$kafka/log4j2.properties"
+    -Dorg.apache.kafka.sasl.oauthbearer.allowed.urls="$OIDC_URL/jwks" -cp "$KAFKA_LIBS/*")
   local cluster_id
   cluster_id=$("${java[@]}" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)
   "${java[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$kafka/server.properties" \
@@ -526,6 +564,7 @@ case "${1:-}" in
       stop_postgres
       stop_mariadb
       stop_kafka
+      stop_oidc
       stop_redis
       stop_nats
       stop_s3
@@ -540,6 +579,7 @@ case "${1:-}" in
     start_postgres
     start_postgres_replica_level
     start_mariadb
+    start_oidc
     start_kafka
     start_redis
     start_nats
@@ -551,6 +591,7 @@ case "${1:-}" in
     stop_postgres
     stop_mariadb
     stop_kafka
+    stop_oidc
     stop_redis
     stop_nats
     stop_s3

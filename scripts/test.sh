@@ -5,9 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The Kafka sink's librdkafka links Debian's OpenSSL for TLS and SASL.
-if ! pkg-config --exists openssl 2>/dev/null; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libssl-dev pkg-config
+# The Kafka sink's librdkafka links Debian's OpenSSL for TLS and SASL, and
+# libcurl to fetch OAUTHBEARER tokens.
+if ! pkg-config --exists openssl libcurl 2>/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libssl-dev libcurl4-openssl-dev pkg-config
 fi
 
 # A clean clone gains nothing from incremental artifacts, and they double

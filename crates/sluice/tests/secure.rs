@@ -1,5 +1,6 @@
 //! Servers that want TLS and authentication, as managed services do: Kafka
-//! on a SASL_SSL listener with a SCRAM user, Redis over TLS with an ACL
+//! on a SASL_SSL listener with a SCRAM user and with OAUTHBEARER tokens
+//! from an identity provider, Redis over TLS with an ACL
 //! user and a client certificate, NATS over TLS with a client certificate
 //! and a user and password or an NKey,
 //! a webhook that asks for a client certificate.
@@ -48,6 +49,40 @@ fn kafka_sink(topic: &str, password: &str) -> String {
         env("SLUICE_TEST_TLS_CA"),
         env("SLUICE_TEST_KAFKA_SASL_USER"),
     )
+}
+
+/// A Kafka sink that logs in with OAUTHBEARER, its token from the test
+/// issuer, which the broker checks against the issuer's key set.
+fn oauth_sink(topic: &str, secret: &str) -> String {
+    format!(
+        "      - type: kafka\n        config:\n          id: k\n          brokers: {}\n          topic: {topic}\n          exactly_once: true\n          timeout_secs: 15\n          tls: {{ ca_file: {} }}\n          sasl: {{ mechanism: OAUTHBEARER, token_endpoint_url: \"{}\", client_id: {}, client_secret: \"{secret}\", scope: kafka }}\n",
+        env("SLUICE_TEST_KAFKA_SASL_SSL_BROKERS"),
+        env("SLUICE_TEST_TLS_CA"),
+        env("SLUICE_TEST_OIDC_TOKEN_URL"),
+        env("SLUICE_TEST_OIDC_CLIENT_ID"),
+    )
+}
+
+#[test]
+fn kafka_with_an_oauthbearer_token_from_an_identity_provider_gets_every_event_once() {
+    let id = unique("oauthkafka");
+    let dir = tempfile::tempdir().unwrap();
+    let sink = oauth_sink(&id, "${SLUICE_TEST_OIDC_CLIENT_SECRET}");
+    run_to_the_end(dir.path(), &generator_with(&id, &sink));
+    assert_exactly_every_event(kafka_positions(&id));
+}
+
+#[test]
+fn a_client_secret_the_identity_provider_refuses_stops_the_run_with_the_reason_and_no_secret() {
+    let id = unique("oauthkafkabad");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &generator_with(&id, &oauth_sink(&id, "not-the-client-secret")));
+    let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
+    let log =
+        format!("{}{}", stderr(&output), std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default());
+    assert!(!output.status.success(), "a refused token is not delivered:\n{log}");
+    assert!(log.contains("sasl.client_secret"), "the fix names the fields to check:\n{log}");
+    assert!(!log.contains("not-the-client-secret"), "the secret stays out of the log");
 }
 
 #[test]
@@ -194,6 +229,10 @@ fn validate_refuses_security_settings_this_build_cannot_honour() {
         (
             "      - { type: kafka, config: { id: k, brokers: \"127.0.0.1:1\", sasl: { mechanism: GSSAPI, username: u, password: p } } }\n",
             "GSSAPI",
+        ),
+        (
+            "      - { type: kafka, config: { id: k, brokers: \"127.0.0.1:1\", sasl: { mechanism: OAUTHBEARER, client_id: c, client_secret: s } } }\n",
+            "pipelines[0].sinks[0].config.sasl.token_endpoint_url",
         ),
         (
             "      - { type: redis, config: { id: r, url: \"redis://127.0.0.1:1\", ca_file: /etc/hostname } }\n",

@@ -198,7 +198,7 @@ impl SinkSettings for KafkaSinkConfig {
     }
 
     fn preflight(&self) -> Result<(), (&'static str, String)> {
-        super::security::preflight(self.tls.as_ref())?;
+        super::security::preflight(self.tls.as_ref(), self.sasl.as_ref())?;
         let registry_ca = self.format.schema_registry.as_ref().and_then(|r| r.ca_file.as_deref());
         crate::registry::readable_files(&[("format.schema_registry.ca_file", registry_ca)])
     }

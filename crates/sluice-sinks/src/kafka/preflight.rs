@@ -18,6 +18,8 @@ use super::context::{Refusal, Watched};
 pub struct Wanted {
     pub topics: Vec<String>,
     pub transactional_id: Option<String>,
+    /// What to check when the login is refused.
+    pub login_hint: &'static str,
 }
 
 pub async fn checks(base: ClientConfig, wanted: Wanted, timeout: Duration) -> Vec<Check> {
@@ -34,7 +36,7 @@ pub async fn checks(base: ClientConfig, wanted: Wanted, timeout: Duration) -> Ve
         Ok(metadata) => metadata,
         Err(e) => {
             let (problem, fix) = match watched.refusal() {
-                Some(Refusal::Login(why)) => (format!("the brokers refused the login: {why}"), "check sasl.username, sasl.password and sasl.mechanism"),
+                Some(Refusal::Login(why)) => (format!("the brokers refused the login: {why}"), wanted.login_hint),
                 Some(Refusal::Tls(why)) => (format!("the TLS handshake failed: {why}"), "check tls.ca_file and the brokers' certificate names"),
                 None => (format!("no answer from the brokers: {e}"), "check brokers, that the cluster runs, and the listener's security protocol"),
             };
