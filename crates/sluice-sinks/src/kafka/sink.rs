@@ -395,7 +395,10 @@ fn kafka_record<'a>(
     native_key: Option<&'a [u8]>,
     placed: Option<Placed>,
 ) -> FutureRecord<'a, [u8], [u8]> {
-    let mut headers = OwnedHeaders::new_with_capacity(6 + encoded.headers.len())
+    // librdkafka grows a header list past its capacity by reallocating it,
+    // per message: the capacity counts every header the record will get.
+    let capacity = 6 + encoded.headers.len() + if placed.is_some() { 2 } else { 0 };
+    let mut headers = OwnedHeaders::new_with_capacity(capacity)
         .insert(Header { key: "sluice.event_id", value: Some(id.as_bytes()) })
         .insert(Header { key: "sluice.source", value: Some(event.source_id.as_bytes()) })
         .insert(Header { key: "sluice.db", value: Some(event.database.as_bytes()) })
