@@ -25,7 +25,7 @@ export PGPASSWORD="$SLUICE_TEST_PG_PASSWORD"
 psql_db() { psql -X -q -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -v ON_ERROR_STOP=1 "$@"; }
 psql_db -d postgres -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = 'bench_pg'" >/dev/null
 psql_db -d postgres -c "DROP DATABASE IF EXISTS bench_pg WITH (FORCE)" -c "CREATE DATABASE bench_pg"
-psql_db -d bench_pg <<SQL
+psql_db -d bench_pg >/dev/null <<SQL
 CREATE TABLE orders (id bigint PRIMARY KEY, customer text, amount numeric(12,2), status text, created_at timestamptz);
 CREATE TABLE bench_done (id int PRIMARY KEY);
 CREATE PUBLICATION sluice_bench FOR TABLE orders, bench_done;
