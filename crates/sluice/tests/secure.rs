@@ -38,6 +38,16 @@ fn run_to_the_end(dir: &std::path::Path, config: &str) {
     assert!(output.status.success(), "{}", stderr(&output));
 }
 
+/// Runs `config` in `dir`, which must fail: a refused login delivers
+/// nothing. Its stderr and log.
+fn refused_run(dir: &std::path::Path, config: &str) -> String {
+    let config = write_config(dir, config);
+    let output = run(&["run", "-c", config.to_str().unwrap()], dir);
+    let log = format!("{}{}", stderr(&output), std::fs::read_to_string(dir.join("sluice.log")).unwrap_or_default());
+    assert!(!output.status.success(), "a refused login delivers nothing:\n{log}");
+    log
+}
+
 fn kafka_positions(topic: &str) -> Vec<String> {
     kafka_partition_positions(topic, "sluice-secure-test").into_iter().map(|(_, position)| position).collect()
 }
@@ -76,11 +86,7 @@ fn kafka_with_an_oauthbearer_token_from_an_identity_provider_gets_every_event_on
 fn a_client_secret_the_identity_provider_refuses_stops_the_run_with_the_reason_and_no_secret() {
     let id = unique("oauthkafkabad");
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &generator_with(&id, &oauth_sink(&id, "not-the-client-secret")));
-    let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
-    let log =
-        format!("{}{}", stderr(&output), std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default());
-    assert!(!output.status.success(), "a refused token is not delivered:\n{log}");
+    let log = refused_run(dir.path(), &generator_with(&id, &oauth_sink(&id, "not-the-client-secret")));
     assert!(log.contains("sasl.client_secret"), "the fix names the fields to check:\n{log}");
     assert!(!log.contains("not-the-client-secret"), "the secret stays out of the log");
 }
@@ -98,11 +104,7 @@ fn kafka_on_a_sasl_ssl_listener_with_a_scram_user_gets_every_event_once() {
 fn a_wrong_kafka_password_stops_the_run_with_the_reason_and_no_secret() {
     let id = unique("seckafkabad");
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &generator_with(&id, &kafka_sink(&id, "not-the-password")));
-    let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
-    let log =
-        format!("{}{}", stderr(&output), std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default());
-    assert!(!output.status.success(), "a refused login is not delivered:\n{log}");
+    let log = refused_run(dir.path(), &generator_with(&id, &kafka_sink(&id, "not-the-password")));
     assert!(log.to_lowercase().contains("authentication"), "the reason is named:\n{log}");
     assert!(!log.contains("not-the-password"), "the password stays out of the log");
 }
