@@ -3,7 +3,9 @@
 //! MariaDB. And once per run, a slow spell of the optional webhook: its
 //! connections stall for 30 s while nothing else goes wrong, and by the end
 //! of it the required file sink must hold everything committed before it
-//! began.
+//! began. A quiet stretch comes first, so what earlier trouble left behind
+//! (a required sink's write hung on a cut connection until its deadline)
+//! is not blamed on the webhook.
 
 use std::time::{Duration, Instant};
 
@@ -31,8 +33,10 @@ pub struct Chaos {
     pub stalls: u64,
     pub pg_restarts: u64,
     pub my_restarts: u64,
-    /// When the slow spell starts, until it has.
+    /// When the slow spell may start, until it has.
     slow_at: Option<Instant>,
+    /// When the last trouble was made or ended.
+    last_trouble: Instant,
     /// The spell under way: its end, and the changes of each database
     /// committed when it began.
     slow: Option<(Instant, [usize; 2])>,
@@ -42,8 +46,13 @@ pub struct Chaos {
 
 /// How long the optional webhook stays slow.
 const SLOW_SPELL: Duration = Duration::from_secs(30);
-/// When the slow spell starts, from the first chaos.
+/// When the slow spell may start, from the first chaos.
 const SLOW_AFTER: Duration = Duration::from_secs(20);
+/// How long nothing goes wrong before the slow spell: longer than a proxy
+/// stall (at most 6 s) and the torture config's `sink_batch_deadline_secs`
+/// (20 s) together, which bound how long a write hung by earlier trouble
+/// can take.
+const QUIET_BEFORE_SLOW: Duration = Duration::from_secs(30);
 
 impl Chaos {
     pub fn new(seed: u64, every_secs: u64) -> Self {
@@ -59,6 +68,7 @@ impl Chaos {
             pg_restarts: 0,
             my_restarts: 0,
             slow_at: Some(Instant::now() + SLOW_AFTER),
+            last_trouble: Instant::now(),
             slow: None,
             slow_outcome: None,
         }
@@ -85,7 +95,11 @@ impl Chaos {
                 Some(if held[0] >= at_start[0] && held[1] >= at_start[1] { Ok(shown) } else { Err(shown) });
             return false;
         }
-        if self.slow_at.is_some_and(|at| Instant::now() >= at) && self.paused.is_none() {
+        if self.slow_at.is_some_and(|at| Instant::now() >= at) {
+            // No new trouble until the quiet stretch is over.
+            if self.paused.is_some() || self.last_trouble.elapsed() < QUIET_BEFORE_SLOW {
+                return true;
+            }
             self.slow_at = None;
             if let Some(proxy) = setup.proxies.iter().find(|p| p.name == "http_slow") {
                 proxy.stall(SLOW_SPELL);
@@ -104,6 +118,7 @@ impl Chaos {
         {
             signal(pid_file, "-CONT");
             self.paused = None;
+            self.last_trouble = Instant::now();
         }
         if self.slow_spell(setup, committed) {
             return Ok(());
@@ -111,6 +126,7 @@ impl Chaos {
         if Instant::now() < self.next {
             return Ok(());
         }
+        self.last_trouble = Instant::now();
         let spread = self.every.as_millis() as u64;
         self.next = Instant::now() + Duration::from_millis(self.rng.range(spread / 2, spread * 3 / 2 + 1));
         match self.rng.range(0, 100) {
