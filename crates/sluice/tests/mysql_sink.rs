@@ -100,6 +100,16 @@ fn my_sink(id: &str, database: &str) -> String {
     )
 }
 
+/// A pipeline from PostgreSQL database `source` into MariaDB database `target`.
+fn pg_into_mariadb(source: &str, target: &str) -> String {
+    format!(
+        "pipelines:\n  - name: pg\n    source:\n      type: postgres\n      config: {{ id: {source}, host: 127.0.0.1, port: {port}, database: {source}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", status_interval_secs: 1 }}\n    sinks:\n      - type: mysql\n        config: {sink}\n",
+        port = pg_env("SLUICE_TEST_PG_PORT"),
+        user = pg_env("SLUICE_TEST_PG_USER"),
+        sink = my_sink("mariadb", target),
+    )
+}
+
 #[test]
 fn postgres_into_mariadb_mirrors_the_source_table() {
     let (source, target) = ("mysink_pg_src", "mysink_pg_dst");
@@ -110,12 +120,7 @@ fn postgres_into_mariadb_mirrors_the_source_table() {
     sql(source, PG_WORKLOAD);
 
     let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        "pipelines:\n  - name: pg\n    source:\n      type: postgres\n      config: {{ id: {source}, host: 127.0.0.1, port: {port}, database: {source}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", status_interval_secs: 1 }}\n    sinks:\n      - type: mysql\n        config: {sink}\n",
-        port = pg_env("SLUICE_TEST_PG_PORT"),
-        user = pg_env("SLUICE_TEST_PG_USER"),
-        sink = my_sink("mariadb", target),
-    );
+    let config = pg_into_mariadb(source, target);
     let config = write_config(dir.path(), &config);
     let sluice = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
     let expected = evened(&pg_rows(source));
@@ -197,12 +202,7 @@ fn a_row_mariadb_refuses_goes_to_the_dead_letter_queue_and_the_rest_lands() {
     sql(source, "INSERT INTO items VALUES (1, 5), (2, 500), (3, 7); UPDATE items SET qty = qty + 1 WHERE id = 3");
 
     let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        "pipelines:\n  - name: pg\n    source:\n      type: postgres\n      config: {{ id: {source}, host: 127.0.0.1, port: {port}, database: {source}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", status_interval_secs: 1 }}\n    sinks:\n      - type: mysql\n        config: {sink}\n",
-        port = pg_env("SLUICE_TEST_PG_PORT"),
-        user = pg_env("SLUICE_TEST_PG_USER"),
-        sink = my_sink("mariadb", target),
-    );
+    let config = pg_into_mariadb(source, target);
     let config = write_config(dir.path(), &config);
     let config = config.to_str().unwrap();
     let sluice = spawn(&["run", "-c", config], dir.path());

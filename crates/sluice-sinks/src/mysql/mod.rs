@@ -29,6 +29,15 @@ pub fn build(config: &MysqlSinkConfig, context: &crate::SinkContext) -> Box<dyn 
     Box::new(MysqlSink::new(config.clone(), &context.source_id))
 }
 
+/// How many `sluice_checkpoints` tables `database` holds (0 or 1).
+#[cfg(feature = "mysql")]
+fn checkpoint_table_count(database: &str) -> String {
+    format!(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = {} AND TABLE_NAME = 'sluice_checkpoints'",
+        text::quoted(database)
+    )
+}
+
 #[cfg(feature = "mysql")]
 fn fail(config: &MysqlSinkConfig, detail: String, hint: impl Into<String>) -> sluice_core::SinkError {
     sluice_core::SinkError::permanent(format!("mysql sink {:?}: {detail}", config.id), hint)

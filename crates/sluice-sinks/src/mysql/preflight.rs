@@ -135,14 +135,7 @@ pub async fn checks(config: &MysqlSinkConfig, conn: &mut Conn, server: &str) -> 
     let grants = parse_grants(lines.iter().map(String::as_str));
 
     let database = &config.checkpoint_schema;
-    let found: Option<i64> = conn
-        .query_first(format!(
-            "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = {} AND TABLE_NAME = 'sluice_checkpoints'",
-            quoted(database)
-        ))
-        .await
-        .ok()
-        .flatten();
+    let found: Option<i64> = conn.query_first(super::checkpoint_table_count(database)).await.ok().flatten();
     let checkpoints = format!("{}.sluice_checkpoints", ident(database));
     checks.push(if found.unwrap_or(0) > 0 {
         let lacking = missing(&grants, &["SELECT", "INSERT", "UPDATE"], database, Some("sluice_checkpoints"));

@@ -100,10 +100,7 @@ impl MysqlSink {
                 self.checkpoints
             ),
         ];
-        let exists = format!(
-            "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = {} AND TABLE_NAME = 'sluice_checkpoints'",
-            quoted(schema)
-        );
+        let exists = super::checkpoint_table_count(schema);
         let found: Option<u64> = self.conn()?.query_first(exists).await.map_err(|e| my_error(e, "looking up the checkpoint table"))?;
         if found != Some(1) {
             for sql in &create {
