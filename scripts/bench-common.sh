@@ -46,6 +46,20 @@ measure() {
 }
 never() { false; }
 
+# CPU seconds used so far by process $1 and its children: its own, that of
+# the children alive now, and that of the children it has reaped (so a
+# PostgreSQL postmaster counts its backends and WAL senders, live or gone).
+tree_cpu() {
+  local total=0 pid fields
+  for pid in "$1" $(pgrep -P "$1"); do
+    # Fields after the command's closing parenthesis, from the state on:
+    # utime, stime, cutime and cstime are the 12th to 15th of them.
+    fields=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null) || continue
+    total=$((total + $(echo "$fields" | awk '{ print $12 + $13 + $14 + $15 }')))
+  done
+  calc "$total / $(getconf CLK_TCK)"
+}
+
 # Runs sluice on config $1 until the row with id $2 is in file $3 (rows
 # arrive in id order, so it is the last); sets sluice_secs and peak_kib.
 run_until_row() {

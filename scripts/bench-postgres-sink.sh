@@ -9,6 +9,8 @@
 # - the ceiling: COPY … FROM STDIN of the same 500,000 rows into an empty
 #   table, before and after the others (the faster run counts), and the
 #   source's own: pg_recvlogical decoding the inserts to /dev/null;
+# - the source inside Sluice: the PostgreSQL source into the null sink,
+#   until the sink has the inserts and the first marker;
 # - Sluice: the PostgreSQL source into the postgres sink (apply mode,
 #   tables created by the sink) in a second database; the insert rate runs
 #   until the first marker lands, the update rate from there to the second;
@@ -17,7 +19,10 @@
 #   (upsert, delete enabled, key from the record key), applying the same
 #   changes, which Sluice first writes to Kafka in Debezium's envelope with
 #   schemas; its rates run from its first row in the target.
-# Prints every rate, the ratios, and each contender's peak RSS.
+# Prints every rate, the ratios, and each contender's peak RSS; then the
+# CPU seconds the inserts took in each process (PostgreSQL's counted over
+# all its backends and WAL senders), against what two cores give in the
+# time 0.5 x COPY allows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +46,7 @@ CREATE PUBLICATION sluice_bench FOR TABLE orders, bench_done;
 SELECT 'sluice' FROM pg_create_logical_replication_slot('sink_sluice', 'pgoutput');
 SELECT 'feed' FROM pg_create_logical_replication_slot('sink_feed', 'pgoutput');
 SELECT 'source' FROM pg_create_logical_replication_slot('sink_source', 'pgoutput');
+SELECT 'null' FROM pg_create_logical_replication_slot('sink_null', 'pgoutput');
 SQL
 echo "loading $ROWS inserts and $ROWS updates" >&2
 {
@@ -62,23 +68,28 @@ psql_db -d bench_sink -c "INSERT INTO bench_done VALUES (2)"
 
 # The source's own ceiling: pg_recvlogical decoding the inserts to /dev/null.
 echo "ceiling of the source: pg_recvlogical, the inserts" >&2
+postmaster=$(head -1 "${SLUICE_SERVICES_DIR:-/tmp/sluice-services}/postgres/data/postmaster.pid")
+decode_cpu=$(tree_cpu "$postmaster")
 start=$(now)
 "$SLUICE_TEST_PG_BIN/pg_recvlogical" -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -d bench_sink \
   --slot sink_source --start --endpos "$after_inserts" -o proto_version=1 -o publication_names=sluice_bench -f /dev/null
 source_secs=$(calc "$(now) - $start")
+decode_cpu=$(calc "$(tree_cpu "$postmaster") - $decode_cpu")
 
 # The ceiling: the inserted rows, COPY'd into an empty table.
 psql_db -d bench_sink -c "\\copy (SELECT id, customer, (id % 100000) / 100.0, 'paid', created_at FROM orders ORDER BY id) TO '$work/rows.copy'"
+# Prints the seconds and PostgreSQL's CPU seconds.
 ceiling() {
-  local start
+  local start cpu
   psql_db -d bench_sink_copy -c "DROP TABLE IF EXISTS orders" \
     -c "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, amount numeric(12,2), status text, created_at timestamptz)"
+  cpu=$(tree_cpu "$postmaster")
   start=$(now)
   psql_db -d bench_sink_copy -c "COPY orders FROM STDIN" < "$work/rows.copy"
-  calc "$(now) - $start"
+  echo "$(calc "$(now) - $start") $(calc "$(tree_cpu "$postmaster") - $cpu")"
 }
 echo "ceiling: COPY FROM STDIN into an empty table (first run)" >&2
-ceiling_first=$(ceiling)
+read -r ceiling_first copy_cpu_first < <(ceiling)
 
 target_count() { psql_db -d "$1" -At -c "SELECT count(*) FROM bench_done" 2>/dev/null || echo 0; }
 cat > "$work/sink.yaml" <<YAML
@@ -92,6 +103,7 @@ pipelines:
         config: { id: replica, host: 127.0.0.1, port: $SLUICE_TEST_PG_PORT, database: bench_sink_sluice, user: $SLUICE_TEST_PG_USER, password: "\${PGPASSWORD}", ssl_mode: disable }
 YAML
 echo "sluice: postgres source to the postgres sink, apply mode" >&2
+pg_cpu=$(tree_cpu "$postmaster")
 start=$(now)
 "$SLUICE" run -c "$work/sink.yaml" --data-dir "$work/data-sink" 2> "$work/sluice.log" &
 sluice_pid=$!
@@ -102,7 +114,11 @@ while true; do
   if [ -n "$sample" ] && [ "$sample" -gt "$sluice_kib" ]; then sluice_kib=$sample; fi
   kill -0 "$sluice_pid" 2>/dev/null || { cat "$work/sluice.log" >&2; exit 1; }
   done_rows=$(target_count bench_sink_sluice)
-  if [ -z "$inserts_at" ] && [ "$done_rows" -ge 1 ]; then inserts_at=$(now); fi
+  if [ -z "$inserts_at" ] && [ "$done_rows" -ge 1 ]; then
+    inserts_at=$(now)
+    sluice_cpu=$(tree_cpu "$sluice_pid")
+    pg_cpu=$(calc "$(tree_cpu "$postmaster") - $pg_cpu")
+  fi
   if [ "$done_rows" -ge 2 ]; then updates_at=$(now); break; fi
   sleep 0.1
 done
@@ -113,6 +129,27 @@ sluice_inserts=$(calc "$inserts_at - $start")
 sluice_updates=$(calc "$updates_at - $inserts_at")
 same=$(psql_db -d bench_sink_sluice -At -c "SELECT count(*) FROM orders WHERE status = 'shipped'")
 [ "$same" -eq "$ROWS" ] || { echo "the sink holds $same shipped orders, not $ROWS" >&2; exit 1; }
+
+# The source alone, inside Sluice: the same backlog into the null sink,
+# timed until the sink has written the inserts and the first marker.
+api=127.0.0.1:$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat > "$work/null.yaml" <<YAML
+pipelines:
+  - name: null-$run_id
+    source:
+      type: postgres
+      config: { id: null-$run_id, host: 127.0.0.1, port: $SLUICE_TEST_PG_PORT, database: bench_sink, user: $SLUICE_TEST_PG_USER, password: "\${PGPASSWORD}", ssl_mode: disable, slot: sink_null, publication: sluice_bench, create_slot: false, create_publication: false, tables: [public.orders, public.bench_done] }
+    sinks:
+      - type: null
+        config: { id: nothing }
+YAML
+null_written() {
+  local written
+  written=$(curl -sf "http://$api/metrics" | awk '/^sluice_sink_events_total\{.*sink="nothing"/ { print $2 }')
+  [ "${written:-0}" -ge $((ROWS + 1)) ]
+}
+echo "sluice: postgres source to the null sink" >&2
+read -r null_secs null_kib < <(SLUICE_API_ADDR=$api measure "$work/null.yaml" null_written)
 
 # The sink alone: the generator (no database to decode) into the postgres
 # sink, 500,000 events of its mix (70 % inserts, 20 % updates, 10 % deletes
@@ -204,7 +241,7 @@ peer_inserts=$(calc "$peer_inserts_at - $peer_start")
 peer_updates=$(calc "$peer_updates_at - $peer_inserts_at")
 
 echo "ceiling: COPY FROM STDIN into an empty table (second run)" >&2
-ceiling_second=$(ceiling)
+read -r ceiling_second copy_cpu_second < <(ceiling)
 ceiling_secs=$(calc "($ceiling_first < $ceiling_second) ? $ceiling_first : $ceiling_second")
 
 row() { printf '%-52s %12.0f %10.2f %12s\n' "$1" "$(calc "$ROWS / $2")" "$2" "$3"; }
@@ -213,6 +250,7 @@ printf '%-52s %12s %10s %12s\n' "run" "rows/s" "seconds" "peak RSS MB"
 row "COPY FROM STDIN, empty table, 1st" "$ceiling_first" "-"
 row "COPY FROM STDIN, empty table, 2nd" "$ceiling_second" "-"
 row "pg_recvlogical -> /dev/null: inserts (the source)" "$source_secs" "-"
+row "sluice postgres source -> null sink: inserts" "$null_secs" "$(mb "$null_kib")"
 row "sluice postgres sink, apply: inserts" "$sluice_inserts" "$(mb "$sluice_kib")"
 row "sluice postgres sink, apply: updates" "$sluice_updates" "$(mb "$sluice_kib")"
 row "sluice generator -> postgres sink (mixed changes)" "$gen_secs" "$(mb "$gen_kib")"
@@ -220,8 +258,15 @@ row "debezium jdbc sink 3.6.1: inserts (from first row)" "$peer_inserts" "$(mb "
 row "debezium jdbc sink 3.6.1: updates" "$peer_updates" "$(mb "$peer_kib")"
 printf 'ratio (sluice inserts / faster COPY): %.2f; (sluice inserts / pg_recvlogical): %.2f\n' \
   "$(calc "$ceiling_secs / $sluice_inserts")" "$(calc "$source_secs / $sluice_inserts")"
+printf 'ratio (sluice inserts / sluice source into the null sink): %.2f\n' "$(calc "$null_secs / $sluice_inserts")"
 printf 'ratio (generator -> postgres sink / faster COPY): %.2f\n' "$(calc "$ceiling_secs / $gen_secs")"
 printf 'ratio (sluice / debezium jdbc sink), inserts and updates together: %.2f\n' \
   "$(calc "($peer_inserts + $peer_updates) / ($sluice_inserts + $sluice_updates)")"
 printf 'ratio (sluice / debezium jdbc sink): inserts %.2f, updates %.2f\n' \
   "$(calc "$peer_inserts / $sluice_inserts")" "$(calc "$peer_updates / $sluice_updates")"
+copy_cpu=$(calc "($copy_cpu_first < $copy_cpu_second) ? $copy_cpu_first : $copy_cpu_second")
+printf 'CPU seconds for the inserts: postgres %.2f, sluice %.2f, together %.2f\n' \
+  "$pg_cpu" "$sluice_cpu" "$(calc "$pg_cpu + $sluice_cpu")"
+printf '  postgres alone: decoding them for pg_recvlogical %.2f, COPY of them %.2f, together %.2f\n' \
+  "$decode_cpu" "$copy_cpu" "$(calc "$decode_cpu + $copy_cpu")"
+printf '  two cores in the time 0.5 x COPY allows: %.2f\n' "$(calc "4 * $ceiling_secs")"
