@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sluice_config::GeneratorConfig;
+use sluice_core::schema::{ColumnSchema, ColumnType, TableSchema};
 use sluice_core::{AckWatermark, Columns, Event, Op, Position, Row, Source, SourceError, SourceStatus, Value};
 use tokio::time::Instant;
 
@@ -30,6 +31,9 @@ pub struct GeneratorSource {
     tables: Vec<Arc<str>>,
     columns: Columns,
     key_columns: Columns,
+    /// Every table's declared columns, so the typed formats (the Debezium
+    /// envelope, Avro, Parquet's declared types) can write its events.
+    schema: Arc<TableSchema>,
     /// The next event to produce.
     tx: u64,
     seq: u32,
@@ -46,6 +50,7 @@ impl GeneratorSource {
             tables: config.tables.iter().map(|t| Arc::from(t.as_str())).collect(),
             columns: names.iter().map(|n| Arc::from(*n)).collect(),
             key_columns: vec![Arc::from("id")].into(),
+            schema: Arc::new(declared_schema()),
             tx: 1,
             seq: 0,
             tx_id: "1".into(),
@@ -79,7 +84,8 @@ impl GeneratorSource {
             values: vec![
                 Value::Int(id as i64),
                 Value::Text(format!("customer-{}", (hash >> 16) % 1000)),
-                Value::Decimal(format!("{}.{:02}", (hash >> 24) % 10_000, (hash >> 40) % 100 + version)),
+                // Cents stay below 100 after an update's +1: two digits, as declared.
+                Value::Decimal(format!("{}.{:02}", (hash >> 24) % 10_000, (hash >> 40) % 99 + version)),
                 Value::Text(STATUSES[((hash >> 48) % 4) as usize].to_string()),
             ],
         };
@@ -101,7 +107,7 @@ impl GeneratorSource {
             tx_id: if tx == self.tx { self.tx_id.clone() } else { tx.to_string().into() },
             tx_end: seq + 1 == self.config.rows_per_tx,
             commit_time_us: EPOCH_US + tx as i64 * 1000,
-            schema: None,
+            schema: Some(self.schema.clone()),
             origin: sluice_core::schema::Origin::None,
         }
     }
@@ -119,6 +125,26 @@ impl GeneratorSource {
         *produced += count;
         let due = *start + Duration::from_secs_f64(*produced as f64 / rate as f64);
         tokio::time::sleep_until(due).await;
+    }
+}
+
+/// `id bigint PRIMARY KEY, customer text, amount numeric(12,2), status text`.
+fn declared_schema() -> TableSchema {
+    let column = |name: &str, type_name: &str, ty: ColumnType, nullable: bool| ColumnSchema {
+        name: name.into(),
+        type_name: type_name.into(),
+        ty,
+        nullable,
+        default: None,
+    };
+    TableSchema {
+        columns: vec![
+            column("id", "int8", ColumnType::Int64, false),
+            column("customer", "text", ColumnType::Text { length: None }, true),
+            column("amount", "numeric", ColumnType::Decimal { precision: Some(12), scale: Some(2) }, true),
+            column("status", "text", ColumnType::Text { length: None }, true),
+        ],
+        primary_key: vec![0],
     }
 }
 
@@ -207,6 +233,23 @@ mod tests {
         assert_eq!(events.iter().filter(|e| e.tx_end).count(), 250);
         assert!(events.iter().all(|e| e.tx_end == (e.position.seq() == 6)));
         assert!(events.iter().any(|e| e.op == Op::Update) && events.iter().any(|e| e.op == Op::Delete));
+    }
+
+    #[test]
+    fn every_row_fits_its_declared_columns() {
+        let source = GeneratorSource::new(config(30, 10));
+        for (tx, seq) in (1..=30).flat_map(|tx| (0..10).map(move |seq| (tx, seq))) {
+            let event = source.event_at(tx, seq);
+            let schema = event.schema.as_deref().expect("declared columns");
+            for row in [&event.before, &event.after].into_iter().flatten() {
+                let names: Vec<&str> = schema.columns.iter().map(|c| &*c.name).collect();
+                assert_eq!(row.columns.iter().map(|c| &**c).collect::<Vec<_>>(), names);
+                // numeric(12,2): at most ten whole digits and exactly two after the point.
+                let Some(Value::Decimal(amount)) = row.get("amount") else { panic!("{row:?}") };
+                let (whole, cents) = amount.split_once('.').unwrap();
+                assert!(whole.len() <= 10 && cents.len() == 2, "{amount}");
+            }
+        }
     }
 
     #[tokio::test]

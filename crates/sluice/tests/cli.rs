@@ -243,3 +243,43 @@ fn the_quickstart_reports_no_latency_for_the_generators_synthetic_commit_times()
         assert!(ms < 3_600_000.0, "{name}_ms={ms} cannot be a latency of this run: {log}");
     }
 }
+
+/// The generator declares its table's columns, so the typed formats write
+/// its events: Debezium's envelope with Connect schemas, here, with
+/// `amount` as a Connect decimal of scale 2 whose bytes give back the
+/// generator's value.
+#[test]
+fn the_generators_events_go_out_in_debeziums_envelope_with_their_declared_types() {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap();
+    let text = generator_to_file(20, 5, None, "out.jsonl")
+        .replace("path: out.jsonl", "path: out.jsonl, format: { envelope: debezium, schemas: true }");
+    let config = write_config(dir.path(), &text);
+    let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let held = std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap();
+    let held: Vec<serde_json::Value> = held.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let events = expected_events(20, 5);
+    assert_eq!(held.len(), events.len(), "one record per event, none sent to the dead letter queue");
+    for (record, event) in held.iter().zip(&events) {
+        let payload = &record["payload"];
+        assert_eq!(payload["op"], event.op.code(), "{record}");
+        let image = if event.after.is_some() { "after" } else { "before" };
+        let fields = record["schema"]["fields"].as_array().unwrap();
+        let row_schema = fields.iter().find(|f| f["field"] == image).unwrap();
+        let amount_schema = row_schema["fields"].as_array().unwrap().iter().find(|f| f["field"] == "amount").unwrap();
+        assert_eq!(amount_schema["name"], "org.apache.kafka.connect.data.Decimal");
+        assert_eq!(amount_schema["parameters"]["scale"], "2");
+        assert_eq!(amount_schema["parameters"]["connect.decimal.precision"], "12");
+        let row = event.after.as_ref().or(event.before.as_ref()).unwrap();
+        let Some(sluice_core::Value::Decimal(amount)) = row.get("amount") else { panic!("{row:?}") };
+        let bytes =
+            base64::engine::general_purpose::STANDARD.decode(payload[image]["amount"].as_str().unwrap()).unwrap();
+        let unscaled = bytes.iter().fold(if bytes[0] & 0x80 != 0 { -1i64 } else { 0 }, |n, b| (n << 8) | i64::from(*b));
+        assert_eq!(format!("{}.{:02}", unscaled / 100, unscaled % 100), *amount, "{record}");
+        assert_eq!(
+            payload[image]["id"],
+            row.get("id").and_then(|v| if let sluice_core::Value::Int(i) = v { Some(*i) } else { None }).unwrap()
+        );
+    }
+}

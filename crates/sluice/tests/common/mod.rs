@@ -115,6 +115,11 @@ pub fn generator_to_file(tx_count: u64, rows_per_tx: u32, rate: Option<u64>, out
 
 /// The exact lines a generator config produces, in order.
 pub fn expected_lines(tx_count: u64, rows_per_tx: u32) -> Vec<String> {
+    expected_events(tx_count, rows_per_tx).iter().map(|event| serde_json::to_string(event).unwrap()).collect()
+}
+
+/// The events of [`generator_to_file`]'s source, in order.
+pub fn expected_events(tx_count: u64, rows_per_tx: u32) -> Vec<sluice_core::Event> {
     let generator = GeneratorSource::new(GeneratorConfig {
         id: "gen1".into(),
         tx_count: Some(tx_count),
@@ -124,13 +129,10 @@ pub fn expected_lines(tx_count: u64, rows_per_tx: u32) -> Vec<String> {
         events_per_sec: None,
         seed: 0,
     });
-    let mut lines = Vec::new();
-    for tx in 1..=tx_count {
-        for seq in 0..rows_per_tx {
-            lines.push(serde_json::to_string(&generator.event_at(tx, seq)).unwrap());
-        }
-    }
-    lines
+    (1..=tx_count)
+        .flat_map(|tx| (0..rows_per_tx).map(move |seq| (tx, seq)))
+        .map(|(tx, seq)| generator.event_at(tx, seq))
+        .collect()
 }
 
 pub fn line_count(path: &Path) -> usize {
