@@ -61,50 +61,55 @@ impl AvroWriter {
         registry.global_compatibility().await.map(|_| ()).map_err(|e| classify(&sink, e))
     }
 
-    /// `record` with Avro datums in place of its JSON payloads; `topic` is
-    /// where it goes, which names the subjects; `keys: false` drops the key
-    /// of a sink that has none, so its schema is not registered.
-    pub(crate) async fn encode(
+    /// `record` with its datums framed with their schemas' registry ids,
+    /// into `out`, whose buffers are reused; `topic` is where it goes,
+    /// which names the subjects; `keys: false` drops the key of a sink
+    /// that has none, so its schema is not registered.
+    pub(crate) async fn encode_into(
         &mut self,
         record: &Record,
         topic: &str,
         event: &Event,
         keys: bool,
-    ) -> Result<Record, SinkError> {
-        let key = match keys {
-            true => self.datum(record.key.as_deref(), record.key_schema.as_ref(), topic, true, event).await?,
-            false => None,
-        };
-        let value = self.datum(record.value.as_deref(), record.value_schema.as_ref(), topic, false, event).await?;
-        Ok(Record {
-            kind: record.kind,
-            key,
-            value,
-            headers: record.headers.clone(),
-            key_schema: None,
-            value_schema: None,
-        })
+        out: &mut Record,
+    ) -> Result<(), SinkError> {
+        let key = record.key.as_deref().filter(|_| keys);
+        self.frame(key, record.key_schema.as_ref(), topic, true, event, &mut out.key).await?;
+        self.frame(record.value.as_deref(), record.value_schema.as_ref(), topic, false, event, &mut out.value).await?;
+        out.kind = record.kind;
+        out.headers.clone_from(&record.headers);
+        out.key_schema = None;
+        out.value_schema = None;
+        Ok(())
     }
 
-    async fn datum(
+    /// The Confluent frame (a zero byte, the schema id in four bytes big
+    /// endian) and the datum, into `out`.
+    async fn frame(
         &mut self,
         payload: Option<&[u8]>,
         connect: Option<&Arc<str>>,
         topic: &str,
         is_key: bool,
         event: &Event,
-    ) -> Result<Option<Vec<u8>>, SinkError> {
-        let Some(payload) = payload else { return Ok(None) };
+        out: &mut Option<Vec<u8>>,
+    ) -> Result<(), SinkError> {
+        let Some(payload) = payload else {
+            *out = None;
+            return Ok(());
+        };
         let rejected = |detail: String| SinkError::Rejected { detail, position: event.position.clone() };
         let Some(connect) = connect else {
             return Err(rejected(format!("{}: the envelope gave no schema for the record", self.sink)));
         };
         let id = self.resolve(connect, topic, is_key, event).await?;
-        let mut datum = Vec::with_capacity(payload.len() + 5);
+        let datum = out.get_or_insert_with(Vec::new);
+        datum.clear();
+        datum.reserve(payload.len() + 5);
         datum.push(0);
         datum.extend_from_slice(&id.to_be_bytes());
         datum.extend_from_slice(payload);
-        Ok(Some(datum))
+        Ok(())
     }
 
     async fn resolve(

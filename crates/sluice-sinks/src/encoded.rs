@@ -16,6 +16,10 @@ pub(crate) struct SharedEncoder {
     /// Frames records as Avro with registry ids, for `encoding: avro`.
     #[cfg(feature = "avro")]
     avro: Option<crate::avro::AvroWriter>,
+    /// The last record [`SharedEncoder::finish`] framed; its buffers are
+    /// reused, so framing costs no allocation per record.
+    #[cfg(feature = "avro")]
+    framed: Record,
     key: u64,
     /// Names the sink in rejections: `file sink "out"`.
     sink: String,
@@ -67,6 +71,15 @@ impl SharedEncoder {
             encoder,
             #[cfg(feature = "avro")]
             avro,
+            #[cfg(feature = "avro")]
+            framed: Record {
+                kind: sluice_format::RecordKind::Change,
+                key: None,
+                value: None,
+                headers: Vec::new(),
+                key_schema: None,
+                value_schema: None,
+            },
             sink,
         }
     }
@@ -92,10 +105,11 @@ impl SharedEncoder {
         destination: &str,
         event: &Event,
         keys: bool,
-    ) -> Result<Option<Record>, SinkError> {
+    ) -> Result<Option<&Record>, SinkError> {
         #[cfg(feature = "avro")]
         if let Some(avro) = &mut self.avro {
-            return avro.encode(record, destination, event, keys).await.map(Some);
+            avro.encode_into(record, destination, event, keys, &mut self.framed).await?;
+            return Ok(Some(&self.framed));
         }
         let _ = (record, destination, event, keys);
         Ok(None)
@@ -112,7 +126,7 @@ impl SharedEncoder {
         let mut finished = Vec::with_capacity(records.len());
         for record in records {
             match self.finish(record, destination, event, true).await? {
-                Some(record) => finished.push(record),
+                Some(record) => finished.push(record.clone()),
                 None => return Ok(None),
             }
         }

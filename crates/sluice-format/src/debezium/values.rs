@@ -156,6 +156,12 @@ pub fn unscaled(text: &str, scale: Option<u32>) -> Result<(u32, Vec<u8>), String
     }
     let padding = scale as usize - kept;
     let all = whole.bytes().chain(fraction[..kept].bytes()).chain(std::iter::repeat_n(b'0', padding));
+    // Up to 18 digits fit an i64: the common case, without the long
+    // arithmetic below.
+    if whole.len() + kept + padding <= 18 {
+        let magnitude = all.fold(0i64, |n, digit| n * 10 + i64::from(digit - b'0'));
+        return Ok((scale, shortest_twos_complement(if negative { -magnitude } else { magnitude })));
+    }
     // Base-256 magnitude, big-endian, built digit by digit.
     let mut magnitude: Vec<u8> = Vec::new();
     for digit in all {
@@ -200,6 +206,15 @@ pub fn unscaled(text: &str, scale: Option<u32>) -> Result<(u32, Vec<u8>), String
     };
     let short = twos(magnitude.len());
     Ok((scale, if short[0] & 0x80 != 0 { short } else { twos(magnitude.len() + 1) }))
+}
+
+/// `n` big-endian in as few bytes as keep its sign, as
+/// `BigInteger.toByteArray` writes it.
+fn shortest_twos_complement(n: i64) -> Vec<u8> {
+    let bytes = n.to_be_bytes();
+    let redundant = |pair: &[u8]| (pair[0] == 0 && pair[1] & 0x80 == 0) || (pair[0] == 0xFF && pair[1] & 0x80 != 0);
+    let start = bytes.windows(2).take_while(|pair| redundant(pair)).count();
+    bytes[start..].to_vec()
 }
 
 /// Microseconds of `[-]H:MM:SS[.fraction][zone]` (zone ignored): a time
@@ -315,6 +330,34 @@ mod tests {
         assert_eq!(money_decimal("-$3.00").unwrap(), "-3.00");
         assert_eq!(money_decimal("($3.00)").unwrap(), "-3.00");
         assert!(money_decimal("$").is_err());
+    }
+
+    /// `n` as `BigInteger.toByteArray` writes it, through i128.
+    fn reference(n: i128) -> String {
+        let bytes = n.to_be_bytes();
+        let start = (0..15)
+            .take_while(|&i| {
+                (bytes[i] == 0 && bytes[i + 1] & 0x80 == 0) || (bytes[i] == 0xFF && bytes[i + 1] & 0x80 != 0)
+            })
+            .count();
+        bytes[start..].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn short_and_long_decimals_agree_with_a_wider_integer() {
+        let mut n: i128 = 1;
+        // Through 18 digits (the i64 path) and on to 30 (the long one),
+        // both signs, at each byte boundary and beside it.
+        for _ in 0..100 {
+            for m in [n - 1, n, n + 1, -n - 1, -n, -n + 1] {
+                let text = format!("{}{}.{:02}", if m < 0 { "-" } else { "" }, m.abs() / 100, m.abs() % 100);
+                assert_eq!(hex(&text, Some(2)), reference(m), "{text}");
+            }
+            n = if n < 10_i128.pow(29) { n * 3 + 7 } else { n };
+        }
+        assert_eq!(hex("-0.00", Some(2)), "00");
+        assert_eq!(hex("99999999999999999.9", Some(1)), reference(999_999_999_999_999_999));
+        assert_eq!(hex("999999999999999999.9", Some(1)), reference(9_999_999_999_999_999_999));
     }
 
     #[test]

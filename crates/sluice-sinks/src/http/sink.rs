@@ -198,7 +198,7 @@ impl Bodies {
                 let key = crate::encoded::record_id(&event_id, records, index).into_owned();
                 let topic = self.encoder.topic(event, record).unwrap_or_default();
                 if let Some(avro) = self.encoder.finish(record, &topic, event, false).await? {
-                    let body = avro.value.unwrap_or_default();
+                    let body = avro.value.clone().unwrap_or_default();
                     requests.push(Request { body, key, content_type: "application/octet-stream", headers: Vec::new() });
                     continue;
                 }

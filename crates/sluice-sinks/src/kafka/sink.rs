@@ -224,7 +224,7 @@ impl KafkaSink {
                         _ => topic.as_str(),
                     };
                     let finished = encoder.finish(encoded, topic, event, true).await?;
-                    let encoded = finished.as_ref().unwrap_or(encoded);
+                    let encoded = finished.unwrap_or(encoded);
                     let native = (own_keys && native_key).then_some(key.as_slice());
                     let placed = match self.config.reads_back() {
                         true => match self.place(topic, event, (index, &id), encoded.key.as_deref().or(native)).await? {

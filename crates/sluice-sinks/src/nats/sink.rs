@@ -213,7 +213,7 @@ impl Sink for NatsSink {
                 for (index, record) in records.iter().enumerate().skip(skip) {
                     let id = crate::encoded::record_id(&event_id, records, index);
                     // A NATS message has no key: only the value is written.
-                    let finished = self.encoder.finish(record, &subject, event, false).await?;
+                    let finished = self.encoder.finish(record, &subject, event, false).await?.cloned();
                     let record = finished.as_ref().unwrap_or(record);
                     let headers = self.headers(event, &id, (index, count), previous.as_ref(), expected, record);
                     let payload = Bytes::copy_from_slice(record.value.as_deref().unwrap_or_default());
