@@ -35,9 +35,9 @@ CREATE PUBLICATION sluice_bench FOR TABLE orders, bench_done;
 SELECT 'ceiling' FROM pg_create_logical_replication_slot('ceiling_1', 'pgoutput');
 SELECT 'ceiling' FROM pg_create_logical_replication_slot('ceiling_2', 'pgoutput');
 SELECT 'sluice' FROM pg_create_logical_replication_slot('sluice_bench', 'pgoutput');
-SELECT 'kafka' FROM pg_create_logical_replication_slot('kafka_native_' || round, 'pgoutput'),
-                    pg_create_logical_replication_slot('kafka_avro_' || round, 'pgoutput')
-  FROM generate_series(1, 3) round;
+SELECT 'kafka', pg_create_logical_replication_slot('kafka_native_' || n, 'pgoutput'),
+       pg_create_logical_replication_slot('kafka_avro_' || n, 'pgoutput')
+  FROM generate_series(1, 3) AS rounds(n);
 SELECT 'kafka' FROM pg_create_logical_replication_slot('kafka_debezium', 'pgoutput');
 SELECT 'kafka' FROM pg_create_logical_replication_slot('kafka_read_back', 'pgoutput');
 SELECT 'peer' FROM pg_create_logical_replication_slot('debezium', 'pgoutput');
