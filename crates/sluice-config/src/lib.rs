@@ -22,6 +22,7 @@ pub use postgres::*;
 pub use sluice_core::settings::{Invalid, MAX_ID_LEN, Secret, check_template, valid_topic};
 // Sink configs live beside their sinks; they are re-exported here so a
 // config is read from one crate.
+pub use sluice_core::glob_match;
 pub use sluice_sinks::buffer::*;
 pub use sluice_sinks::http::config::*;
 pub use sluice_sinks::kafka::config::*;
@@ -35,30 +36,6 @@ pub use sluice_sinks::{
 pub use snapshot::*;
 pub use target::shared_target;
 pub use validate::validate;
-
-/// Whether `text` matches a table pattern: `*` matches any run of
-/// characters; everything else matches itself.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
-    while ti < t.len() {
-        if pi < p.len() && p[pi] != '*' && p[pi] == t[ti] {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ti;
-            pi += 1;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            mark += 1;
-            ti = mark;
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|c| *c == '*')
-}
 
 /// Reads, expands, parses and validates a config file or folder, with
 /// variables from the process environment.

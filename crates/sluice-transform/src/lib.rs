@@ -1,0 +1,137 @@
+//! Transforms of change events, run on batches before they reach a sink.
+//!
+//! A transform is a pure function of one event: it changes the event's
+//! rows (and the schema that describes them) or drops the event, and never
+//! touches its position, source or id. A replay therefore produces the
+//! same output, which is what keeps an exactly-once sink exactly-once.
+
+mod columns;
+mod config;
+mod filter;
+mod mask;
+mod rows;
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use sluice_core::Event;
+
+pub use config::{ColumnsConfig, Condition, FilterAction, FilterConfig, MaskConfig, MaskWith, Scalar, TransformConfig};
+
+/// What a transform does with one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Keep,
+    Drop,
+}
+
+/// A transform that cannot handle one event; the event goes to the dead
+/// letter queue with this reason, and the rest of the batch goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransformError(pub String);
+
+impl std::fmt::Display for TransformError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One step of a transform list.
+pub trait Transform: Send + Sync {
+    /// Changes `event` in place, or says to drop it.
+    fn apply(&self, event: &mut Event) -> Result<Verdict, TransformError>;
+
+    /// Whether `apply` can fail; a list with such a step keeps a copy of
+    /// each event so a failure hands on the event as it came in.
+    fn can_fail(&self) -> bool {
+        true
+    }
+}
+
+/// How many events a step saw, passed on, dropped and failed on.
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub events_in: AtomicU64,
+    pub events_out: AtomicU64,
+    pub dropped: AtomicU64,
+    pub errored: AtomicU64,
+}
+
+struct Step {
+    /// `filter`, `mask`, …: for metrics and messages.
+    kind: &'static str,
+    transform: Box<dyn Transform>,
+    counts: Counts,
+}
+
+/// A config's transform list, built once and applied in order.
+#[derive(Default)]
+pub struct Transforms {
+    steps: Vec<Step>,
+    can_fail: bool,
+}
+
+/// A step that failed on an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepError {
+    /// From 1, as the config lists the steps.
+    pub step: usize,
+    pub kind: &'static str,
+    pub error: TransformError,
+}
+
+impl std::fmt::Display for StepError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "transform {} ({}): {}", self.step, self.kind, self.error)
+    }
+}
+
+impl Transforms {
+    /// Builds every step; an error names the step (from 1) and what is wrong.
+    pub fn build(configs: &[TransformConfig]) -> Result<Self, String> {
+        let mut steps = Vec::with_capacity(configs.len());
+        for (index, config) in configs.iter().enumerate() {
+            let transform = config.build().map_err(|e| format!("transform {} ({}): {e}", index + 1, config.kind()))?;
+            steps.push(Step { kind: config.kind(), transform, counts: Counts::default() });
+        }
+        let can_fail = steps.iter().any(|s| s.transform.can_fail());
+        Ok(Self { steps, can_fail })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// Runs `event` through every step. After a failing step `event` is
+    /// as it came in, so the dead letter queue holds what the source gave.
+    pub fn apply(&self, event: &mut Event) -> Result<Verdict, StepError> {
+        let original = self.can_fail.then(|| event.clone());
+        for (index, step) in self.steps.iter().enumerate() {
+            step.counts.events_in.fetch_add(1, Relaxed);
+            match step.transform.apply(event) {
+                Ok(Verdict::Keep) => {
+                    step.counts.events_out.fetch_add(1, Relaxed);
+                }
+                Ok(Verdict::Drop) => {
+                    step.counts.dropped.fetch_add(1, Relaxed);
+                    return Ok(Verdict::Drop);
+                }
+                Err(error) => {
+                    step.counts.errored.fetch_add(1, Relaxed);
+                    if let Some(original) = original {
+                        *event = original;
+                    }
+                    return Err(StepError { step: index + 1, kind: step.kind, error });
+                }
+            }
+        }
+        Ok(Verdict::Keep)
+    }
+
+    /// Each step's kind and counts, in order.
+    pub fn counts(&self) -> impl Iterator<Item = (&'static str, &Counts)> {
+        self.steps.iter().map(|s| (s.kind, &s.counts))
+    }
+}
+
+#[cfg(test)]
+mod tests;
