@@ -66,6 +66,9 @@ pub struct PipelineConfig {
     pub dead_letter: DeadLetterConfig,
     #[serde(default)]
     pub slo: SloConfig,
+    /// Applied in order to every event, once, before the sinks get it.
+    #[serde(default)]
+    pub transforms: Vec<sluice_transform::TransformConfig>,
 }
 
 /// How long a source or required sink may keep failing before the

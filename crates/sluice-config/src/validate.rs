@@ -71,6 +71,15 @@ fn validate_pipeline(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid>
         sink.buffer().validate(&sink_at)?;
         validate_delivery(&sink_at, sink)?;
     }
+    for (index, transform) in pipeline.transforms.iter().enumerate() {
+        transform.check().map_err(|problem| {
+            Invalid::new(
+                format!("{at}.transforms[{index}]"),
+                problem,
+                "fix the transform's settings; docs/transforms.md describes each one",
+            )
+        })?;
+    }
     validate_batch(&format!("{at}.batch"), &pipeline.batch)?;
     validate_policy(&format!("{at}.commit_policy"), &pipeline.commit_policy, &pipeline.sinks)?;
     let dead_letter_at = format!("{at}.dead_letter");

@@ -93,7 +93,11 @@ pub trait EventChunks: Send {
     /// The next chunk (never empty), or `None` after the last one.
     async fn next_chunk(&mut self) -> Result<Option<&[Event]>, SinkError>;
 
-    /// The position of the write's last event, known before reading it.
+    /// Where the write ends, known before reading it: its last event's
+    /// position, or past it when the pipeline's transforms dropped later
+    /// events. A write may hold no event at all (a batch whose events were
+    /// all dropped); the sink then still moves its position to here, or a
+    /// filtered table would pin the source's log.
     fn last_position(&self) -> &Position;
 
     /// How many events the write holds in all.
@@ -138,27 +142,37 @@ impl SharedWork {
 /// A write whose events are all in one slice.
 pub struct SliceChunks<'a> {
     events: &'a [Event],
+    last: &'a Position,
     done: bool,
 }
 
 impl<'a> SliceChunks<'a> {
-    /// `None` for an empty slice: a write always holds at least one event.
+    /// The events as one write ending at the last of them; `None` for an
+    /// empty slice.
     pub fn new(events: &'a [Event]) -> Option<Self> {
-        (!events.is_empty()).then_some(Self { events, done: false })
+        let last = &events.last()?.position;
+        Some(Self { events, last, done: false })
+    }
+
+    /// The events as one write ending at `last`, which is at or past the
+    /// last of them: a batch whose later events, or all of them, a
+    /// transform dropped.
+    pub fn ending_at(events: &'a [Event], last: &'a Position) -> Self {
+        Self { events, last, done: false }
     }
 }
 
 #[async_trait]
 impl EventChunks for SliceChunks<'_> {
     async fn next_chunk(&mut self) -> Result<Option<&[Event]>, SinkError> {
-        if std::mem::replace(&mut self.done, true) {
+        if std::mem::replace(&mut self.done, true) || self.events.is_empty() {
             return Ok(None);
         }
         Ok(Some(self.events))
     }
 
     fn last_position(&self) -> &Position {
-        &self.events[self.events.len() - 1].position
+        self.last
     }
 
     fn event_count(&self) -> usize {

@@ -8,6 +8,11 @@
 //! makes one batch that grows until the transaction ends. Once such a batch
 //! holds `max_bytes`, it moves to a spill file and grows there instead of
 //! on the heap (see [`crate::spill`]).
+//!
+//! The pipeline's transforms run on each batch as it is cut. A batch keeps
+//! the first and last position of every event it was cut from, dropped or
+//! not, so a dropped event still moves every sink's checkpoint on: a batch
+//! whose events were all dropped still goes to every sink.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,6 +20,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sluice_config::BatchConfig;
 use sluice_core::{Event, EventChunks, Op, Position, SharedWork, SinkError};
+use sluice_transform::{StepError, Transforms, Verdict};
 use tokio::time::{Duration, Instant};
 
 use crate::latency::Latency;
@@ -67,12 +73,30 @@ enum Body {
 }
 
 impl Batch {
-    fn in_memory(seq: u64, events: Vec<Event>, byte_size: usize) -> Option<Self> {
-        let first = events.first()?.position.clone();
-        let last = events.last()?.position.clone();
-        let last_commit_us = events.last()?.commit_time_us;
+    /// The batch cut from `events`, of which `transforms` keep some.
+    fn in_memory(
+        seq: u64,
+        mut events: Vec<Event>,
+        byte_size: usize,
+        transforms: &Transforms,
+    ) -> Result<Option<Self>, Failed> {
+        let (Some(first), Some(last)) = (events.first(), events.last()) else { return Ok(None) };
+        let (first, last, last_commit_us) = (first.position.clone(), last.position.clone(), last.commit_time_us);
+        if !transforms.is_empty() {
+            let mut failed = None;
+            events.retain_mut(|event| match transforms.apply(event) {
+                Ok(verdict) => verdict == Verdict::Keep,
+                Err(error) => {
+                    failed.get_or_insert_with(|| Failed { position: event.position.clone(), error });
+                    false
+                }
+            });
+            if let Some(failed) = failed {
+                return Err(failed);
+            }
+        }
         let commit_runs = commit_runs(&events);
-        Some(Self::new(seq, byte_size, (first, last), last_commit_us, commit_runs, Body::Memory(events)))
+        Ok(Some(Self::new(seq, byte_size, (first, last), last_commit_us, commit_runs, Body::Memory(events))))
     }
 
     /// A batch not yet counted along the stream ([`Batcher`] does that).
@@ -191,7 +215,9 @@ impl Batch {
             Body::Memory(events) => {
                 let start = position.map_or(0, |p| events.partition_point(|e| e.position <= *p));
                 shared = Some((self.shared.clone(), start as u64));
-                Source::Memory(Some(&events[start..]))
+                // A batch whose events were all dropped, or that the sink
+                // holds up to past its last kept event, has no chunk.
+                Source::Memory((start < events.len()).then(|| &events[start..]))
             }
             // A spilled batch is read chunk by chunk by each sink: nothing
             // is shared, so nothing of it has to stay in memory.
@@ -264,13 +290,32 @@ impl EventChunks for BatchChunks<'_> {
     }
 }
 
+/// A transform failed on the event at `position`; the batch it was in is
+/// not sent, so the pipeline stops before any sink moves past it.
+#[derive(Debug)]
+pub struct Failed {
+    pub position: Position,
+    pub error: StepError,
+}
+
+/// One huge transaction growing on disk: its file, and the first and last
+/// position and the last commit time of every event it was cut from.
+struct Spilling {
+    writer: SpillWriter,
+    first: Position,
+    last: Position,
+    last_commit_us: i64,
+}
+
 pub struct Batcher {
     limits: BatchConfig,
     spill_dir: PathBuf,
+    transforms: Arc<Transforms>,
+    /// Set when a transform failed: the dispatcher stops on it.
+    pub failed: Option<Failed>,
     current: Vec<Event>,
     /// Set while the open batch is one transaction growing on disk.
-    /// The spill file of one huge transaction, its last position and commit time.
-    spill: Option<(SpillWriter, Position, i64)>,
+    spill: Option<Spilling>,
     byte_size: usize,
     /// Length of the prefix of `current` that ends on a transaction end.
     whole_tx_len: usize,
@@ -289,6 +334,8 @@ impl Batcher {
             current: Vec::with_capacity(limits.max_events.min(1 << 16)),
             limits,
             spill_dir,
+            transforms: Arc::default(),
+            failed: None,
             spill: None,
             byte_size: 0,
             whole_tx_len: 0,
@@ -297,6 +344,24 @@ impl Batcher {
             next_seq: 1,
             events_cut: 0,
             bytes_cut: 0,
+        }
+    }
+
+    /// The pipeline's transforms, run on each batch as it is cut.
+    pub fn with_transforms(mut self, transforms: Arc<Transforms>) -> Self {
+        self.transforms = transforms;
+        self
+    }
+
+    /// `event` through the transforms, for a spill file: whether to write
+    /// it. A failure is kept for the dispatcher.
+    fn keep(&mut self, event: &mut Event) -> bool {
+        match self.transforms.apply(event) {
+            Ok(verdict) => verdict == Verdict::Keep,
+            Err(error) => {
+                self.failed.get_or_insert_with(|| Failed { position: event.position.clone(), error });
+                false
+            }
         }
     }
 
@@ -319,16 +384,21 @@ impl Batcher {
     }
 
     /// Adds one event; returns a batch when a limit cut one.
-    pub fn push(&mut self, event: Event) -> Result<Option<Arc<Batch>>, SpillError> {
+    pub fn push(&mut self, mut event: Event) -> Result<Option<Arc<Batch>>, SpillError> {
         if self.opened_at.is_none() {
             self.opened_at = Some(Instant::now());
         }
         self.byte_size += event.approx_byte_size();
         let tx_end = event.tx_end;
-        if let Some((writer, last, commit_us)) = &mut self.spill {
-            writer.push(&event)?;
-            *commit_us = event.commit_time_us;
-            *last = event.position;
+        if self.spill.is_some() {
+            let kept = self.keep(&mut event);
+            if let Some(spill) = &mut self.spill {
+                if kept {
+                    spill.writer.push(&event)?;
+                }
+                spill.last_commit_us = event.commit_time_us;
+                spill.last = event.position;
+            }
             return if tx_end { self.cut_spilled().map(Some) } else { Ok(None) };
         }
         self.current.push(event);
@@ -371,22 +441,31 @@ impl Batcher {
 
     fn start_spill(&mut self) -> Result<(), SpillError> {
         let mut writer = SpillWriter::create(&self.spill_dir, self.next_seq)?;
-        for event in &self.current {
-            writer.push(event)?;
+        let ends = self
+            .current
+            .first()
+            .map(|e| e.position.clone())
+            .zip(self.current.last().map(|e| (e.position.clone(), e.commit_time_us)));
+        let mut events = std::mem::take(&mut self.current);
+        for event in &mut events {
+            if self.keep(event) {
+                writer.push(event)?;
+            }
         }
-        let last = self.current.last().map(|e| (e.position.clone(), e.commit_time_us));
-        self.current.clear();
-        self.current.shrink_to(self.limits.max_events.min(1 << 16));
-        if let Some((last, commit_us)) = last {
-            self.spill = Some((writer, last, commit_us));
+        events.clear();
+        events.shrink_to(self.limits.max_events.min(1 << 16));
+        self.current = events;
+        if let Some((first, (last, last_commit_us))) = ends {
+            self.spill = Some(Spilling { writer, first, last, last_commit_us });
         }
         Ok(())
     }
 
     fn cut_spilled(&mut self) -> Result<Arc<Batch>, SpillError> {
-        let (writer, last, last_commit_us) = self.spill.take().expect("called only while spilling");
+        let Some(Spilling { writer, first, last, last_commit_us }) = self.spill.take() else {
+            return Err(SpillError { path: "spill file".into(), detail: "cut while no batch was spilling".into() });
+        };
         let file = writer.finish()?;
-        let first = file_first(&file)?;
         let seq = self.next_seq;
         self.next_seq += 1;
         let byte_size = std::mem::take(&mut self.byte_size);
@@ -416,7 +495,13 @@ impl Batcher {
         self.opened_at = if self.current.is_empty() { None } else { Some(Instant::now()) };
         let seq = self.next_seq;
         self.next_seq += 1;
-        let mut batch = Batch::in_memory(seq, events, byte_size)?;
+        let mut batch = match Batch::in_memory(seq, events, byte_size, &self.transforms) {
+            Ok(batch) => batch?,
+            Err(failed) => {
+                self.failed = Some(failed);
+                return None;
+            }
+        };
         self.count(&mut batch);
         Some(Arc::new(batch))
     }
@@ -430,167 +515,5 @@ impl Batcher {
     }
 }
 
-/// The first position of a spill file, read back once at the cut.
-fn file_first(file: &SpillFile) -> Result<Position, SpillError> {
-    let mut first = Vec::with_capacity(1);
-    file.reader()?.read_chunk(&mut first, 1)?;
-    first
-        .pop()
-        .map(|e| e.position)
-        .ok_or_else(|| SpillError { path: "spill file".into(), detail: "empty after writing".into() })
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use sluice_core::Op;
-
-    /// Events of transactions with the given sizes.
-    fn stream(sizes: &[u32]) -> Vec<Event> {
-        let mut events = Vec::new();
-        for (index, size) in sizes.iter().enumerate() {
-            let tx = index as u64 + 1;
-            for seq in 0..*size {
-                events.push(Event {
-                    op: Op::Insert,
-                    source_id: "s".into(),
-                    database: "d".into(),
-                    table: "t".into(),
-                    key: None,
-                    before: None,
-                    after: None,
-                    schema_version: 1,
-                    position: Position::Generator { tx, seq },
-                    tx_id: tx.to_string().into(),
-                    tx_end: seq + 1 == *size,
-                    commit_time_us: 0,
-                    schema: None,
-                    origin: sluice_core::schema::Origin::None,
-                });
-            }
-        }
-        events
-    }
-
-    fn limits(max_events: usize, respect_source_tx: bool) -> BatchConfig {
-        BatchConfig { max_events, respect_source_tx, ..BatchConfig::default() }
-    }
-
-    fn batcher(limits: BatchConfig) -> (Batcher, tempfile::TempDir) {
-        let dir = tempfile::tempdir().unwrap();
-        (Batcher::new(limits, dir.path().join("spill")), dir)
-    }
-
-    fn sizes(batcher: &mut Batcher, events: Vec<Event>) -> Vec<usize> {
-        let mut batches: Vec<_> = events.into_iter().filter_map(|e| batcher.push(e).unwrap()).collect();
-        batches.extend(batcher.finish());
-        batches.iter().map(|b| b.events().unwrap().len()).collect()
-    }
-
-    async fn read_all(batch: &Batch, after: Option<&Position>) -> Vec<Position> {
-        match batch.chunks(after).unwrap() {
-            None => Vec::new(),
-            Some(mut chunks) => {
-                let events = sluice_core::collect_chunks(&mut chunks).await.unwrap();
-                events.into_iter().map(|e| e.position).collect()
-            }
-        }
-    }
-
-    #[test]
-    fn cuts_at_the_last_whole_transaction() {
-        let (mut batcher, _dir) = batcher(limits(4, true));
-        assert_eq!(sizes(&mut batcher, stream(&[3, 3, 2])), [3, 3, 2]);
-    }
-
-    #[test]
-    fn a_transaction_larger_than_the_limit_grows_one_batch() {
-        let (mut batcher, _dir) = batcher(limits(2, true));
-        assert_eq!(sizes(&mut batcher, stream(&[1, 7, 1])), [1, 7, 1]);
-    }
-
-    #[test]
-    fn without_respect_for_transactions_batches_are_exact() {
-        let (mut batcher, _dir) = batcher(limits(4, false));
-        assert_eq!(sizes(&mut batcher, stream(&[3, 3, 3])), [4, 4, 1]);
-    }
-
-    #[test]
-    fn finish_drops_a_trailing_partial_transaction() {
-        let (mut batcher, _dir) = batcher(limits(100, true));
-        let mut events = stream(&[2, 3]);
-        events.pop();
-        assert_eq!(sizes(&mut batcher, events), [2]);
-    }
-
-    #[test]
-    fn byte_limit_cuts_too() {
-        let (mut batcher, _dir) =
-            batcher(BatchConfig { max_bytes: 1, respect_source_tx: false, ..BatchConfig::default() });
-        assert_eq!(sizes(&mut batcher, stream(&[2, 2])), [1, 1, 1, 1]);
-    }
-
-    #[tokio::test]
-    async fn chunks_hold_the_suffix_after_a_position() {
-        let (mut batcher, _dir) = batcher(limits(100, true));
-        for event in stream(&[3, 3]) {
-            assert!(batcher.push(event).unwrap().is_none());
-        }
-        let batch = batcher.finish().unwrap();
-        assert_eq!(read_all(&batch, None).await.len(), 6);
-        assert_eq!(read_all(&batch, Some(&Position::Generator { tx: 1, seq: 1 })).await.len(), 4);
-        assert!(batch.chunks(Some(&Position::Generator { tx: 9, seq: 0 })).unwrap().is_none());
-        assert_eq!(batch.first(), &Position::Generator { tx: 1, seq: 0 });
-        assert_eq!(batch.last(), &Position::Generator { tx: 2, seq: 2 });
-    }
-
-    #[tokio::test]
-    async fn a_transaction_past_max_bytes_spills_to_disk_and_reads_back_whole() {
-        let (mut batcher, dir) = batcher(BatchConfig { max_events: 10, max_bytes: 2_000, ..BatchConfig::default() });
-        let events = stream(&[2, 5_000, 3]);
-        let expected: Vec<Position> = events.iter().map(|e| e.position.clone()).collect();
-        let mut batches: Vec<_> = events.into_iter().filter_map(|e| batcher.push(e).unwrap()).collect();
-        batches.extend(batcher.finish());
-        let spilled: Vec<bool> = batches.iter().map(|b| b.is_spilled()).collect();
-        assert_eq!(spilled, [false, true, false]);
-        assert_eq!(batches[1].event_count(), 5_000);
-        assert!(batcher.current.capacity() <= 64, "the heap does not hold the big transaction");
-        let mut read = Vec::new();
-        for batch in &batches {
-            read.extend(read_all(batch, None).await);
-        }
-        assert_eq!(read, expected);
-        let inside = Position::Generator { tx: 2, seq: 4_000 };
-        assert_eq!(read_all(&batches[1], Some(&inside)).await.len(), 999);
-        assert_eq!(std::fs::read_dir(dir.path().join("spill")).unwrap().count(), 1);
-        drop(batches);
-        assert_eq!(std::fs::read_dir(dir.path().join("spill")).unwrap().count(), 0, "spill files go with their batch");
-    }
-
-    #[test]
-    fn an_unfinished_spilled_transaction_is_dropped_at_finish() {
-        let (mut batcher, dir) = batcher(BatchConfig { max_bytes: 500, ..BatchConfig::default() });
-        let mut events = stream(&[50]);
-        events.pop();
-        for event in events {
-            assert!(batcher.push(event).unwrap().is_none());
-        }
-        assert!(batcher.deadline().is_none(), "no age cut while a transaction spills");
-        assert!(batcher.finish().is_none());
-        assert_eq!(std::fs::read_dir(dir.path().join("spill")).unwrap().count(), 0);
-    }
-
-    #[test]
-    fn age_deadline_exists_only_while_a_batch_is_open() {
-        let (mut batcher, _dir) = batcher(limits(100, true));
-        assert!(batcher.deadline().is_none());
-        let mut events = stream(&[2]).into_iter();
-        assert!(batcher.push(events.next().unwrap()).unwrap().is_none());
-        assert!(batcher.deadline().is_some());
-        assert!(batcher.on_deadline().is_none(), "mid-transaction: nothing to cut yet");
-        assert!(batcher.deadline().is_none(), "no timer while waiting for the transaction end");
-        let batch = batcher.push(events.next().unwrap()).unwrap().expect("the transaction end cuts the overdue batch");
-        assert_eq!(batch.event_count(), 2);
-        assert!(batcher.deadline().is_none());
-    }
-}
+mod tests;

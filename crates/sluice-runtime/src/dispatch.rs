@@ -12,12 +12,22 @@ use sluice_core::Event;
 use tokio::sync::mpsc;
 use tracing::debug;
 
-use crate::batch::{Batch, Batcher};
+use crate::batch::{Batch, Batcher, Failed};
 use crate::buffer::{CloseOnDrop, SinkBuffer};
 use crate::deadline::sleep_until;
 use crate::shutdown::Shutdown;
 use crate::spill::SpillError;
 use crate::status::PipelineStatus;
+
+/// Why the dispatcher stopped the pipeline.
+#[derive(Debug, thiserror::Error)]
+pub enum DispatchError {
+    #[error(transparent)]
+    Spill(#[from] SpillError),
+    /// The batch with the event was not sent: no sink moved past it.
+    #[error("a transform failed on the event at {}: {}", .0.position, .0.error)]
+    Transform(Failed),
+}
 
 pub(crate) struct Dispatcher {
     pub batcher: Batcher,
@@ -28,7 +38,7 @@ pub(crate) struct Dispatcher {
 }
 
 impl Dispatcher {
-    pub async fn run(mut self) -> Result<(), SpillError> {
+    pub async fn run(mut self) -> Result<(), DispatchError> {
         let _close = CloseOnDrop(self.buffers.clone());
         loop {
             let deadline = self.batcher.deadline();
@@ -38,13 +48,17 @@ impl Dispatcher {
                 chunk = self.chunks.recv() => {
                     let Some(events) = chunk else { break };
                     for event in events {
-                        if let Some(batch) = self.batcher.push(event)? {
+                        let batch = self.batcher.push(event)?;
+                        self.check()?;
+                        if let Some(batch) = batch {
                             self.send(batch).await?;
                         }
                     }
                 }
                 _ = sleep_until(deadline) => {
-                    if let Some(batch) = self.batcher.on_deadline() {
+                    let batch = self.batcher.on_deadline();
+                    self.check()?;
+                    if let Some(batch) = batch {
                         self.send(batch).await?;
                     }
                 }
@@ -52,10 +66,19 @@ impl Dispatcher {
         }
         // Stop intake, then drain: whole transactions still in the batcher
         // go out; a trailing partial one is read again on the next start.
-        if let Some(batch) = self.batcher.finish() {
+        let batch = self.batcher.finish();
+        self.check()?;
+        if let Some(batch) = batch {
             self.send(batch).await?;
         }
         Ok(())
+    }
+
+    fn check(&mut self) -> Result<(), DispatchError> {
+        match self.batcher.failed.take() {
+            Some(failed) => Err(DispatchError::Transform(failed)),
+            None => Ok(()),
+        }
     }
 
     async fn send(&self, batch: Arc<Batch>) -> Result<(), SpillError> {

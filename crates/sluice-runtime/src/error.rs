@@ -24,10 +24,10 @@ pub enum PipelineError {
         error: StoreError,
     },
     #[error("pipeline {pipeline:?}: {error}")]
-    Spill {
+    Dispatch {
         pipeline: String,
         #[source]
-        error: crate::spill::SpillError,
+        error: crate::dispatch::DispatchError,
     },
     #[error(
         "pipeline {pipeline:?}: sink {sink:?} was detached for pinning the source's log ({mark}) and is now required; \

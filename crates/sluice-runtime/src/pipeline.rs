@@ -34,7 +34,6 @@ use crate::error::PipelineError;
 use crate::intake::Intake;
 use crate::monitor::Monitor;
 use crate::shutdown::{Shutdown, TriggerOnDrop};
-use crate::spill::SpillError;
 use crate::status::{Detachment, PipelineState, PipelineStatus, SinkInfo, SinkState, lock};
 use crate::writer::{Report, SinkMetrics, SinkWriter};
 
@@ -71,6 +70,8 @@ pub struct PipelineSettings {
     /// Where sinks detached for pinning the source's log are marked; a
     /// marked sink stays detached until `sluice checkpoints reset` clears it.
     pub detach_dir: PathBuf,
+    /// Run on every batch as it is cut, before any sink gets it.
+    pub transforms: Arc<sluice_transform::Transforms>,
 }
 
 /// Where each sink's checkpoint stands when a run ends.
@@ -147,7 +148,7 @@ struct Running {
     relay: JoinHandle<()>,
     monitor: JoinHandle<()>,
     intake: JoinHandle<Result<(), SourceError>>,
-    dispatcher: JoinHandle<Result<(), SpillError>>,
+    dispatcher: JoinHandle<Result<(), crate::dispatch::DispatchError>>,
     writers: Vec<(String, JoinHandle<Result<(), SinkError>>)>,
     checkpointer: JoinHandle<Result<Vec<Option<Position>>, StoreError>>,
     rereads: Arc<Rereads>,
@@ -242,7 +243,8 @@ impl Pipeline {
         };
         let intake = spawn_guarded(&shutdown, intake.run().instrument(info_span!("source", source = %source_id)));
         let dispatcher = Dispatcher {
-            batcher: Batcher::new(settings.batch.clone(), settings.spill_dir.clone()),
+            batcher: Batcher::new(settings.batch.clone(), settings.spill_dir.clone())
+                .with_transforms(settings.transforms.clone()),
             chunks: chunk_rx,
             buffers,
             shutdown: shutdown.clone(),
@@ -446,7 +448,7 @@ impl Running {
         match dispatcher.await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
-                first_error.get_or_insert(PipelineError::Spill { pipeline: pipeline.clone(), error });
+                first_error.get_or_insert(PipelineError::Dispatch { pipeline: pipeline.clone(), error });
             }
             Err(e) => {
                 first_error.get_or_insert(task_error(&pipeline, "dispatcher", e));

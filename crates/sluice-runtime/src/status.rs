@@ -412,6 +412,8 @@ pub struct PipelineStatus {
     /// The required sink whose full buffer the dispatcher waits on, and
     /// since when.
     held_back_by: Mutex<Option<(String, tokio::time::Instant)>>,
+    /// The pipeline's transforms, whose counts the API reports.
+    transforms: Mutex<Arc<sluice_transform::Transforms>>,
 }
 
 /// A sink as the pipeline is told about it before it runs.
@@ -445,7 +447,16 @@ impl PipelineStatus {
             sinks: sinks.into_iter().map(|s| SinkStatus::new(s.id, s.guarantee, s.required)).collect(),
             problems: Mutex::new(Vec::new()),
             held_back_by: Mutex::new(None),
+            transforms: Mutex::default(),
         })
+    }
+
+    pub fn set_transforms(&self, transforms: Arc<sluice_transform::Transforms>) {
+        *lock(&self.transforms) = transforms;
+    }
+
+    pub fn transforms(&self) -> Arc<sluice_transform::Transforms> {
+        lock(&self.transforms).clone()
     }
 
     pub fn state(&self) -> PipelineState {

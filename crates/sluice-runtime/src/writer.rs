@@ -364,10 +364,10 @@ impl SinkWriter {
                     // Events sent to the dead letter queue are left out.
                     let mut events = collect_chunks(&mut chunks).await.map_err(Stop::Fatal)?;
                     events.retain(|e| !state.skip.contains(&e.position));
-                    match SliceChunks::new(&events) {
-                        Some(mut rest) => with_deadline(self.deadline, "write", self.sink.write(&mut rest)).await,
-                        None => Ok(None),
-                    }
+                    // Still a write, empty or not, so the sink's position
+                    // moves to the batch's end.
+                    let mut rest = SliceChunks::ending_at(&events, batch.last());
+                    with_deadline(self.deadline, "write", self.sink.write(&mut rest)).await
                 } else {
                     with_deadline(self.deadline, "write", self.sink.write(&mut chunks)).await
                 };

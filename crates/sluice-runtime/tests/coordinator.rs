@@ -11,6 +11,7 @@ use proptest::prelude::*;
 use sluice_config::{BatchConfig, CommitPolicy, PolicyMode};
 use sluice_core::Position;
 use sluice_sinks::testing::{Fault, MemoryOptions};
+use sluice_transform::{FilterAction, FilterConfig, TransformConfig};
 
 fn fault() -> impl Strategy<Value = Fault> {
     prop_oneof![
@@ -35,12 +36,37 @@ fn sink() -> impl Strategy<Value = SinkScenario> {
     )
 }
 
+/// A filter dropping the events of some ops: none, deletes, updates and
+/// deletes, or all of them (every batch then reaches the sinks empty).
+fn filter() -> impl Strategy<Value = Vec<TransformConfig>> {
+    let drop = |ops: &[&str]| {
+        vec![TransformConfig::Filter(FilterConfig {
+            action: FilterAction::Drop,
+            ops: ops.iter().map(|op| op.to_string()).collect(),
+            tables: Vec::new(),
+            conditions: Vec::new(),
+        })]
+    };
+    prop_oneof![
+        3 => Just(Vec::new()),
+        1 => Just(drop(&["d"])),
+        1 => Just(drop(&["u", "d"])),
+        1 => Just(drop(&["c", "u", "d"])),
+    ]
+}
+
 fn scenario() -> impl Strategy<Value = Scenario> {
     let shape = (1u64..40, 1u32..6, 1usize..16, 1usize..4, any::<bool>());
     // Small byte limits make multi-event transactions spill to disk.
     let max_bytes = prop_oneof![Just(sluice_config::DEFAULT_MAX_BYTES), 200usize..2000];
-    (shape, max_bytes, prop::collection::vec(sink(), 1..4), 0u8..3).prop_map(
-        |((tx_count, rows_per_tx, max_events, max_inflight, respect_source_tx), max_bytes, mut sinks, mode)| {
+    (shape, max_bytes, prop::collection::vec(sink(), 1..4), 0u8..3, filter()).prop_map(
+        |(
+            (tx_count, rows_per_tx, max_events, max_inflight, respect_source_tx),
+            max_bytes,
+            mut sinks,
+            mode,
+            transforms,
+        )| {
             // Mode `required` needs a required sink, as config validation demands.
             if !sinks.iter().any(|s| s.required) {
                 sinks[0].required = true;
@@ -56,6 +82,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 batch: BatchConfig { max_events, max_bytes, max_inflight, respect_source_tx, ..BatchConfig::default() },
                 policy,
                 sinks,
+                transforms,
             }
         },
     )
@@ -73,8 +100,10 @@ proptest! {
     })]
 
     /// Whatever fails and however often the process dies: every sink ends
-    /// up with every event; sinks that co-locate their checkpoint get each
-    /// exactly once; with `respect_source_tx` no write ends mid-transaction.
+    /// up with every event the filter keeps; sinks that co-locate their
+    /// checkpoint get each exactly once; with `respect_source_tx` no write
+    /// ends mid-transaction; and every sink's checkpoint reaches the last
+    /// event, dropped or not.
     /// The store and the source wrappers assert the frontier and MIN rules
     /// on every commit and every poll.
     #[test]
@@ -82,6 +111,14 @@ proptest! {
         let world = World::new(scenario.clone());
         world.run_to_completion();
         let expected = world.expected();
+        let generated = world.generated();
+        let tx_ends: BTreeSet<Position> = generated.iter().filter(|e| e.tx_end).map(|e| e.position.clone()).collect();
+        let end = generated.last().map(|e| e.position.clone());
+        let stored = sluice_core::CheckpointStore::list(&*world.store).unwrap();
+        prop_assert_eq!(stored.len(), scenario.sinks.len());
+        for (key, position) in stored {
+            prop_assert_eq!(Some(position), end.clone(), "checkpoint {} stops short of the last event", key);
+        }
         let expected_positions: BTreeSet<Position> = positions(&expected).into_iter().collect();
         for (index, spec) in scenario.sinks.iter().enumerate() {
             let held = world.logs[index].events();
@@ -96,7 +133,7 @@ proptest! {
             }
             if scenario.batch.respect_source_tx {
                 let calls = world.calls[index].lock().unwrap();
-                prop_assert!(calls.iter().all(|c| c.last_is_tx_end), "sink{} got a write that ends mid-transaction", index);
+                prop_assert!(calls.iter().all(|c| tx_ends.contains(&c.last)), "sink{} got a write that ends mid-transaction", index);
             }
         }
     }
@@ -118,6 +155,7 @@ fn scenario_with(sinks: Vec<SinkScenario>, mode: PolicyMode) -> Scenario {
         batch: BatchConfig { max_events: 6, ..BatchConfig::default() },
         policy: CommitPolicy { mode, quorum: None },
         sinks,
+        transforms: Vec::new(),
     }
 }
 

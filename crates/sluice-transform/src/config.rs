@@ -24,6 +24,11 @@ impl TransformConfig {
         }
     }
 
+    /// Whether the settings build: what `sluice validate` reports.
+    pub fn check(&self) -> Result<(), String> {
+        self.build().map(|_| ())
+    }
+
     pub(crate) fn build(&self) -> Result<Box<dyn Transform>, String> {
         Ok(match self {
             TransformConfig::Filter(c) => Box::new(crate::filter::Filter::new(c)?),

@@ -85,6 +85,12 @@ impl std::fmt::Display for StepError {
     }
 }
 
+impl std::fmt::Debug for Transforms {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.steps.iter().map(|s| s.kind)).finish()
+    }
+}
+
 impl Transforms {
     /// Builds every step; an error names the step (from 1) and what is wrong.
     pub fn build(configs: &[TransformConfig]) -> Result<Self, String> {

@@ -136,6 +136,7 @@ fn run_pipeline_with(
             shutdown_grace: Duration::from_secs(30),
             spill_dir: data_dir.join("spill"),
             dead_letter: Default::default(),
+            transforms: Default::default(),
         },
         source,
         sinks,

@@ -100,6 +100,9 @@ pub fn pipeline(config: &PipelineConfig, store: Arc<EmbeddedStore>, data_dir: &P
         SourceConfig::Mysql(_) => "mysql",
     };
     let handle = sluice_runtime::handle_of(&config.name, source.as_ref(), kind, &sinks);
+    let transforms = sluice_transform::Transforms::build(&config.transforms)
+        .map_err(|e| Failure::bad_input(anyhow!("pipeline {:?}: {e}", config.name)))?;
+    handle.status.set_transforms(Arc::new(transforms));
     Ok(Pipeline {
         settings: PipelineSettings {
             slo: config.slo.clone(),
@@ -112,6 +115,7 @@ pub fn pipeline(config: &PipelineConfig, store: Arc<EmbeddedStore>, data_dir: &P
             shutdown_grace: Duration::from_secs(config.shutdown_grace_secs),
             spill_dir: data_dir.join("spill").join(&config.name),
             dead_letter: config.dead_letter.clone(),
+            transforms: handle.status.transforms(),
         },
         source,
         sinks,

@@ -40,6 +40,19 @@ impl PipelineStatus {
             },
             head_events,
             held_back_by,
+            transforms: self
+                .transforms()
+                .counts()
+                .enumerate()
+                .map(|(index, (kind, counts))| TransformView {
+                    step: index + 1,
+                    kind,
+                    events_in: counts.events_in.load(Ordering::Relaxed),
+                    events_out: counts.events_out.load(Ordering::Relaxed),
+                    dropped: counts.dropped.load(Ordering::Relaxed),
+                    errored: counts.errored.load(Ordering::Relaxed),
+                })
+                .collect(),
             snapshots: sluice_core::snapshot::progress::running()
                 .into_iter()
                 .filter(|t| *t.source == *self.source_id)
@@ -144,7 +157,22 @@ pub struct PipelineView {
     pub replay_from_events: u64,
     /// Snapshots running now, initial or incremental.
     pub snapshots: Vec<sluice_core::snapshot::progress::TableProgress>,
+    /// The pipeline's transforms, in order, with what each did so far.
+    pub transforms: Vec<TransformView>,
     pub sinks: Vec<SinkView>,
+}
+
+/// One step of the pipeline's transforms.
+#[derive(Debug, Clone, Serialize)]
+pub struct TransformView {
+    /// From 1, as the config lists them.
+    pub step: usize,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub events_in: u64,
+    pub events_out: u64,
+    pub dropped: u64,
+    pub errored: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]

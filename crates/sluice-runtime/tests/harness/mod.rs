@@ -34,12 +34,16 @@ pub struct Scenario {
     pub batch: BatchConfig,
     pub policy: CommitPolicy,
     pub sinks: Vec<SinkScenario>,
+    /// The pipeline's transforms.
+    pub transforms: Vec<sluice_transform::TransformConfig>,
 }
 
 /// One write call as the sink saw it (before faults split it).
 #[derive(Debug, Clone)]
 pub struct Call {
-    pub last_is_tx_end: bool,
+    /// Where the write ends: its last event's position, or past it when a
+    /// transform dropped the later ones.
+    pub last: Position,
 }
 
 pub struct World {
@@ -96,8 +100,8 @@ impl World {
         }
     }
 
-    /// Every event the generator produces, in order.
-    pub fn expected(&self) -> Vec<Event> {
+    /// Every event the generator produces, in order, before transforms.
+    pub fn generated(&self) -> Vec<Event> {
         let generator = GeneratorSource::new(self.generator_config());
         let mut all = Vec::new();
         for tx in 1..=self.scenario.tx_count {
@@ -106,6 +110,16 @@ impl World {
             }
         }
         all
+    }
+
+    /// What the sinks must end up with: the generated events the
+    /// scenario's transforms keep, as they leave them.
+    pub fn expected(&self) -> Vec<Event> {
+        let transforms =
+            sluice_transform::Transforms::build(&self.scenario.transforms).expect("the scenario's transforms build");
+        let mut kept = self.generated();
+        kept.retain_mut(|event| transforms.apply(event) == Ok(sluice_transform::Verdict::Keep));
+        kept
     }
 
     /// One process lifetime: runs until the pipeline ends or a fault
@@ -147,6 +161,10 @@ impl World {
                 shutdown_grace: Duration::from_secs(30),
                 spill_dir: self.spill_dir.path().join("spill"),
                 dead_letter: sluice_config::DeadLetterConfig::default(),
+                transforms: Arc::new(
+                    sluice_transform::Transforms::build(&self.scenario.transforms)
+                        .expect("the scenario's transforms build"),
+                ),
             },
             source: Box::new(source),
             sinks,
@@ -215,10 +233,10 @@ impl<S: Sink> Sink for Recording<S> {
     }
     async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
         let all = collect_chunks(events).await?;
-        assert!(!all.is_empty(), "the coordinator never sends an empty write");
-        assert_eq!(&all[all.len() - 1].position, events.last_position());
-        self.calls.lock().unwrap().push(Call { last_is_tx_end: all[all.len() - 1].tx_end });
-        self.inner.write(&mut SliceChunks::new(&all).unwrap()).await
+        let last = events.last_position().clone();
+        assert!(all.last().is_none_or(|e| e.position <= last), "a write ends before its last event");
+        self.calls.lock().unwrap().push(Call { last: last.clone() });
+        self.inner.write(&mut SliceChunks::ending_at(&all, &last)).await
     }
     async fn flush(&mut self) -> Result<Option<Position>, SinkError> {
         self.inner.flush().await

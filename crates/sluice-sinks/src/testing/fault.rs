@@ -105,14 +105,20 @@ impl<S: Sink> Sink for FaultySink<S> {
             return self.inner.write(events).await;
         }
         let all = collect_chunks(events).await?;
-        let write = |events| SliceChunks::new(events).expect("a write holds at least one event");
+        let last = events.last_position().clone();
+        let write = |events| SliceChunks::ending_at(events, &last);
         match fault {
             Fault::None => unreachable!("passed through above"),
             Fault::FailBefore => Err(injected()),
             Fault::Reject => Err(SinkError::permanent("injected permanent fault", "remove the fault")),
-            Fault::RejectFirst => {
-                Err(SinkError::Rejected { detail: "injected poison event".into(), position: all[0].position.clone() })
-            }
+            Fault::RejectFirst => match all.first() {
+                Some(first) => Err(SinkError::Rejected {
+                    detail: "injected poison event".into(),
+                    position: first.position.clone(),
+                }),
+                // A write whose events were all dropped has none to reject.
+                None => Err(injected()),
+            },
             Fault::FailAfter => {
                 self.inner.write(&mut write(&all)).await?;
                 Err(injected())
