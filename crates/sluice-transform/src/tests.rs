@@ -75,7 +75,7 @@ fn transforms(yaml: &str) -> Transforms {
 
 fn build_error(yaml: &str) -> String {
     match serde_yaml::from_str::<Vec<TransformConfig>>(yaml) {
-        Ok(configs) => Transforms::build(&configs).err().expect("the config builds"),
+        Ok(configs) => Transforms::build(&configs).expect_err("the config is refused"),
         Err(e) => e.to_string(),
     }
 }

@@ -119,6 +119,8 @@ async fn run_with_rereads(mut pipeline: Pipeline, again: Again, shutdown: Shutdo
         pipeline = assemble::pipeline(&again.config, again.store.clone(), &again.data_dir)
             .map_err(|failure| anyhow!("cannot build pipeline {} again: {:#}", again.config.name, failure.error))?;
         pipeline.source.continues_in_process();
+        // The first run's transforms, whose counts the status reports.
+        pipeline.settings.transforms = handle.status.transforms();
         pipeline.handle = handle;
     }
 }

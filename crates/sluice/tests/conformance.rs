@@ -96,6 +96,13 @@ async fn conform(config: SinkConfig, read: impl FnOnce() -> Vec<String> + Send +
     };
     again.write(&mut SliceChunks::new(&replay).unwrap()).await.unwrap();
     again.flush().await.unwrap();
+    // A write whose events the pipeline's transforms all dropped: nothing
+    // lands, and the sink's watermark still reaches its end, so the
+    // checkpoint, and the source's acknowledgement, move on.
+    let beyond = Position::Generator { tx: 31, seq: 4 };
+    let durable = again.write(&mut SliceChunks::ending_at(&[], &beyond)).await.unwrap();
+    assert!(durable.as_ref().is_none_or(|d| *d <= beyond), "never durable past what it was given");
+    assert_eq!(again.flush().await.unwrap(), Some(beyond), "an empty write moves the watermark to its end");
     again.close().await.unwrap();
     let expected: Vec<String> = batches.iter().flatten().map(|e| e.position.to_string()).collect();
     let held = tokio::task::spawn_blocking(read).await.unwrap();

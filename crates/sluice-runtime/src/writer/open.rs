@@ -53,8 +53,9 @@ impl SinkWriter {
                     {
                         warn!(
                             %held, %stored,
-                            "sink holds less than its stored checkpoint (was its data truncated or replaced?); \
-                             events up to the checkpoint are not written again; to rewrite them, reset the checkpoint"
+                            "sink holds less than its stored checkpoint: the events after what it holds were dropped \
+                             by the pipeline's transforms, or its data was truncated or replaced; events up to the \
+                             checkpoint are not written again; to rewrite them, reset the checkpoint"
                         );
                     }
                     let start = state.durable.clone().max(holds);

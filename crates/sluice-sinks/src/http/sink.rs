@@ -86,6 +86,12 @@ impl Sink for HttpSink {
             }
         }
         self.bodies.chunk = None;
+        // Past the last request where the pipeline's transforms dropped
+        // the write's later events, or all of them.
+        let end = events.last_position();
+        if self.held.as_ref().is_none_or(|held| held < end) {
+            self.held = Some(end.clone());
+        }
         Ok(self.held.clone())
     }
 

@@ -245,6 +245,14 @@ impl Sink for NatsSink {
             }
             self.held = previous;
         }
+        // Past the last message where the pipeline's transforms dropped the
+        // write's later events, or all of them: nothing is published for
+        // them, and the writer keeps the higher of this and what the
+        // stream's last message says on the next open.
+        let end = events.last_position();
+        if self.held.as_ref().is_none_or(|held| held < end) {
+            self.held = Some(end.clone());
+        }
         Ok(self.held.clone())
     }
 

@@ -384,6 +384,13 @@ impl Sink for ObjectSink {
                 }
             }
         }
+        // Past the last event where the pipeline's transforms dropped the
+        // write's later events, or all of them: accepted all the same, so
+        // the watermark reaches the write's end once the open files commit.
+        let end = events.last_position();
+        if self.accepted.as_ref().is_none_or(|accepted| accepted < end) {
+            self.accepted = Some(end.clone());
+        }
         let max_age = Duration::from_secs(self.config.max_file_age_secs);
         let aged: Vec<PartitionKey> =
             self.open.iter().filter(|(_, f)| f.opened.elapsed() >= max_age).map(|(k, _)| k.clone()).collect();

@@ -290,6 +290,17 @@ impl Sink for RedisSink {
             let _appended: i64 = self.call("appending", invocation.invoke_async(&mut conn)).await?;
             self.held = Some(last.position.clone());
         }
+        // The write ends past its last event (or has none) where the
+        // pipeline's transforms dropped events: the checkpoint key moves on
+        // to its end all the same, so a restart does not read them again.
+        let end = events.last_position();
+        if self.held.as_ref().is_none_or(|held| held < end) {
+            let mut invocation = self.script.prepare_invoke();
+            invocation.key(&self.checkpoint_key);
+            invocation.arg(format!("{}|{}", end.sort_key(), end)).arg("").arg("0");
+            let _appended: i64 = self.call("moving the checkpoint", invocation.invoke_async(&mut conn)).await?;
+            self.held = Some(end.clone());
+        }
         Ok(self.held.clone())
     }
 

@@ -70,6 +70,13 @@ async fn refresh(api: &Api) {
         gauge!("sluice_source_lag_seconds", &labels).set(view.source.lag_seconds);
         gauge!("sluice_slot_retained_wal_bytes", &labels).set(gauge_of(view.source.retained_wal_bytes));
         counter!("sluice_pipeline_events_total", "pipeline" => p.clone()).absolute(view.head_events);
+        for step in &view.transforms {
+            let labels = [("pipeline", p.clone()), ("step", step.step.to_string()), ("type", step.kind.to_string())];
+            counter!("sluice_transform_events_in_total", &labels).absolute(step.events_in);
+            counter!("sluice_transform_events_out_total", &labels).absolute(step.events_out);
+            counter!("sluice_transform_dropped_total", &labels).absolute(step.dropped);
+            counter!("sluice_transform_errored_total", &labels).absolute(step.errored);
+        }
         counter!("sluice_pipeline_batches_total", "pipeline" => p.clone())
             .absolute(status.batches_cut.load(Ordering::Relaxed));
         for sink in &view.sinks {

@@ -1,0 +1,205 @@
+//! The pipeline's transforms on real PostgreSQL and MariaDB events: what
+//! the sink holds, that the slot moves past events only a filter saw, what
+//! the API counts, and the errors `sluice validate` gives.
+
+mod common;
+
+use std::time::Duration;
+
+use common::my::{my_exec, my_rows, my_sql};
+use common::pg::{pg_env, sql, wait_for_slot};
+use common::*;
+use serde_json::Value;
+
+/// The hex SHA-256 of `salt` + `text`, from Python's hashlib: a check
+/// that owes nothing to Sluice's own hashing.
+fn python_sha256(salt: &str, text: &str) -> String {
+    let output = std::process::Command::new("python3")
+        .args(["-c", "import hashlib, sys; print(hashlib.sha256((sys.argv[1] + sys.argv[2]).encode()).hexdigest())"])
+        .args([salt, text])
+        .output()
+        .expect("python3 runs");
+    String::from_utf8(output.stdout).unwrap().trim().to_string()
+}
+
+fn lines(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn slot_confirmed_past(db: &str, lsn: &str) -> bool {
+    let answer = std::process::Command::new("psql")
+        .args(["-h", &pg_env("SLUICE_TEST_PG_HOST"), "-p", &pg_env("SLUICE_TEST_PG_PORT")])
+        .args(["-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db, "-Atc"])
+        .arg(format!("SELECT confirmed_flush_lsn >= '{lsn}' FROM pg_replication_slots WHERE slot_name = 'sluice_{db}'"))
+        .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&answer.stdout).trim() == "t"
+}
+
+fn current_lsn(db: &str) -> String {
+    let answer = std::process::Command::new("psql")
+        .args(["-h", &pg_env("SLUICE_TEST_PG_HOST"), "-p", &pg_env("SLUICE_TEST_PG_PORT")])
+        .args(["-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db, "-Atc", "SELECT pg_current_wal_lsn()"])
+        .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&answer.stdout).trim().to_string()
+}
+
+const PG_TRANSFORMS: &str = "    transforms:\n      - { type: filter, tables: [public.audit] }\n      - { type: filter, ops: [u], where: [{ column: status, changed: false }] }\n      - { type: mask, tables: [public.users], columns: [email], with: { sha256: { salt: \"${TEST_MASK_SALT}\" } } }\n      - { type: columns, tables: [public.users], exclude: [secret] }\n";
+
+#[test]
+fn postgres_events_are_filtered_masked_and_trimmed_and_the_slot_moves_past_dropped_ones() {
+    let db = "transforms_pg";
+    pg::fresh_database(db);
+    sql(
+        db,
+        "CREATE TABLE users (id int PRIMARY KEY, email text, secret text, status text); \
+         ALTER TABLE users REPLICA IDENTITY FULL; \
+         CREATE TABLE audit (id serial PRIMARY KEY, note text)",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let config =
+        pg::pipeline(db, out.to_str().unwrap(), None).replace("    sinks:\n", &format!("{PG_TRANSFORMS}    sinks:\n"));
+    let config = write_config(dir.path(), &config);
+    let child = spawn_with_env(
+        &["run", "-c", config.to_str().unwrap(), "--api-addr", "127.0.0.1:0"],
+        dir.path(),
+        &[("TEST_MASK_SALT", "pepper")],
+    );
+    wait_for_slot(db);
+    sql(
+        db,
+        "INSERT INTO users VALUES (1, 'u1@example.com', 's1', 'new'), (2, 'u2@example.com', 's2', 'new'), \
+         (3, 'u3@example.com', 's3', 'new'); \
+         INSERT INTO audit (note) VALUES ('created three users'); \
+         UPDATE users SET status = 'paid' WHERE id = 1; \
+         UPDATE users SET secret = 'rotated' WHERE id = 2; \
+         DELETE FROM users WHERE id = 3",
+    );
+    // Three inserts, the update that changed the status, the delete.
+    wait_until(Duration::from_secs(60), "the kept events", || lines(&out).len() >= 5);
+
+    // Only the filtered table is written to now: the slot still moves on.
+    sql(db, "INSERT INTO audit (note) SELECT 'note ' || g FROM generate_series(1, 1000) g");
+    let after_audit = current_lsn(db);
+    wait_until(Duration::from_secs(60), "the slot past events only the filter saw", || {
+        slot_confirmed_past(db, &after_audit)
+    });
+
+    let addr = api::api_addr(dir.path());
+    let view = api::get(&addr, "/pipelines/pg", None).json();
+    let steps = view["transforms"].as_array().unwrap();
+    let counted: Vec<(&str, u64, u64, u64)> = steps
+        .iter()
+        .map(|s| {
+            (
+                s["type"].as_str().unwrap(),
+                s["events_in"].as_u64().unwrap(),
+                s["dropped"].as_u64().unwrap(),
+                s["errored"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(counted, [("filter", 1007, 1001, 0), ("filter", 6, 1, 0), ("mask", 5, 0, 0), ("columns", 5, 0, 0)]);
+    pg::stop(child, dir.path());
+
+    let held = lines(&out);
+    let summary: Vec<(String, i64)> =
+        held.iter().map(|e| (e["op"].as_str().unwrap().to_string(), e["key"]["id"].as_i64().unwrap())).collect();
+    let expected: Vec<(String, i64)> =
+        [("c", 1), ("c", 2), ("c", 3), ("u", 1), ("d", 3)].iter().map(|(op, id)| (op.to_string(), *id)).collect();
+    assert_eq!(summary, expected);
+    for event in &held {
+        assert_eq!(event["table"], "public.users");
+        for image in ["before", "after"] {
+            let row = &event[image];
+            if row.is_null() {
+                continue;
+            }
+            let id = row["id"].as_i64().unwrap();
+            assert_eq!(row["email"], python_sha256("pepper", &format!("u{id}@example.com")), "{event}");
+            assert!(row.get("secret").is_none(), "the excluded column is gone: {event}");
+        }
+    }
+    let text =
+        std::fs::read_to_string(&out).unwrap() + &std::fs::read_to_string(dir.path().join("sluice.log")).unwrap();
+    assert!(!text.contains("example.com"), "no clear email in the sink or the log");
+    pg::drop_slots(db);
+}
+
+#[test]
+fn mariadb_events_are_filtered_and_masked() {
+    let db = unique("tfmy");
+    my_exec(&format!(
+        "CREATE DATABASE {db}; CREATE TABLE {db}.cards (id INT PRIMARY KEY, number VARCHAR(32), kind VARCHAR(16)); \
+         CREATE TABLE {db}.noise (id INT PRIMARY KEY)"
+    ));
+    let (file, offset): (String, u64) =
+        my_sql("SHOW MASTER STATUS").map(|(f, o, _, _): (String, u64, String, String)| (f, o)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let config = format!(
+        "pipelines:\n  - name: my\n    source: {{ type: mysql, config: {{ id: {db}, host: 127.0.0.1, port: {port}, user: {user}, password: \"${{SLUICE_TEST_MY_PASSWORD}}\", tables: [{db}.*], start: {{ file: {file}, offset: {offset} }} }} }}\n    transforms:\n      - {{ type: filter, tables: [{db}.noise] }}\n      - {{ type: filter, action: keep, where: [{{ column: kind, in: [visa, amex] }}] }}\n      - {{ type: mask, columns: [number], with: {{ truncate: 4 }} }}\n    sinks:\n      - {{ type: file, config: {{ id: file, path: {out} }} }}\n",
+        port = pg_env("SLUICE_TEST_MY_PORT"),
+        user = pg_env("SLUICE_TEST_MY_USER"),
+        out = out.display(),
+    );
+    let config = write_config(dir.path(), &config);
+    let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    my_exec(&format!(
+        "INSERT INTO {db}.noise VALUES (1), (2); \
+         INSERT INTO {db}.cards VALUES (1, '4111111111111111', 'visa'), (2, '5500000000000004', 'mastercard'), \
+         (3, '340000000000009', 'amex'); \
+         UPDATE {db}.cards SET kind = 'visa' WHERE id = 2"
+    ));
+    wait_until(Duration::from_secs(60), "the kept events", || lines(&out).len() >= 3);
+    pg::stop(child, dir.path());
+    let held = lines(&out);
+    let summary: Vec<(String, i64, String)> = held
+        .iter()
+        .map(|e| {
+            let after = &e["after"];
+            (
+                e["op"].as_str().unwrap().to_string(),
+                after["id"].as_i64().unwrap(),
+                after["number"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected = [("c", 1, "4111"), ("c", 3, "3400"), ("u", 2, "5500")];
+    assert_eq!(summary, expected.map(|(op, id, n)| (op.to_string(), id, n.to_string())));
+    // The update's old row is masked as well.
+    assert_eq!(held[2]["before"]["number"], "5500");
+    let rows: Vec<(i64,)> = my_rows(&format!("SELECT count(*) FROM {db}.cards"));
+    assert_eq!(rows, [(3,)], "the source keeps its rows; only what the sink gets changes");
+    my_exec(&format!("DROP DATABASE {db}"));
+}
+
+#[test]
+fn bad_transforms_are_refused_by_validate_with_the_step_and_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = generator_to_file(1, 1, None, "out.jsonl");
+    let with = |steps: &str| base.replace("    sinks:\n", &format!("    transforms:\n{steps}    sinks:\n"));
+    let cases = [
+        ("      - { type: unwrapped }\n", "unknown variant `unwrapped`"),
+        (
+            "      - { type: filter, ops: [c] }\n      - { type: filter, where: [{ column: email, regex: '(' }] }\n",
+            "pipelines[0].transforms[1]",
+        ),
+        ("      - { type: mask, columns: [email], with: { sha256: { salt: \"\" } } }\n", "salt is empty"),
+        ("      - { type: columns, include: [a], exclude: [b] }\n", "give include or exclude, not both"),
+    ];
+    for (steps, said) in cases {
+        let config = write_config(dir.path(), &with(steps));
+        let output = run(&["validate", "-c", config.to_str().unwrap()], dir.path());
+        assert_eq!(output.status.code(), Some(2), "{steps}: {}", stderr(&output));
+        assert!(stderr(&output).contains(said), "{steps}: {}", stderr(&output));
+        assert!(!dir.path().join("out.jsonl").exists());
+    }
+    let regex = write_config(dir.path(), &with("      - { type: filter, where: [{ column: email, regex: '(' }] }\n"));
+    let output = run(&["validate", "-c", regex.to_str().unwrap()], dir.path());
+    assert!(stderr(&output).contains("the regex for column \"email\" does not compile"), "{}", stderr(&output));
+}
