@@ -58,7 +58,8 @@ impl TransformConfig {
 pub struct FilterConfig {
     #[serde(default)]
     pub action: FilterAction,
-    /// Op codes: `c`, `u`, `d`, `r`, `t`; empty matches every op.
+    /// Op codes: `c`, `u`, `d`, `r`, `t`, `m` (a log message), `s` (a
+    /// schema change); empty matches the row changes (`c` to `t`).
     #[serde(default)]
     pub ops: Vec<String>,
     /// Table patterns (`public.*`); empty matches every table.

@@ -29,7 +29,9 @@ fn op(code: &str) -> Result<Op, String> {
         "d" => Op::Delete,
         "r" => Op::Read,
         "t" => Op::Truncate,
-        other => return Err(format!("ops: {other:?} is not an op; use c, u, d, r or t")),
+        "m" => Op::Message,
+        "s" => Op::Schema,
+        other => return Err(format!("ops: {other:?} is not an op; use c, u, d, r, t, m or s")),
     })
 }
 
@@ -75,9 +77,7 @@ impl Filter {
     }
 
     fn matches(&self, event: &Event) -> bool {
-        (self.ops.is_empty() || self.ops.contains(&event.op))
-            && self.tables.matches(&event.table)
-            && self.tests.iter().all(|(column, test)| holds(event, column, test))
+        (self.ops.is_empty() || self.ops.contains(&event.op)) && self.tables.matches(&event.table) && self.tests.iter().all(|(column, test)| holds(event, column, test))
     }
 }
 
@@ -105,6 +105,11 @@ fn changed(event: &Event, column: &str) -> bool {
 
 impl Transform for Filter {
     fn apply(&self, event: &mut Event) -> Result<Verdict, TransformError> {
+        // A filter is about row changes: a log message or a schema change
+        // passes any filter whose `ops` does not name it.
+        if matches!(event.op, Op::Message | Op::Schema) && !self.ops.contains(&event.op) {
+            return Ok(Verdict::Keep);
+        }
         let keep = match self.action {
             FilterAction::Drop => !self.matches(event),
             FilterAction::Keep => self.matches(event),

@@ -125,6 +125,16 @@ fn conditions_test_nulls_regexes_numbers_and_changes() {
 }
 
 #[test]
+fn schema_changes_and_messages_pass_a_filter_that_does_not_name_them() {
+    let keep = transforms("- { type: filter, action: keep, where: [{ column: status, equals: paid }] }");
+    let ddl = event(Op::Schema, "public.users", None, None);
+    assert!(kept(&keep, ddl).is_some());
+    let drop_ddl = transforms("- { type: filter, ops: [s], tables: ['public.*'] }");
+    assert!(kept(&drop_ddl, event(Op::Schema, "public.users", None, None)).is_none());
+    assert!(kept(&drop_ddl, insert(1, "a")).is_some());
+}
+
+#[test]
 fn a_delete_is_tested_on_its_old_row() {
     let drop = transforms("- { type: filter, where: [{ column: status, equals: test }] }");
     let delete = event(Op::Delete, "public.users", Some(row(1, Value::Null, "test", Value::Null)), None);
