@@ -77,7 +77,9 @@ impl Filter {
     }
 
     fn matches(&self, event: &Event) -> bool {
-        (self.ops.is_empty() || self.ops.contains(&event.op)) && self.tables.matches(&event.table) && self.tests.iter().all(|(column, test)| holds(event, column, test))
+        (self.ops.is_empty() || self.ops.contains(&event.op))
+            && self.tables.matches(&event.table)
+            && self.tests.iter().all(|(column, test)| holds(event, column, test))
     }
 }
 
