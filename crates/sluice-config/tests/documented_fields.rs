@@ -105,6 +105,39 @@ fn every_config_field_is_in_the_configuration_reference() {
     assert!(missing.is_empty(), "docs/configuration.md does not document: {}", missing.join(", "));
 }
 
+/// The field names a settings struct (and those it holds) asks for.
+fn fields_of<T: for<'de> Deserialize<'de>>() -> Vec<&'static str> {
+    let mut walk = Walk::default();
+    if let Err(Stop(problem)) = T::deserialize(&mut walk) {
+        panic!("the recording deserializer cannot walk a transform's settings ({problem})");
+    }
+    walk.found.into_iter().map(|(_, _, field)| field).collect()
+}
+
+#[test]
+fn every_transform_field_is_in_the_transforms_reference() {
+    const TRANSFORMS: &str = include_str!("../../../docs/transforms.md");
+    let kinds = [
+        ("filter", fields_of::<sluice_transform::FilterConfig>()),
+        ("columns", fields_of::<sluice_transform::ColumnsConfig>()),
+        ("mask", fields_of::<sluice_transform::MaskConfig>()),
+    ];
+    let mut missing = Vec::new();
+    for (kind, fields) in &kinds {
+        assert!(fields.len() > 3, "the walk reached only {fields:?} of {kind}");
+        let text = section_in(TRANSFORMS, &format!("## `{kind}`"));
+        for field in fields {
+            // Also as a key in an example (`equals: v`) or inside a path.
+            let shown =
+                mentions(text, field) || text.contains(&format!("`{field}:")) || text.contains(&format!(".{field}."));
+            if !shown {
+                missing.push(format!("`{field}` of {kind}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "docs/transforms.md does not document: {}", missing.join(", "));
+}
+
 #[test]
 fn every_sink_of_the_registry_has_a_section_and_a_guarantee_row() {
     const GUARANTEES: &str = include_str!("../../../docs/guarantees.md");
@@ -247,7 +280,11 @@ impl<'de> de::Deserializer<'de> for &mut Walk {
         visitor.visit_newtype_struct(self)
     }
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Stop> {
-        visitor.visit_seq(Items { walk: self, left: 1 })
+        // A transform is an internally tagged enum, which serde reads
+        // through its own buffer, out of this walk's sight: the transforms'
+        // fields are walked one struct at a time, against transforms.md.
+        let left = if self.field == "transforms" { 0 } else { 1 };
+        visitor.visit_seq(Items { walk: self, left })
     }
     fn deserialize_tuple<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, Stop> {
         visitor.visit_seq(Items { walk: self, left: len })

@@ -72,7 +72,23 @@ impl Mask {
         }
     }
 
-    fn schema(&self, schema: &TableSchema) -> Arc<TableSchema> {
+    /// The masked columns `schema` lacks.
+    pub(crate) fn missing(&self, schema: &TableSchema) -> Vec<&str> {
+        self.columns.iter().filter(|m| schema.column(m).is_none()).map(String::as_str).collect()
+    }
+
+    /// `schema` with the masked columns typed as text; said once per table
+    /// version: the masked columns it lacks, likely a misspelt name.
+    fn schema(&self, table: &str, schema: &TableSchema) -> Arc<TableSchema> {
+        let missing = self.missing(schema);
+        if !missing.is_empty() {
+            tracing::warn!(
+                table,
+                columns = ?missing,
+                "mask: the table has no such column, so nothing of that name is masked in it; check the mask's \
+                 columns and tables"
+            );
+        }
         let mut schema = schema.clone();
         for column in schema.columns.iter_mut().filter(|c| self.columns.iter().any(|m| **m == *c.name)) {
             column.ty = ColumnType::Text { length: None };
@@ -92,7 +108,7 @@ impl Transform for Mask {
             self.mask_row(row);
         }
         if let Some(schema) = &event.schema {
-            event.schema = Some(self.schemas.get(schema, |schema| self.schema(schema)));
+            event.schema = Some(self.schemas.get(schema, |schema| self.schema(&event.table, schema)));
         }
         Ok(Verdict::Keep)
     }

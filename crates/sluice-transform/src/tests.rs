@@ -254,3 +254,10 @@ fn a_failing_step_hands_back_the_event_as_it_came_in() {
     assert_eq!(error.to_string(), "transform 2 (picky): status BAD");
     assert_eq!(bad, insert(2, "bad"), "neither the mask nor the upper-casing stays");
 }
+
+#[test]
+fn a_mask_names_the_columns_a_table_lacks() {
+    let config: crate::MaskConfig = serde_yaml::from_str("{ columns: [email, emial], with: { fixed: x } }").unwrap();
+    let mask = crate::mask::Mask::new(&config).unwrap();
+    assert_eq!(mask.missing(&schema()), ["emial"]);
+}

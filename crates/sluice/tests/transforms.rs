@@ -47,7 +47,7 @@ fn current_lsn(db: &str) -> String {
     String::from_utf8_lossy(&answer.stdout).trim().to_string()
 }
 
-const PG_TRANSFORMS: &str = "    transforms:\n      - { type: filter, tables: [public.audit] }\n      - { type: filter, ops: [u], where: [{ column: status, changed: false }] }\n      - { type: mask, tables: [public.users], columns: [email], with: { sha256: { salt: \"${TEST_MASK_SALT}\" } } }\n      - { type: columns, tables: [public.users], exclude: [secret] }\n";
+const PG_TRANSFORMS: &str = "    transforms:\n      - { type: filter, tables: [public.audit] }\n      - { type: filter, ops: [u], where: [{ column: status, changed: false }] }\n      - { type: mask, tables: [public.users], columns: [email, e_mail], with: { sha256: { salt: \"${TEST_MASK_SALT}\" } } }\n      - { type: columns, tables: [public.users], exclude: [secret] }\n";
 
 #[test]
 fn postgres_events_are_filtered_masked_and_trimmed_and_the_slot_moves_past_dropped_ones() {
@@ -124,8 +124,13 @@ fn postgres_events_are_filtered_masked_and_trimmed_and_the_slot_moves_past_dropp
             assert!(row.get("secret").is_none(), "the excluded column is gone: {event}");
         }
     }
-    let text =
-        std::fs::read_to_string(&out).unwrap() + &std::fs::read_to_string(dir.path().join("sluice.log")).unwrap();
+    let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap();
+    let warned: Vec<&str> = log.lines().filter(|l| l.contains("mask: the table has no such column")).collect();
+    assert!(
+        warned.len() == 1 && warned[0].contains("e_mail") && warned[0].contains("public.users"),
+        "one warning names the misspelt column: {warned:?}"
+    );
+    let text = std::fs::read_to_string(&out).unwrap() + &log;
     assert!(!text.contains("example.com"), "no clear email in the sink or the log");
     pg::drop_slots(db);
 }
