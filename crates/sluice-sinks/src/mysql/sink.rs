@@ -204,11 +204,18 @@ impl Sink for MysqlSink {
     }
 
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {
-        if let Some(old) = self.conn.take() {
-            let _ = old.disconnect().await;
-        }
+        // A write cut off by its deadline may leave its session on the
+        // server mid-statement, its transaction open and its locks held
+        // (a metadata lock blocks the next ALTER): the new session ends
+        // the old one, rather than wait behind it until its own deadline.
+        let old = self.conn.take();
         self.tables.clear();
-        self.conn = Some(self.connect().await?);
+        let mut conn = self.connect().await?;
+        if let Some(old) = old {
+            let _ = conn.query_drop(format!("KILL {}", old.id())).await;
+            drop(old);
+        }
+        self.conn = Some(conn);
         self.held = self.read_position().await?;
         Ok(self.held.clone())
     }

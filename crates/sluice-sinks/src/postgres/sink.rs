@@ -23,6 +23,8 @@ pub struct PostgresSink {
     /// `"schema".sluice_checkpoints`.
     checkpoints: String,
     conn: Option<Connection>,
+    /// The server process of `conn`, ended when a new session replaces it.
+    backend: Option<String>,
     tables: Tables,
     /// This session's temporary tables, by target table and column list.
     stages: HashMap<String, String>,
@@ -41,6 +43,7 @@ impl PostgresSink {
             config,
             source_id: source_id.to_string(),
             conn: None,
+            backend: None,
             tables: Tables::default(),
             stages: HashMap::new(),
             staged: 0,
@@ -69,15 +72,22 @@ impl PostgresSink {
 
     /// A fresh session: whatever a failed call left (an open transaction,
     /// temporary tables, cached table shapes) goes with the old one.
+    /// A write cut off by its deadline may leave its backend mid-statement,
+    /// its transaction open and its locks held: the new session ends the
+    /// old backend, rather than wait behind it until its own deadline.
     async fn reconnect(&mut self) -> Result<&mut Connection, SinkError> {
-        if let Some(old) = self.conn.take() {
-            old.close().await;
-        }
+        let old = self.conn.take();
         self.tables.clear();
         self.stages.clear();
-        let conn = Connection::connect(&self.params(), false)
+        let mut conn = Connection::connect(&self.params(), false)
             .await
             .map_err(|e| db_error(&e, &format!("postgres sink {:?}: connecting to {}", self.config.id, self.server())))?;
+        if let (Some(old), Some(pid)) = (old, self.backend.take()) {
+            let _ = conn.simple_query(&format!("SELECT pg_terminate_backend({pid})")).await;
+            old.close().await;
+        }
+        let pid = conn.simple_query("SELECT pg_backend_pid() AS pid").await.ok();
+        self.backend = pid.and_then(|rows| rows.first("pid").map(str::to_string)).filter(|p| p.parse::<i32>().is_ok());
         Ok(self.conn.insert(conn))
     }
 
