@@ -36,19 +36,6 @@ impl TransformConfig {
             TransformConfig::Mask(c) => Box::new(crate::mask::Mask::new(c)?),
         })
     }
-
-    /// The columns this step names, for a check against the tables it
-    /// matches: (table patterns, columns).
-    pub fn named_columns(&self) -> Option<(&[String], Vec<&str>)> {
-        match self {
-            TransformConfig::Mask(c) => Some((&c.tables, c.columns.iter().map(String::as_str).collect())),
-            TransformConfig::Columns(c) => {
-                let names = c.include.iter().chain(&c.exclude).chain(c.rename.keys()).map(String::as_str).collect();
-                Some((&c.tables, names))
-            }
-            TransformConfig::Filter(c) => Some((&c.tables, c.conditions.iter().map(|w| w.column.as_str()).collect())),
-        }
-    }
 }
 
 /// `filter`: events that match every condition given are dropped

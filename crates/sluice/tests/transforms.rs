@@ -27,24 +27,13 @@ fn lines(path: &std::path::Path) -> Vec<Value> {
 }
 
 fn slot_confirmed_past(db: &str, lsn: &str) -> bool {
-    let answer = std::process::Command::new("psql")
-        .args(["-h", &pg_env("SLUICE_TEST_PG_HOST"), "-p", &pg_env("SLUICE_TEST_PG_PORT")])
-        .args(["-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db, "-Atc"])
-        .arg(format!("SELECT confirmed_flush_lsn >= '{lsn}' FROM pg_replication_slots WHERE slot_name = 'sluice_{db}'"))
-        .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&answer.stdout).trim() == "t"
+    let query =
+        format!("SELECT confirmed_flush_lsn >= '{lsn}' FROM pg_replication_slots WHERE slot_name = 'sluice_{db}'");
+    pg::psql_value(db, &query) == "t"
 }
 
 fn current_lsn(db: &str) -> String {
-    let answer = std::process::Command::new("psql")
-        .args(["-h", &pg_env("SLUICE_TEST_PG_HOST"), "-p", &pg_env("SLUICE_TEST_PG_PORT")])
-        .args(["-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db, "-Atc", "SELECT pg_current_wal_lsn()"])
-        .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&answer.stdout).trim().to_string()
+    pg::psql_value(db, "SELECT pg_current_wal_lsn()")
 }
 
 const PG_TRANSFORMS: &str = "    transforms:\n      - { type: filter, tables: [public.audit] }\n      - { type: filter, ops: [u], where: [{ column: status, changed: false }] }\n      - { type: mask, tables: [public.users], columns: [email, e_mail], with: { sha256: { salt: \"${TEST_MASK_SALT}\" } } }\n      - { type: columns, tables: [public.users], exclude: [secret] }\n";

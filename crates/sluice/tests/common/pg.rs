@@ -120,17 +120,22 @@ pub fn inserted_ids(path: &Path) -> Vec<i64> {
         .collect()
 }
 
+/// The one value `query` gives on `db`, through psql.
+pub fn psql_value(db: &str, query: &str) -> String {
+    let answer = std::process::Command::new("psql")
+        .args(["-h", &pg_env("SLUICE_TEST_PG_HOST"), "-p", &pg_env("SLUICE_TEST_PG_PORT")])
+        .args(["-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db, "-Atc", query])
+        .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&answer.stdout).trim().to_string()
+}
+
 /// Waits until Sluice's slot on `db` is active: its publication and slot
 /// are made at start, and a workload must come after them.
 pub fn wait_for_slot(db: &str) {
     super::wait_until(Duration::from_secs(60), "sluice's slot", || {
-        let slots = std::process::Command::new("psql")
-            .args(["-h", &pg_env("SLUICE_TEST_PG_HOST"), "-p", &pg_env("SLUICE_TEST_PG_PORT")])
-            .args(["-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db, "-Atc"])
-            .arg(format!("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'sluice_{db}' AND active"))
-            .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&slots.stdout).trim() == "1"
+        let query = format!("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'sluice_{db}' AND active");
+        psql_value(db, &query) == "1"
     });
 }
