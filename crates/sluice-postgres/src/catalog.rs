@@ -290,7 +290,8 @@ pub async fn uncovered(conn: &mut Connection, name: &str, tables: &[&Matched]) -
 /// row, from the catalog as it is now.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RelationMeta {
-    pub root: Option<String>,
+    /// The root of its partition tree (schema, table), for a partition.
+    pub root: Option<(String, String)>,
     /// `None` when nothing names a row but the whole row.
     pub key: Option<Vec<String>>,
     /// The primary key's columns; empty for a table without one.
@@ -306,7 +307,7 @@ pub async fn relation_meta(conn: &mut Connection, oid: u32) -> Result<RelationMe
         ))
         .await
         .map_err(query_error)?;
-    let root = root.rows.first().and_then(|r| Some(format!("{}.{}", r.first()?.clone()?, r.get(1)?.clone()?)));
+    let root = root.rows.first().and_then(|r| Some((r.first()?.clone()?, r.get(1)?.clone()?)));
     let columns = |flag: &str| {
         format!(
             "SELECT a.attname FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) AS k(attnum) \

@@ -17,7 +17,7 @@ use crate::catalog::RelationMeta;
 use crate::pgoutput::{
     Datum, HEARTBEAT_PREFIX, Message, OldTuple, PG_EPOCH_OFFSET_US, Relation, SIGNAL_PREFIX, Tuple, WATERMARK_PREFIX,
 };
-use crate::types::{PgType, builtin, bytes_value, decode_text, fingerprint, key_index};
+use crate::types::{PgType, builtin, bytes_value, decode_text, fingerprint, fingerprint_as, key_index};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
@@ -208,7 +208,8 @@ impl Decoder {
         let meta = self.metas.get(&relation.oid);
         // A partition's changes go by its root's name, whether the
         // publication sends them through the root or not.
-        let table = meta.and_then(|m| m.root.clone()).unwrap_or_else(|| own.clone());
+        let root = meta.and_then(|m| m.root.as_ref());
+        let table = root.map_or_else(|| own.clone(), |(schema, name)| format!("{schema}.{name}"));
         let included = self.patterns.iter().any(|p| glob_match(p, &table) || glob_match(p, &own))
             && !self.excluded.iter().any(|t| *t == table || *t == own);
         let types: Vec<PgType> = relation
@@ -227,7 +228,10 @@ impl Decoder {
         let schema = Arc::new(crate::schema::table_schema(&relation, &types, catalog, primary));
         let info = RelationInfo {
             schema,
-            fingerprint: fingerprint(&relation),
+            fingerprint: match root {
+                Some((schema, name)) => fingerprint_as(schema, name, &relation),
+                None => fingerprint(&relation),
+            },
             table: table.into(),
             columns,
             types,
@@ -469,7 +473,11 @@ mod tests {
         let mut decoder = Decoder::new("pg", "shop", vec!["public.orders".into()], true);
         decoder.set_meta(
             1,
-            RelationMeta { root: Some("public.orders".into()), key: Some(vec!["id".into()]), ..Default::default() },
+            RelationMeta {
+                root: Some(("public".into(), "orders".into())),
+                key: Some(vec!["id".into()]),
+                ..Default::default()
+            },
         );
         let mut out = Vec::new();
         decoder.apply(Message::Relation(partition), &mut out).unwrap();
@@ -478,6 +486,9 @@ mod tests {
         decoder.apply(Message::Commit { commit_lsn: 1, end_lsn: 2 }, &mut out).unwrap();
         assert_eq!(out.len(), 1);
         assert_eq!(&*out[0].table, "public.orders");
+        // The same version as the root's own rows (and its snapshot), so
+        // rows of several partitions do not read as a schema change.
+        assert_eq!(out[0].schema_version, fingerprint(&relation()));
     }
 
     #[test]

@@ -260,6 +260,16 @@ pub(crate) fn key_index(relation: &Relation, key: Option<&[String]>) -> Vec<usiz
 /// key flags): the same schema always gives the same number, across
 /// restarts, so replayed events are identical to the originals.
 pub(crate) fn fingerprint(relation: &Relation) -> u32 {
+    fingerprint_as(&relation.namespace, &relation.name, relation)
+}
+
+/// The fingerprint of `relation`'s shape under the name its changes go
+/// by. A partition's is its root's: every partition of one shape gives
+/// one schema version, as the snapshot of the root does, so consumers
+/// that follow versions (database sinks' table caches, Avro subjects,
+/// columnar files) do not see the table change with every row that lands
+/// in another partition.
+pub(crate) fn fingerprint_as(namespace: &str, name: &str, relation: &Relation) -> u32 {
     let mut hash: u32 = 0x811C_9DC5;
     let mut feed = |bytes: &[u8]| {
         for byte in bytes {
@@ -269,8 +279,8 @@ pub(crate) fn fingerprint(relation: &Relation) -> u32 {
         hash ^= 0xFF;
         hash = hash.wrapping_mul(0x0100_0193);
     };
-    feed(relation.namespace.as_bytes());
-    feed(relation.name.as_bytes());
+    feed(namespace.as_bytes());
+    feed(name.as_bytes());
     for column in &relation.columns {
         feed(column.name.as_bytes());
         feed(&column.type_oid.to_be_bytes());
