@@ -22,6 +22,10 @@ use clap::Parser;
 
 /// Change events are many small allocations freed on other threads;
 /// mimalloc handles that pattern with far less overhead than glibc malloc.
+/// It also replaces `malloc` for the C libraries (the `override` feature):
+/// librdkafka allocates each message and its headers on the sink's thread
+/// and frees them on its delivery thread, and in glibc that pattern took a
+/// tenth of a Kafka run's time.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
