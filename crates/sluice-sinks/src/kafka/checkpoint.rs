@@ -55,6 +55,29 @@ pub fn reader(base: &ClientConfig, group: &str, isolation: &str, create: bool) -
     config.create().map_err(|e| SinkError::permanent_from("kafka: cannot create a consumer", "check client_conf", e))
 }
 
+/// A partition's low and high watermarks (blocking). A topic created a
+/// moment ago has no leader until the controller elects one, so the
+/// errors that say so are waited out, up to `timeout`, before they count.
+pub fn watermarks(consumer: &BaseConsumer, topic: &str, partition: i32, timeout: Duration) -> Result<(i64, i64), SinkError> {
+    use rdkafka::types::RDKafkaErrorCode as Code;
+    let started = Instant::now();
+    loop {
+        match consumer.fetch_watermarks(topic, partition, timeout) {
+            Ok(marks) => return Ok(marks),
+            Err(e)
+                if started.elapsed() < timeout
+                    && matches!(
+                        e.rdkafka_error_code(),
+                        Some(Code::NotLeaderForPartition | Code::LeaderNotAvailable | Code::UnknownTopicOrPartition)
+                    ) =>
+            {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(SinkError::transient_from(format!("kafka: cannot read the end of {topic}"), e)),
+        }
+    }
+}
+
 /// Reads the latest committed position for `key` (read_committed).
 pub fn read_position(
     base: &ClientConfig,
@@ -75,9 +98,7 @@ pub fn read_position(
     let mut assignment = TopicPartitionList::new();
     let mut ends = Vec::new();
     for partition in &partitions {
-        let (_, high) = consumer
-            .fetch_watermarks(topic, *partition, timeout)
-            .map_err(|e| SinkError::transient_from(format!("kafka: cannot read the end of {topic}"), e))?;
+        let (_, high) = watermarks(&consumer, topic, *partition, timeout)?;
         if high > 0 {
             assignment
                 .add_partition_offset(topic, *partition, Offset::Beginning)

@@ -103,9 +103,7 @@ pub fn read_topic(base: &ClientConfig, topic: &str, timeout: Duration, sink: &st
     let mut pending = 0;
     let mut last = vec![None; partitions as usize];
     for partition in 0..partitions {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, partition, timeout)
-            .map_err(|e| SinkError::transient_from(format!("kafka: cannot read the end of {topic}"), e))?;
+        let (low, high) = super::checkpoint::watermarks(&consumer, topic, partition, timeout)?;
         if high > low {
             assignment
                 .add_partition_offset(topic, partition, Offset::Offset(high - 1))
