@@ -124,7 +124,7 @@ pub fn inserted_ids(path: &Path) -> Vec<i64> {
 pub fn psql_value(db: &str, query: &str) -> String {
     let answer = std::process::Command::new("psql")
         .args(["-h", &pg_env("SLUICE_TEST_PG_HOST"), "-p", &pg_env("SLUICE_TEST_PG_PORT")])
-        .args(["-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db, "-Atc", query])
+        .args(["-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db, "-qXAtc", query])
         .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
         .output()
         .unwrap();

@@ -21,13 +21,7 @@ pub fn table_json(database: &str, table: &str, order: &str) -> String {
 
 /// One value the server returns for `query`.
 pub fn scalar(database: &str, query: &str) -> String {
-    let output = Command::new("psql")
-        .args(["-h", &pg_env("SLUICE_TEST_PG_HOST"), "-p", &pg_env("SLUICE_TEST_PG_PORT")])
-        .args(["-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", database, "-qXAtc", query])
-        .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
+    super::pg::psql_value(database, query)
 }
 
 /// A pipeline from `source` into postgres sinks whose configs are `sinks`.
