@@ -2,7 +2,8 @@
 //! use where they would use the table's (`Event::destination`). The event's
 //! table, position and id stay as they are.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use regex::Regex;
 use sluice_core::Event;
@@ -21,11 +22,17 @@ enum Part {
     Group(usize),
 }
 
+/// A table's destination: `None` where the route does not apply.
+type Destination = Result<Option<Arc<str>>, TransformError>;
+
 pub(crate) struct Route {
     tables: Tables,
     regex: Option<Regex>,
     to: Vec<Part>,
     template: String,
+    /// By table name (one entry per table: some sources make a new name
+    /// for each event, so the name's address would not do).
+    destinations: Mutex<HashMap<Arc<str>, Destination>>,
 }
 
 impl Route {
@@ -39,7 +46,13 @@ impl Route {
         };
         let groups = regex.as_ref().map_or(0, |r| r.captures_len() - 1);
         let to = parse(&config.to, groups)?;
-        Ok(Self { tables: Tables::new(&config.tables)?, regex, to, template: config.to.clone() })
+        Ok(Self {
+            tables: Tables::new(&config.tables)?,
+            regex,
+            to,
+            template: config.to.clone(),
+            destinations: Mutex::default(),
+        })
     }
 }
 
@@ -103,25 +116,26 @@ fn parse(template: &str, groups: usize) -> Result<Vec<Part>, String> {
     Ok(parts)
 }
 
-impl Transform for Route {
-    fn apply(&self, event: &mut Event) -> Result<Verdict, TransformError> {
-        let table = &*event.table;
+impl Route {
+    /// The destination of `table`'s events: `None` where the route does
+    /// not apply, an error where it names nothing.
+    fn destination(&self, database: &str, table: &str) -> Destination {
         if !self.tables.matches(table) {
-            return Ok(Verdict::Keep);
+            return Ok(None);
         }
         let captures = match &self.regex {
             Some(regex) => match regex.captures(table) {
                 Some(captures) => Some(captures),
-                None => return Ok(Verdict::Keep),
+                None => return Ok(None),
             },
             None => None,
         };
-        let (schema, name) = table.split_once('.').unwrap_or((&event.database, table));
+        let (schema, name) = table.split_once('.').unwrap_or((database, table));
         let mut out = String::new();
         for part in &self.to {
             match part {
                 Part::Text(text) => out.push_str(text),
-                Part::Db => out.push_str(&event.database),
+                Part::Db => out.push_str(database),
                 Part::Schema => out.push_str(schema),
                 Part::Name => out.push_str(name),
                 Part::Table => out.push_str(table),
@@ -138,7 +152,26 @@ impl Transform for Route {
                 self.template
             )));
         }
-        event.route = Some(Arc::from(out));
+        Ok(Some(Arc::from(out)))
+    }
+}
+
+impl Transform for Route {
+    fn apply(&self, event: &mut Event) -> Result<Verdict, TransformError> {
+        // Worked out once per table, not per event.
+        let mut known = self.destinations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let destination = match known.get(&*event.table) {
+            Some(found) => found.clone(),
+            None => {
+                let found = self.destination(&event.database, &event.table);
+                known.insert(Arc::clone(&event.table), found.clone());
+                found
+            }
+        }?;
+        drop(known);
+        if destination.is_some() {
+            event.route = destination;
+        }
         Ok(Verdict::Keep)
     }
 
