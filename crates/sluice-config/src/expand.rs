@@ -52,7 +52,11 @@ fn expand_line(
             problem: "`${` without a closing `}`; write `$${` for a literal `${`".into(),
         })?;
         let body = &body_and_rest[..end];
-        if matches!(body, "db" | "table" | "op" | "schema") || body.starts_with("key.") {
+        // Sink and route templates fill these in per event.
+        let placeholder = matches!(body, "db" | "table" | "op" | "schema" | "name")
+            || body.starts_with("key.")
+            || (!body.is_empty() && body.bytes().all(|b| b.is_ascii_digit()));
+        if placeholder {
             out.push_str("${");
             out.push_str(body);
             out.push('}');

@@ -70,16 +70,9 @@ fn validate_pipeline(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid>
         sink.settings().validate(&sink_at)?;
         sink.buffer().validate(&sink_at)?;
         validate_delivery(&sink_at, sink)?;
+        validate_transforms(&sink_at, sink.transforms())?;
     }
-    for (index, transform) in pipeline.transforms.iter().enumerate() {
-        transform.check().map_err(|problem| {
-            Invalid::new(
-                format!("{at}.transforms[{index}]"),
-                problem,
-                "fix the transform's settings; docs/transforms.md describes each one",
-            )
-        })?;
-    }
+    validate_transforms(at, &pipeline.transforms)?;
     validate_batch(&format!("{at}.batch"), &pipeline.batch)?;
     validate_policy(&format!("{at}.commit_policy"), &pipeline.commit_policy, &pipeline.sinks)?;
     let dead_letter_at = format!("{at}.dead_letter");
@@ -207,4 +200,18 @@ fn validate_policy(at: &str, policy: &CommitPolicy, sinks: &[SinkConfig]) -> Res
         )),
         _ => Ok(()),
     }
+}
+
+/// Builds each step of a `transforms:` list under `at`.
+fn validate_transforms(at: &str, transforms: &[sluice_transform::TransformConfig]) -> Result<(), Invalid> {
+    for (index, transform) in transforms.iter().enumerate() {
+        transform.check().map_err(|problem| {
+            Invalid::new(
+                format!("{at}.transforms[{index}]"),
+                problem,
+                "fix the transform's settings; docs/transforms.md describes each one",
+            )
+        })?;
+    }
+    Ok(())
 }

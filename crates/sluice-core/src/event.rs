@@ -92,9 +92,21 @@ pub struct Event {
     pub schema: Option<Arc<TableSchema>>,
     /// Where in the source's log the event was read.
     pub origin: Origin,
+    /// The name a `route` transform gave the event's destination, which
+    /// sinks use where they would use the table's (`${table}` in topic,
+    /// stream, subject and URL templates, the database sinks' target
+    /// table, the object sinks' `table=` prefix). The event itself, its
+    /// envelope's table included, stays the source's.
+    pub route: Option<Arc<str>>,
 }
 
 impl Event {
+    /// The name the event's destination is made from: its route, or its
+    /// table.
+    pub fn destination(&self) -> &str {
+        self.route.as_deref().unwrap_or(&self.table)
+    }
+
     /// Computed on demand so sinks that never need it pay nothing.
     pub fn id(&self) -> EventId {
         EventId::new(&self.source_id, &self.position)
@@ -188,6 +200,7 @@ mod tests {
             commit_time_us: 1_700_000_000_123_456,
             schema: None,
             origin: crate::schema::Origin::None,
+            route: None,
         }
     }
 

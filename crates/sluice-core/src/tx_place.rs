@@ -138,6 +138,7 @@ mod tests {
             commit_time_us: 0,
             schema: Some(Arc::new(schema)),
             origin: crate::schema::Origin::None,
+            route: None,
         }
     }
 

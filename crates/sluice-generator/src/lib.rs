@@ -109,6 +109,7 @@ impl GeneratorSource {
             commit_time_us: EPOCH_US + tx as i64 * 1000,
             schema: Some(self.schema.clone()),
             origin: sluice_core::schema::Origin::None,
+            route: None,
         }
     }
 

@@ -216,6 +216,7 @@ impl ChunkReader for Reader {
                 commit_time_us: 0,
                 schema: Some(plan.declared.clone()),
                 origin: sluice_core::schema::Origin::Snapshot(sluice_core::schema::SnapshotMark::Incremental),
+                route: None,
             });
             if key.is_some() {
                 *after = key;

@@ -279,6 +279,7 @@ impl Decoder {
             commit_time_us,
             schema: Some(info.schema.clone()),
             origin: Origin::Postgres { lsn: self.message_lsn, last_commit_lsn: self.last_commit_lsn, tx: None },
+            route: None,
         };
         if let Some(previous) = self.held.replace(event) {
             self.push(previous, out);
@@ -327,6 +328,7 @@ impl Decoder {
             commit_time_us,
             schema: None,
             origin: Origin::Postgres { lsn, last_commit_lsn: self.last_commit_lsn, tx: None },
+            route: None,
         };
         if tx_end {
             self.push(event, out);

@@ -174,6 +174,7 @@ impl ChunkReader for Reader {
                 commit_time_us: 0,
                 schema: Some(plan.schema.clone()),
                 origin: sluice_core::schema::Origin::Snapshot(sluice_core::schema::SnapshotMark::Incremental),
+                route: None,
             });
             if parts.is_some() {
                 *after = parts;

@@ -416,6 +416,7 @@ mod tests {
                     commit_time_us: 0,
                     schema: None,
                     origin: sluice_core::schema::Origin::None,
+                    route: None,
                 };
                 batcher.push(event).unwrap()
             })

@@ -49,6 +49,8 @@ pub struct SinkSpec {
     /// A batch the sink fails to write is dropped and counted, not
     /// written again (`delivery: at_most_once`).
     pub at_most_once: bool,
+    /// Run in the sink's writer on each batch, after the pipeline's.
+    pub transforms: Arc<sluice_transform::Transforms>,
 }
 
 /// The settings of one pipeline, as validated config gives them.
@@ -105,7 +107,13 @@ pub struct Pipeline {
 
 /// The status and controls of a pipeline of these parts.
 pub fn handle_of(name: &str, source: &dyn Source, source_kind: &str, sinks: &[SinkSpec]) -> PipelineHandle {
-    PipelineHandle::new(name, source.id(), source_kind, sink_infos(sinks))
+    let handle = PipelineHandle::new(name, source.id(), source_kind, sink_infos(sinks));
+    // A run again after a re-read keeps this handle, and with it these
+    // transforms and their counts.
+    for (status, spec) in handle.status.sinks.iter().zip(sinks) {
+        status.set_transforms(spec.transforms.clone());
+    }
+    handle
 }
 
 fn sink_infos(sinks: &[SinkSpec]) -> Vec<SinkInfo> {
@@ -412,6 +420,7 @@ impl WriterParts<'_> {
                 detach_mark: detach_mark(&settings.detach_dir, &sink_id),
                 metrics: SinkMetrics::new(&settings.name, &sink_id),
                 generation: self.generation,
+                transforms: self.handle.status.sinks[index].transforms(),
             };
             let span = info_span!("sink", sink = %sink_id);
             tasks.push((sink_id, spawn_guarded(self.shutdown, writer.run().instrument(span))));

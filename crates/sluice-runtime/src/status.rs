@@ -18,7 +18,7 @@ use serde::Serialize;
 use sluice_core::{Event, Guarantee, LogStats, Position};
 use tokio::sync::watch;
 
-pub use self::view::{Health, PipelineView, SinkView, SourceView};
+pub use self::view::{Health, PipelineView, SinkView, SourceView, TransformView};
 use crate::latency::now_us;
 
 mod view;
@@ -135,6 +135,8 @@ pub struct SinkStatus {
     /// Why the sink was detached, and whether it must be resynced.
     detached: Mutex<Option<Detachment>>,
     pub(crate) buffer: BufferFigures,
+    /// The sink's own transforms, whose counts the API reports.
+    transforms: Mutex<Arc<sluice_transform::Transforms>>,
 }
 
 /// What a sink's buffer holds, as it last changed.
@@ -185,7 +187,16 @@ impl SinkStatus {
             last_error: Mutex::new(None),
             detached: Mutex::new(None),
             buffer: BufferFigures::default(),
+            transforms: Mutex::default(),
         }
+    }
+
+    pub(crate) fn set_transforms(&self, transforms: Arc<sluice_transform::Transforms>) {
+        *lock(&self.transforms) = transforms;
+    }
+
+    pub fn transforms(&self) -> Arc<sluice_transform::Transforms> {
+        lock(&self.transforms).clone()
     }
 
     pub fn state(&self) -> SinkState {

@@ -42,6 +42,7 @@ mod at_most_once;
 mod dead_letter;
 mod detached;
 mod open;
+mod transformed;
 
 /// Bytes of retained batches a writer keeps in memory; older ones move to
 /// spill files. A buffering sink (object storage) may hold minutes of
@@ -111,6 +112,8 @@ pub(crate) struct SinkWriter {
     /// The source's log generation: what a sink holds of an older one
     /// says nothing about the log read now.
     pub generation: u32,
+    /// The sink's own transforms, run on each write after the pipeline's.
+    pub transforms: Arc<sluice_transform::Transforms>,
     /// Since when the writer has been trying to make progress: the start
     /// of the current delivery or of the last call that succeeded. A
     /// failure measures how long the sink has failed from here, so the
@@ -209,7 +212,20 @@ impl SinkWriter {
     /// a call and must be reopened before it writes again.
     async fn serve(&mut self, request: Control) -> Result<bool, Stop> {
         match request {
-            Control::Redeliver { letter, event, reply } => {
+            Control::Redeliver { letter, mut event, reply } => {
+                // A letter holds the event before the sink's own transforms.
+                match self.transforms.apply(&mut event) {
+                    Ok(sluice_transform::Verdict::Keep) => {}
+                    Ok(sluice_transform::Verdict::Drop) => {
+                        info!(key = %letter.key, "dead letter dropped by the sink's transforms; nothing to deliver");
+                        let _ = reply.send(Ok(()));
+                        return Ok(false);
+                    }
+                    Err(error) => {
+                        let _ = reply.send(Err(format!("the sink's {error}")));
+                        return Ok(false);
+                    }
+                }
                 let (result, failed) =
                     match with_deadline(self.deadline, "redeliver", self.sink.redeliver(&event)).await {
                         Ok(()) => {
@@ -367,9 +383,9 @@ impl SinkWriter {
                     // Still a write, empty or not, so the sink's position
                     // moves to the batch's end.
                     let mut rest = SliceChunks::ending_at(&events, batch.last());
-                    with_deadline(self.deadline, "write", self.sink.write(&mut rest)).await
+                    self.write(&mut rest).await
                 } else {
-                    with_deadline(self.deadline, "write", self.sink.write(&mut chunks)).await
+                    self.write(&mut chunks).await
                 };
                 match written {
                     Ok(durable) => {
@@ -407,6 +423,15 @@ impl SinkWriter {
             self.prune(state);
             return Ok(());
         }
+    }
+
+    /// One write under the deadline, through the sink's own transforms.
+    async fn write(&mut self, chunks: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
+        if self.transforms.is_empty() {
+            return with_deadline(self.deadline, "write", self.sink.write(chunks)).await;
+        }
+        let mut transformed = transformed::Transformed::new(chunks, &self.transforms);
+        with_deadline(self.deadline, "write", self.sink.write(&mut transformed)).await
     }
 
     /// Drops retained batches that are wholly durable, recording their latency.

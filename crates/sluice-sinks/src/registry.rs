@@ -148,6 +148,13 @@ macro_rules! sink_registry {
                 }
             }
 
+            /// The sink's own transforms, as the config lists them.
+            pub fn transforms(&self) -> &[sluice_transform::TransformConfig] {
+                match self {
+                    $( SinkConfig::$variant(c) => &c.transforms, )*
+                }
+            }
+
             pub fn delivery(&self) -> crate::Delivery {
                 match self {
                     $( SinkConfig::$variant(c) => c.delivery, )*

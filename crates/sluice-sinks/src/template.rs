@@ -1,5 +1,6 @@
 //! Topic, stream and key templates: `${db}`, `${table}`, `${op}`,
-//! `${key.<column>}`.
+//! `${key.<column>}`. `${table}` is the event's destination: the name a
+//! `route` transform gave it, or its table.
 
 // Each network sink uses its own part of this module; a build with only
 // some of them leaves the rest unused.
@@ -57,7 +58,7 @@ impl Template {
             match part {
                 Part::Text(text) => out.push_str(text),
                 Part::Db => escape(&event.database, out),
-                Part::Table => escape(&event.table, out),
+                Part::Table => escape(event.destination(), out),
                 Part::Op => escape(event.op.code(), out),
                 Part::Key(column) => {
                     if let Some(value) = event.key.as_ref().and_then(|k| k.get(column)) {

@@ -25,6 +25,7 @@ fn event(tx: u64, seq: u32) -> Event {
         commit_time_us: 0,
         schema: None,
         origin: sluice_core::schema::Origin::None,
+        route: None,
     }
 }
 
@@ -163,6 +164,7 @@ fn always_built_sinks_report_the_guarantee_their_config_declares() {
             required: true,
             buffer: Default::default(),
             delivery: Default::default(),
+            transforms: Vec::new(),
             format: Default::default(),
         }),
         SinkConfig::Stdout(StdoutSinkConfig {
@@ -170,6 +172,7 @@ fn always_built_sinks_report_the_guarantee_their_config_declares() {
             required: true,
             buffer: Default::default(),
             delivery: Default::default(),
+            transforms: Vec::new(),
             format: Default::default(),
         }),
         SinkConfig::Stdout(StdoutSinkConfig {
@@ -177,6 +180,7 @@ fn always_built_sinks_report_the_guarantee_their_config_declares() {
             required: true,
             buffer: Default::default(),
             delivery: Default::default(),
+            transforms: Vec::new(),
             format: serde_json::from_str(r#"{"envelope":"debezium"}"#).unwrap(),
         }),
         SinkConfig::Null(NullSinkConfig {
@@ -184,6 +188,7 @@ fn always_built_sinks_report_the_guarantee_their_config_declares() {
             required: false,
             buffer: Default::default(),
             delivery: Default::default(),
+            transforms: Vec::new(),
         }),
     ];
     for config in configs {
@@ -203,6 +208,7 @@ async fn the_null_sink_reports_the_last_position_and_keeps_nothing() {
             required: true,
             buffer: Default::default(),
             delivery: Default::default(),
+            transforms: Vec::new(),
         }),
         &context,
     )

@@ -1,5 +1,6 @@
 //! `sluice-torture`: runs a write workload on PostgreSQL and on MariaDB,
-//! through one Sluice pipeline each into every sink, while killing
+//! through one Sluice pipeline each into every sink (with a filter that
+//! drops one table and a mask that hashes one column), while killing
 //! Sluice, pausing sink servers, cutting and stalling connections and
 //! restarting the databases at random; then drains and compares, sink by sink, what each holds with what the
 //! database committed. Exits 1 if any sink lost an event or an exactly-once

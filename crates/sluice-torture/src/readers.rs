@@ -19,23 +19,30 @@ use crate::Env;
 use crate::workload::{Change, TABLES, expected_tag};
 
 /// The change an event envelope describes. A MariaDB row's `tag` must be
-/// the bytes the server holds for its change number (base64 in JSON); a
-/// wrong one marks the change with op `!`, so it counts as a change no
-/// transaction made, and the comparison fails.
+/// the bytes the server holds for its change number (base64 in JSON), and
+/// `note` must be masked (a hex SHA-256); a wrong one marks the change
+/// with op `!`, so it counts as a change no transaction made, and the
+/// comparison fails. So does any event of `tx_log`, which the pipelines'
+/// filter drops.
 pub fn change_of(event: &serde_json::Value) -> Option<Change> {
     let op = event["op"].as_str()?.chars().next()?;
+    let table = event["table"].as_str()?.rsplit('.').next()?.to_string();
     let row = if op == 'd' { &event["before"] } else { &event["after"] };
+    if table == "tx_log" {
+        return Some(Change { table, op: '!', id: row["tx"].as_i64().unwrap_or(-1), change: -1 });
+    }
     let change = row["change_no"].as_i64()?;
     let tag_ok = match row.get("tag") {
         None => true,
         Some(tag) => tag.as_str().and_then(base64_bytes).is_some_and(|b| b == expected_tag(change)),
     };
-    Some(Change {
-        table: event["table"].as_str()?.rsplit('.').next()?.to_string(),
-        op: if tag_ok { op } else { '!' },
-        id: row["id"].as_i64()?,
-        change,
-    })
+    let masked = row["note"].as_str().is_some_and(is_masked);
+    Some(Change { table, op: if tag_ok && masked { op } else { '!' }, id: row["id"].as_i64()?, change })
+}
+
+/// A hex SHA-256, as the `mask` step writes it.
+fn is_masked(note: &str) -> bool {
+    note.len() == 64 && note.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Standard base64, as the JSON envelope writes bytes.
@@ -102,6 +109,10 @@ pub async fn changelog(db: &crate::db::Db, schema: &str) -> anyhow::Result<Vec<C
     };
     let present = db.rows(&format!("{exists}'{schema}'")).await?;
     let mut changes = Vec::new();
+    if present.iter().any(|r| r.first().and_then(|c| c.as_deref()) == Some("tx_log")) {
+        // The pipelines' filter drops every change of this table.
+        changes.push(Change { table: "tx_log".into(), op: '!', id: -1, change: -1 });
+    }
     for table in TABLES.iter().filter(|t| present.iter().any(|r| r.first().and_then(|c| c.as_deref()) == Some(**t))) {
         let sql = format!(
             "SELECT op, source_table, {}, {} FROM {}.{}",
@@ -203,6 +214,11 @@ pub async fn s3(env: &Env, prefix: &str) -> anyhow::Result<Vec<Change>> {
     keys.sort();
     let mut all = Vec::new();
     for key in keys.iter().filter(|k| k.as_ref().ends_with(".parquet")) {
+        if key.as_ref().contains(".tx_log/") {
+            // The pipelines' filter drops every change of this table.
+            all.push(Change { table: "tx_log".into(), op: '!', id: -1, change: -1 });
+            continue;
+        }
         let table = TABLES.iter().find(|t| key.as_ref().contains(&format!(".{t}/"))).copied();
         let bytes = store.get(key).await?.bytes().await?;
         for batch in ParquetRecordBatchReaderBuilder::try_new(bytes)?.build()? {
@@ -215,6 +231,7 @@ pub async fn s3(env: &Env, prefix: &str) -> anyhow::Result<Vec<Change>> {
             let (op, id, change) =
                 (op.as_string::<i32>(), id.as_primitive::<Int64Type>(), change.as_primitive::<Int64Type>());
             let tag = batch.column_by_name("tag").map(|t| t.as_binary_opt::<i32>());
+            let note = batch.column_by_name("note").and_then(|n| n.as_string_opt::<i32>());
             for row in 0..batch.num_rows() {
                 if id.is_null(row) || change.is_null(row) {
                     continue;
@@ -225,10 +242,11 @@ pub async fn s3(env: &Env, prefix: &str) -> anyhow::Result<Vec<Change>> {
                     Some(None) => false,
                     Some(Some(tag)) => !tag.is_null(row) && tag.value(row) == expected_tag(change.value(row)),
                 };
+                let masked = note.is_some_and(|n| !n.is_null(row) && is_masked(n.value(row)));
                 let op = op.value(row).chars().next().unwrap_or('?');
                 all.push(Change {
                     table: table.unwrap_or("?").to_string(),
-                    op: if tag_ok { op } else { '!' },
+                    op: if tag_ok && masked { op } else { '!' },
                     id: id.value(row),
                     change: change.value(row),
                 });
@@ -242,17 +260,29 @@ pub async fn s3(env: &Env, prefix: &str) -> anyhow::Result<Vec<Change>> {
 mod tests {
     use super::*;
 
+    const HASH: &str = "47ce0cd5c63317134e85eaf44c97cc2288a3c88b3b3cf7cfb2f1d6589c364b1b";
+
     #[test]
     fn a_mariadb_tag_must_hold_its_change_numbers_bytes() {
-        let event = |tag: serde_json::Value| serde_json::json!({"op": "c", "table": "db.t1", "after": {"id": 7, "change_no": 258, "tag": tag}});
+        let event = |tag: serde_json::Value| serde_json::json!({"op": "c", "table": "db.t1", "after": {"id": 7, "change_no": 258, "note": HASH, "tag": tag}});
         // 258 = 0x0102: 02 01 and fourteen zero bytes.
         let whole = event("AgEAAAAAAAAAAAAAAAAAAA==".into());
         assert_eq!(change_of(&whole).unwrap().op, 'c');
         let stripped = event("AgE=".into());
         assert_eq!(change_of(&stripped).unwrap().op, '!', "trailing zero bytes lost");
         assert_eq!(change_of(&event(serde_json::Value::Null)).unwrap().op, '!');
-        let postgres = serde_json::json!({"op": "d", "table": "public.t1", "before": {"id": 7, "change_no": 3}});
+        let postgres =
+            serde_json::json!({"op": "d", "table": "public.t1", "before": {"id": 7, "change_no": 3, "note": HASH}});
         assert_eq!(change_of(&postgres).unwrap(), Change { table: "t1".into(), op: 'd', id: 7, change: 3 });
         assert_eq!(base64_bytes("AP8="), Some(vec![0, 255]));
+    }
+
+    #[test]
+    fn a_note_in_the_clear_or_a_filtered_tables_event_fails_the_comparison() {
+        let clear =
+            serde_json::json!({"op": "c", "table": "public.t1", "after": {"id": 7, "change_no": 3, "note": "n3"}});
+        assert_eq!(change_of(&clear).unwrap().op, '!');
+        let log = serde_json::json!({"op": "c", "table": "public.tx_log", "after": {"tx": 12}});
+        assert_eq!(change_of(&log).unwrap(), Change { table: "tx_log".into(), op: '!', id: 12, change: -1 });
     }
 }

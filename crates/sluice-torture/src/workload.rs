@@ -96,7 +96,8 @@ pub async fn prepare_postgres(env: &crate::Env, database: &str, source_id: &str)
     admin.execute(&format!("ALTER DATABASE {database} SET synchronous_commit = on")).await?;
     let db = Db::new(env, Kind::Postgres, database)?;
     let ddl = table_ddl(Kind::Postgres);
-    db.execute(&format!("{ddl} CREATE PUBLICATION sluice_{source_id} FOR TABLE {}", TABLES.join(", "))).await?;
+    // tx_log too: the pipelines' filter must drop its changes.
+    db.execute(&format!("{ddl} CREATE PUBLICATION sluice_{source_id} FOR TABLE {}, tx_log", TABLES.join(", "))).await?;
     // A slot cannot be made in a transaction that wrote: its own statement.
     db.execute(&format!("SELECT pg_create_logical_replication_slot('sluice_{source_id}', 'pgoutput')")).await?;
     Ok(())

@@ -13,6 +13,7 @@ pub enum TransformConfig {
     Filter(FilterConfig),
     Columns(ColumnsConfig),
     Mask(MaskConfig),
+    Route(RouteConfig),
 }
 
 impl TransformConfig {
@@ -21,6 +22,7 @@ impl TransformConfig {
             TransformConfig::Filter(_) => "filter",
             TransformConfig::Columns(_) => "columns",
             TransformConfig::Mask(_) => "mask",
+            TransformConfig::Route(_) => "route",
         }
     }
 
@@ -34,6 +36,7 @@ impl TransformConfig {
             TransformConfig::Filter(c) => Box::new(crate::filter::Filter::new(c)?),
             TransformConfig::Columns(c) => Box::new(crate::columns::ColumnsTransform::new(c)?),
             TransformConfig::Mask(c) => Box::new(crate::mask::Mask::new(c)?),
+            TransformConfig::Route(c) => Box::new(crate::route::Route::new(c)?),
         })
     }
 }
@@ -152,4 +155,21 @@ pub struct MaskWith {
 #[serde(deny_unknown_fields)]
 pub struct Sha256 {
     pub salt: String,
+}
+
+/// `route`: the matching events go to the destination `to` names, which
+/// sinks use in place of the table's name (`${table}` in their templates,
+/// the database sinks' target table, the object sinks' prefix).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Table patterns; empty matches every table.
+    #[serde(default)]
+    pub tables: Vec<String>,
+    /// A regular expression the whole table name must match; its groups
+    /// are `$1`, `$2`, … in `to`.
+    pub regex: Option<String>,
+    /// The destination's name: text with `${db}`, `${schema}`, `${name}`
+    /// (the table's name without its schema), `${table}` and `$1`….
+    pub to: String,
 }

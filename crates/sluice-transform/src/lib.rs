@@ -9,13 +9,16 @@ mod columns;
 mod config;
 mod filter;
 mod mask;
+mod route;
 mod rows;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use sluice_core::Event;
 
-pub use config::{ColumnsConfig, Condition, FilterAction, FilterConfig, MaskConfig, MaskWith, Scalar, TransformConfig};
+pub use config::{
+    ColumnsConfig, Condition, FilterAction, FilterConfig, MaskConfig, MaskWith, RouteConfig, Scalar, TransformConfig,
+};
 
 /// What a transform does with one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

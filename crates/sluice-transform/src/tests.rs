@@ -46,6 +46,7 @@ fn event(op: Op, table: &str, before: Option<Row>, after: Option<Row>) -> Event 
         commit_time_us: 1_700_000_000_000_000,
         schema: Some(schema()),
         origin: Origin::None,
+        route: None,
     }
 }
 
@@ -260,4 +261,37 @@ fn a_mask_names_the_columns_a_table_lacks() {
     let config: crate::MaskConfig = serde_yaml::from_str("{ columns: [email, emial], with: { fixed: x } }").unwrap();
     let mask = crate::mask::Mask::new(&config).unwrap();
     assert_eq!(mask.missing(&schema()), ["emial"]);
+}
+
+#[test]
+fn a_route_names_the_destination_and_leaves_the_event_its_table() {
+    let routes = transforms(
+        r#"
+- { type: route, regex: 'public\.users_(\d{4})', to: "archive.users_all_$1" }
+- { type: route, tables: [other.*], to: "${db}_${schema}_${name}" }
+"#,
+    );
+    let mut sharded = insert(1, "new");
+    sharded.table = "public.users_2024".into();
+    let routed = kept(&routes, sharded.clone()).unwrap();
+    assert_eq!(routed.destination(), "archive.users_all_2024");
+    assert_eq!((&*routed.table, &routed.position, routed.id()), (&*sharded.table, &sharded.position, sharded.id()));
+    // The regex covers whole names only.
+    let mut longer = insert(1, "new");
+    longer.table = "public.users_20245".into();
+    assert_eq!(kept(&routes, longer).unwrap().route, None);
+    let mut other = insert(1, "new");
+    other.table = "other.t".into();
+    assert_eq!(kept(&routes, other).unwrap().destination(), "shop_other_t");
+    assert_eq!(kept(&routes, insert(1, "new")).unwrap().destination(), "public.users");
+}
+
+#[test]
+fn a_route_that_gives_no_name_is_an_error_naming_the_table() {
+    let routes = transforms(r#"[{ type: route, regex: 'public\.users(_\d+)?', to: "$1" }]"#);
+    let mut event = insert(1, "new");
+    let error = routes.apply(&mut event).unwrap_err();
+    assert!(error.to_string().contains("gives table public.users an empty destination"), "{error}");
+    assert_eq!(event.route, None);
+    assert!(build_error(r#"[{ type: route, regex: "(", to: x }]"#).contains("transform 1 (route): regex:"));
 }

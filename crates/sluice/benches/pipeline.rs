@@ -122,6 +122,7 @@ fn run_pipeline_with(
         required: true,
         buffer: sluice_config::BufferConfig::default().limits(true),
         at_most_once: false,
+        transforms: Default::default(),
     }];
     let handle = sluice_runtime::handle_of("bench", source.as_ref(), "bench", &sinks);
     let pipeline = Pipeline {

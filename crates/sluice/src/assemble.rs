@@ -87,11 +87,14 @@ pub fn pipeline(config: &PipelineConfig, store: Arc<EmbeddedStore>, data_dir: &P
     let mut sinks = Vec::new();
     for sink in &config.sinks {
         let built = sluice_sinks::build(sink, &context).map_err(Failure::bad_input)?;
+        let transforms = sluice_transform::Transforms::build(sink.transforms())
+            .map_err(|e| Failure::bad_input(anyhow!("pipeline {:?}, sink {:?}: {e}", config.name, sink.id())))?;
         sinks.push(SinkSpec {
             sink: built,
             required: sink.required(),
             buffer: sink.buffer_limits(),
             at_most_once: sink.delivery() == sluice_sinks::Delivery::AtMostOnce,
+            transforms: Arc::new(transforms),
         });
     }
     let kind = match &config.source {

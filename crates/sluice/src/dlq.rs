@@ -117,8 +117,9 @@ fn retry_letters(run: RunArgs, api: ApiArgs, key: Vec<String>, all: bool) -> Res
     Ok(())
 }
 
-/// Sinks built for retries, by (source id, sink id), with their deadline.
-type OpenSinks = HashMap<(String, String), (Box<dyn Sink>, Duration)>;
+/// Sinks built for retries, by (source id, sink id), with their deadline
+/// and their own transforms.
+type OpenSinks = HashMap<(String, String), (Box<dyn Sink>, Duration, sluice_transform::Transforms)>;
 
 /// Sends each letter to its sink; returns the letters delivered.
 async fn retry<'a>(config: &Config, data_dir: &Path, letters: &'a [DeadLetter]) -> Vec<&'a DeadLetter> {
@@ -136,14 +137,14 @@ async fn retry<'a>(config: &Config, data_dir: &Path, letters: &'a [DeadLetter]) 
             }
         }
     }
-    for (_, (mut sink, deadline)) in sinks {
+    for (_, (mut sink, deadline, _)) in sinks {
         let _ = tokio::time::timeout(deadline, sink.close()).await;
     }
     delivered
 }
 
 async fn retry_one(config: &Config, data_dir: &Path, letter: &DeadLetter, sinks: &mut OpenSinks) -> anyhow::Result<()> {
-    let event = letter
+    let mut event = letter
         .decode_event()
         .map_err(|e| anyhow!("its stored event cannot be read back ({e}); it predates `dlq retry`, so purge it"))?;
     let id = (letter.source_id.clone(), letter.sink_id.clone());
@@ -166,11 +167,18 @@ async fn retry_one(config: &Config, data_dir: &Path, letter: &DeadLetter, sinks:
             data_dir: data_dir.to_path_buf(),
         };
         let built = sluice_sinks::build(sink, &context)?;
-        sinks.insert(id.clone(), (built, Duration::from_secs(pipeline.sink_batch_deadline_secs)));
+        let transforms = sluice_transform::Transforms::build(sink.transforms()).map_err(|e| anyhow!("{e}"))?;
+        sinks.insert(id.clone(), (built, Duration::from_secs(pipeline.sink_batch_deadline_secs), transforms));
     }
-    let Some((sink, deadline)) = sinks.get_mut(&id) else {
+    let Some((sink, deadline, transforms)) = sinks.get_mut(&id) else {
         return Err(anyhow!("sink {:?} is missing", letter.sink_id));
     };
+    // A letter holds the event before the sink's own transforms.
+    match transforms.apply(&mut event) {
+        Ok(sluice_transform::Verdict::Keep) => {}
+        Ok(sluice_transform::Verdict::Drop) => return Ok(()),
+        Err(error) => return Err(anyhow!("the sink's {error}")),
+    }
     match tokio::time::timeout(*deadline, sink.redeliver(&event)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(SinkError::Rejected { detail, .. })) => Err(anyhow!("the sink still refuses it: {detail}")),

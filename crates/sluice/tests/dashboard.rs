@@ -3,7 +3,8 @@
 //! scripts/services.sh): the page loads during a run and follows it live;
 //! checkpoints advance; a stalled sink's lag grows while the MIN line (the
 //! replay point) stays at its checkpoint behind the healthy sink; and the
-//! line moves on once the sink recovers. A second run walks through the
+//! line moves on once the sink recovers; the sink table counts what the
+//! hook's own filter dropped. A second run walks through the
 //! states an operator acts on (held back, dead letters, paused, degraded)
 //! and presses the page's buttons; each state leaves a screenshot under
 //! target/tmp/dashboard for a person, while the checks read elements.
@@ -121,7 +122,9 @@ for (const g of p.querySelectorAll('g.sink-mark')) {
   };
 }
 const lagCell = p.querySelector('tr.sink-row[data-sink="hook"] td.lag-events');
+const dropped = Object.fromEntries([...p.querySelectorAll('tr.sink-row')].map(r => [r.dataset.sink, Number(r.querySelector('td.transforms').dataset.dropped)]));
 return {
+  dropped,
   head: Number(svg.dataset.headEvents), min: Number(svg.dataset.minEvents),
   min_x: Number(svg.querySelector('line.min-line').getAttribute('x1')),
   sinks, hook_lag_text: lagCell ? lagCell.textContent : null,
@@ -135,7 +138,7 @@ fn the_dashboard_follows_a_run_and_keeps_the_min_line_behind_a_stalled_sink() {
     let (receiver, stalled) = Receiver::switchable(false);
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
-        "pipelines:\n  - name: dash\n    source: {{ type: generator, config: {{ id: gen1, rows_per_tx: 10, events_per_sec: 500 }} }}\n    sinks:\n      - {{ type: file, config: {{ id: local, path: out.jsonl }} }}\n      - {{ type: http, config: {{ id: hook, url: \"{}\", required: false, max_attempts: 1 }} }}\n    batch: {{ max_events: 100, max_ms: 20, max_inflight: 64 }}\n    sink_batch_deadline_secs: 300\n",
+        "pipelines:\n  - name: dash\n    source: {{ type: generator, config: {{ id: gen1, rows_per_tx: 10, events_per_sec: 500 }} }}\n    sinks:\n      - {{ type: file, config: {{ id: local, path: out.jsonl }} }}\n      - {{ type: http, config: {{ id: hook, url: \"{}\", required: false, max_attempts: 1, transforms: [{{ type: filter, ops: [d] }}] }} }}\n    batch: {{ max_events: 100, max_ms: 20, max_inflight: 64 }}\n    sink_batch_deadline_secs: 300\n",
         receiver.url("/in")
     );
     let config = write_config(dir.path(), &config);
@@ -157,7 +160,10 @@ fn the_dashboard_follows_a_run_and_keeps_the_min_line_behind_a_stalled_sink() {
         p["live"] == true
             && p["sinks"]["local"]["checkpoint"].as_u64() > Some(0)
             && p["sinks"]["hook"]["checkpoint"].as_u64() > Some(0)
+            && p["dropped"]["hook"].as_u64() > Some(0)
     });
+    // Only the hook's own filter drops the generator's deletes.
+    assert_eq!(first["dropped"]["local"], 0, "{first}");
     let (local_before, hook_before) =
         (first["sinks"]["local"]["checkpoint"].clone(), first["sinks"]["hook"]["checkpoint"].clone());
     read("both checkpoints to advance on the page", &|p| {

@@ -38,6 +38,7 @@ fn row(table: &str, op: Op, id: i64, lsn: u64) -> Event {
         commit_time_us: 0,
         schema: None,
         origin: crate::schema::Origin::None,
+        route: None,
     }
 }
 

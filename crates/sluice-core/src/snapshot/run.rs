@@ -299,6 +299,7 @@ mod tests {
             commit_time_us: 0,
             schema: None,
             origin: crate::schema::Origin::Snapshot(SnapshotMark::Row),
+            route: None,
         }
     }
 

@@ -42,6 +42,7 @@ fn event(op: Op, before: Option<Row>, after: Option<Row>) -> Event {
         commit_time_us: 1_700_000_000_000_000,
         schema: Some(schema()),
         origin: Origin::Postgres { lsn: 0x90, last_commit_lsn: Some(0x80), tx: None },
+        route: None,
     }
 }
 

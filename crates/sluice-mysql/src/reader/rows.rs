@@ -44,6 +44,7 @@ impl Reader {
             commit_time_us,
             schema: None,
             origin: sluice_core::schema::Origin::None,
+            route: None,
         })
     }
 

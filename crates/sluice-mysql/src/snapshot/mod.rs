@@ -296,6 +296,7 @@ fn event(settings: &Settings, table: &TablePlan, key: Vec<u8>, row: &[mysql_asyn
         commit_time_us: settings.started_us,
         schema: Some(table.declared.clone()),
         origin: sluice_core::schema::Origin::Snapshot(sluice_core::schema::SnapshotMark::Row),
+        route: None,
     }
 }
 

@@ -273,5 +273,6 @@ fn event(settings: &Settings, table: &TablePlan, tx_id: &Arc<str>, key: Vec<u8>,
         commit_time_us: settings.started_us,
         schema: Some(table.schema.clone()),
         origin: sluice_core::schema::Origin::Snapshot(sluice_core::schema::SnapshotMark::Row),
+        route: None,
     }
 }

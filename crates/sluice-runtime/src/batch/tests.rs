@@ -22,6 +22,7 @@ fn stream(sizes: &[u32]) -> Vec<Event> {
                 commit_time_us: 0,
                 schema: None,
                 origin: sluice_core::schema::Origin::None,
+                route: None,
             });
         }
     }

@@ -40,19 +40,7 @@ impl PipelineStatus {
             },
             head_events,
             held_back_by,
-            transforms: self
-                .transforms()
-                .counts()
-                .enumerate()
-                .map(|(index, (kind, counts))| TransformView {
-                    step: index + 1,
-                    kind,
-                    events_in: counts.events_in.load(Ordering::Relaxed),
-                    events_out: counts.events_out.load(Ordering::Relaxed),
-                    dropped: counts.dropped.load(Ordering::Relaxed),
-                    errored: counts.errored.load(Ordering::Relaxed),
-                })
-                .collect(),
+            transforms: steps(&self.transforms()),
             snapshots: sluice_core::snapshot::progress::running()
                 .into_iter()
                 .filter(|t| *t.source == *self.source_id)
@@ -134,8 +122,25 @@ impl SinkStatus {
                 disk_bytes: self.buffer.disk_bytes.load(Ordering::Relaxed),
                 overflowed: self.buffer.overflowed.load(Ordering::Relaxed),
             },
+            transforms: steps(&self.transforms()),
         }
     }
+}
+
+/// Each step of a transform list with what it did so far.
+fn steps(transforms: &sluice_transform::Transforms) -> Vec<TransformView> {
+    transforms
+        .counts()
+        .enumerate()
+        .map(|(index, (kind, counts))| TransformView {
+            step: index + 1,
+            kind,
+            events_in: counts.events_in.load(Ordering::Relaxed),
+            events_out: counts.events_out.load(Ordering::Relaxed),
+            dropped: counts.dropped.load(Ordering::Relaxed),
+            errored: counts.errored.load(Ordering::Relaxed),
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -162,7 +167,7 @@ pub struct PipelineView {
     pub sinks: Vec<SinkView>,
 }
 
-/// One step of the pipeline's transforms.
+/// One step of the pipeline's or a sink's transforms.
 #[derive(Debug, Clone, Serialize)]
 pub struct TransformView {
     /// From 1, as the config lists them.
@@ -224,6 +229,8 @@ pub struct SinkView {
     pub last_error: Option<ErrorNote>,
     pub detached: Option<Detachment>,
     pub buffer: BufferView,
+    /// The sink's own transforms, in order, with what each did so far.
+    pub transforms: Vec<TransformView>,
 }
 
 /// What a sink's buffer holds.

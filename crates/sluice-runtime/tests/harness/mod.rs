@@ -142,6 +142,7 @@ impl World {
                     required: spec.required,
                     buffer: sluice_config::BufferConfig::default().limits(spec.required),
                     at_most_once: spec.at_most_once,
+                    transforms: Default::default(),
                 }
             })
             .collect();

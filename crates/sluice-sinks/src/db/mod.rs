@@ -81,11 +81,13 @@ pub fn check_name_template(at: &str, field: &str, template: &str) -> Result<(), 
 
 /// `(schema, table)` of `event`'s target under the `schema` and `table`
 /// templates: `${schema}` is the source table's schema, or its database
-/// where the source has no schemas (MySQL).
+/// where the source has no schemas (MySQL). A routed event's destination
+/// stands in for its table.
 pub fn target_name(schema_template: &str, table_template: &str, event: &sluice_core::Event) -> (String, String) {
-    let (schema, table) = match event.table.split_once('.') {
+    let destination = event.destination();
+    let (schema, table) = match destination.split_once('.') {
         Some((schema, table)) => (schema, table),
-        None => (&*event.database, &*event.table),
+        None => (&*event.database, destination),
     };
     let fill = |template: &str| {
         template.replace("${schema}", schema).replace("${db}", &event.database).replace("${table}", table)
@@ -204,6 +206,7 @@ mod tests {
             commit_time_us: 0,
             schema: Some(Arc::new(TableSchema { columns: vec![column("id"), column("at")], primary_key })),
             origin: Origin::None,
+            route: None,
         }
     }
 

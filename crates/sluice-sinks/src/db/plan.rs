@@ -340,6 +340,7 @@ mod tests {
             commit_time_us: 0,
             schema: None,
             origin: Origin::None,
+            route: None,
         }
     }
 

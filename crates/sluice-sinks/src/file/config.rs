@@ -23,6 +23,9 @@ pub struct FileSinkConfig {
     /// `at_least_once` (default) or `at_most_once` (optional sinks only).
     #[serde(default)]
     pub delivery: crate::Delivery,
+    /// This sink's own transforms, run in its writer after the pipeline's.
+    #[serde(default)]
+    pub transforms: Vec<sluice_transform::TransformConfig>,
     /// The envelope each line is written in (`format.envelope`).
     #[serde(default)]
     pub format: sluice_format::FormatConfig,

@@ -39,6 +39,9 @@ pub struct HttpSinkConfig {
     /// `at_least_once` (default) or `at_most_once` (optional sinks only).
     #[serde(default)]
     pub delivery: crate::Delivery,
+    /// This sink's own transforms, run in its writer after the pipeline's.
+    #[serde(default)]
+    pub transforms: Vec<sluice_transform::TransformConfig>,
     /// `http(s)://...`; placeholders `${db}`, `${table}`, `${op}`,
     /// `${key.<column>}` are percent-encoded.
     pub url: String,

@@ -92,6 +92,9 @@ pub struct KafkaSinkConfig {
     /// `at_least_once` (default) or `at_most_once` (optional sinks only).
     #[serde(default)]
     pub delivery: crate::Delivery,
+    /// This sink's own transforms, run in its writer after the pipeline's.
+    #[serde(default)]
+    pub transforms: Vec<sluice_transform::TransformConfig>,
     /// `host:port[,host:port...]`.
     pub brokers: String,
     /// Placeholders: `${db}`, `${table}`, `${op}`, `${key.<column>}`.

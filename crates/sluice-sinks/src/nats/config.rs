@@ -30,6 +30,9 @@ pub struct NatsSinkConfig {
     /// `at_least_once` (default) or `at_most_once` (optional sinks only).
     #[serde(default)]
     pub delivery: crate::Delivery,
+    /// This sink's own transforms, run in its writer after the pipeline's.
+    #[serde(default)]
+    pub transforms: Vec<sluice_transform::TransformConfig>,
     /// `nats://host:port`, or several separated by commas.
     pub url: String,
     /// Placeholders: `${db}`, `${table}`, `${op}`, `${key.<column>}`.

@@ -45,6 +45,9 @@ pub struct S3SinkConfig {
     /// `at_least_once` (default) or `at_most_once` (optional sinks only).
     #[serde(default)]
     pub delivery: crate::Delivery,
+    /// This sink's own transforms, run in its writer after the pipeline's.
+    #[serde(default)]
+    pub transforms: Vec<sluice_transform::TransformConfig>,
     /// Write to this local folder instead of S3.
     pub local: Option<PathBuf>,
     pub bucket: Option<String>,

@@ -321,7 +321,8 @@ impl Sink for ObjectSink {
                 FileFormat::Parquet => None,
             };
             for (at, event) in chunk.iter().enumerate() {
-                let key: PartitionKey = (event.table.clone(), event.commit_time_us.div_euclid(MICROS_PER_DAY));
+                let table = event.route.as_ref().unwrap_or(&event.table);
+                let key: PartitionKey = (Arc::clone(table), event.commit_time_us.div_euclid(MICROS_PER_DAY));
                 if self.held(&key, event).await? {
                     self.accepted = Some(event.position.clone());
                     if self.open.is_empty() {

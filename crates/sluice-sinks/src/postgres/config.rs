@@ -29,6 +29,9 @@ pub struct PostgresSinkConfig {
     pub buffer: crate::BufferConfig,
     #[serde(default)]
     pub delivery: crate::Delivery,
+    /// This sink's own transforms, run in its writer after the pipeline's.
+    #[serde(default)]
+    pub transforms: Vec<sluice_transform::TransformConfig>,
     pub host: String,
     #[serde(default = "default_port")]
     pub port: u16,

@@ -28,6 +28,9 @@ pub struct RedisSinkConfig {
     /// `at_least_once` (default) or `at_most_once` (optional sinks only).
     #[serde(default)]
     pub delivery: crate::Delivery,
+    /// This sink's own transforms, run in its writer after the pipeline's.
+    #[serde(default)]
+    pub transforms: Vec<sluice_transform::TransformConfig>,
     /// `redis://[user@]host:port[/db]` (a standalone server; not Redis Cluster).
     pub url: String,
     #[serde(default)]

@@ -72,14 +72,20 @@ async fn refresh(api: &Api) {
         counter!("sluice_pipeline_events_total", "pipeline" => p.clone()).absolute(view.head_events);
         for step in &view.transforms {
             let labels = [("pipeline", p.clone()), ("step", step.step.to_string()), ("type", step.kind.to_string())];
-            counter!("sluice_transform_events_in_total", &labels).absolute(step.events_in);
-            counter!("sluice_transform_events_out_total", &labels).absolute(step.events_out);
-            counter!("sluice_transform_dropped_total", &labels).absolute(step.dropped);
-            counter!("sluice_transform_errored_total", &labels).absolute(step.errored);
+            transform_counts(&labels, step);
         }
         counter!("sluice_pipeline_batches_total", "pipeline" => p.clone())
             .absolute(status.batches_cut.load(Ordering::Relaxed));
         for sink in &view.sinks {
+            for step in &sink.transforms {
+                let labels = [
+                    ("pipeline", p.clone()),
+                    ("sink", sink.id.clone()),
+                    ("step", step.step.to_string()),
+                    ("type", step.kind.to_string()),
+                ];
+                transform_counts(&labels, step);
+            }
             let labels = [("pipeline", p.clone()), ("sink", sink.id.clone())];
             counter!("sluice_sink_events_total", &labels).absolute(sink.events);
             counter!("sluice_sink_batches_total", &labels).absolute(sink.batches);
@@ -107,4 +113,13 @@ async fn refresh(api: &Api) {
             }
         }
     }
+}
+
+/// What one transform step did: the pipeline's, or with a `sink` label a
+/// sink's own.
+fn transform_counts(labels: &[(&'static str, String)], step: &sluice_runtime::status::TransformView) {
+    counter!("sluice_transform_events_in_total", labels).absolute(step.events_in);
+    counter!("sluice_transform_events_out_total", labels).absolute(step.events_out);
+    counter!("sluice_transform_dropped_total", labels).absolute(step.dropped);
+    counter!("sluice_transform_errored_total", labels).absolute(step.errored);
 }
