@@ -8,8 +8,8 @@
 //
 // Each line is {"topic":..,"key":..,"value":..,"headers":{name:string}}:
 // key and value are what Kafka's JsonConverter (schemas.enable=true) writes
-// for them, spliced in byte for byte, or null (a tombstone's value). Header
-// values are strings as Kafka Connect's default SimpleHeaderConverter writes
+// for them, spliced in byte for byte, or null where it writes no bytes (a
+// tombstone's value, which has no schema). Header values are strings as Kafka Connect's default SimpleHeaderConverter writes
 // them, or with --headers json as JsonConverter (schemas.enable=true) does.
 // Properties named capture.converter.X are given to both JsonConverters as X
 // (e.g. capture.converter.decimal.format=NUMERIC) and not to the engine.
@@ -344,9 +344,11 @@ public final class Capture {
             return headers(sb, record);
         }
         sb.append(",\"key\":").append(json(keyConverter.fromConnectData(topic, record.keySchema(), record.key())));
-        sb.append(",\"value\":").append(record.value() == null
-                ? "null"
-                : json(valueConverter.fromConnectData(topic, record.valueSchema(), record.value())));
+        // A null value under a schema (what ExtractNewRecordState's
+        // tombstone mode and the outbox router give a NULL payload) is
+        // converted as a Connect worker would; the converter gives null
+        // bytes only with no schema either.
+        sb.append(",\"value\":").append(json(valueConverter.fromConnectData(topic, record.valueSchema(), record.value())));
         return headers(sb, record);
     }
 

@@ -5,8 +5,10 @@
 //! empty string: a silently empty password or path is worse than a refusal.
 //! `$${` writes a literal `${`. Whole-line comments are left alone so a
 //! commented-out example does not demand its variables. The sink template
-//! placeholders `${db}`, `${table}`, `${op}`, `${key.<column>}` and the
-//! database sinks' `${schema}` are not variables and pass through untouched.
+//! placeholders `${db}`, `${table}`, `${op}`, `${key.<column>}`, the
+//! database sinks' `${schema}`, the route transform's `${name}` and `${1}`,
+//! and the outbox transform's `${routedByValue}` are not variables and
+//! pass through untouched.
 
 /// A `${VAR}` with no value and no default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,8 +54,8 @@ fn expand_line(
             problem: "`${` without a closing `}`; write `$${` for a literal `${`".into(),
         })?;
         let body = &body_and_rest[..end];
-        // Sink and route templates fill these in per event.
-        let placeholder = matches!(body, "db" | "table" | "op" | "schema" | "name")
+        // Sink, route and outbox templates fill these in per event.
+        let placeholder = matches!(body, "db" | "table" | "op" | "schema" | "name" | "routedByValue")
             || body.starts_with("key.")
             || (!body.is_empty() && body.bytes().all(|b| b.is_ascii_digit()));
         if placeholder {
@@ -122,6 +124,7 @@ mod tests {
         assert!(expand("a: ${HOST\n", env).is_err());
         assert!(expand("a: ${not-a-name}\n", env).is_err());
         assert_eq!(expand("t: ${db}.${table}.${op}.${key.id}\n", env).unwrap(), "t: ${db}.${table}.${op}.${key.id}\n");
+        assert_eq!(expand("to: outbox.${routedByValue}\n", env).unwrap(), "to: outbox.${routedByValue}\n");
         assert_eq!(expand("s: ${schema}_mirror\n", env).unwrap(), "s: ${schema}_mirror\n");
         assert!(expand("a: ${}\n", env).is_err());
     }

@@ -98,6 +98,59 @@ pub struct Event {
     /// table, the object sinks' `table=` prefix). The event itself, its
     /// envelope's table included, stays the source's.
     pub route: Option<Arc<str>>,
+    /// What a sink writes for the event: the format's envelope, or the
+    /// flat shape a transform (`unwrap`, `outbox`) gave it.
+    pub shape: Shape,
+}
+
+/// The form an event takes in a sink, which a transform may change from
+/// the envelope to a flat one. Each format writes the flat shapes its own
+/// way (Debezium's as `ExtractNewRecordState` and the outbox
+/// `EventRouter` do); the event's op, images and lineage stay as they
+/// were, so the database sinks and the dead letter queue still know what
+/// happened.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Shape {
+    /// The format's change envelope.
+    #[default]
+    Envelope,
+    /// The row alone: `after` is the record's value, which a transform
+    /// may have given columns the table lacks (`__op`, `__deleted`).
+    Row(OldKey),
+    /// The key with no value: a compacted topic forgets the key.
+    Tombstone,
+    /// One column of `after` as the value, another as the key, and
+    /// others as headers: an outbox row's message.
+    Message(Arc<MessageShape>),
+}
+
+/// What a row-shaped update that moved its row to another primary key
+/// writes for the old key, before the new row: formats that key records
+/// (Debezium) write the two apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OldKey {
+    /// Nothing.
+    #[default]
+    Nothing,
+    /// A tombstone.
+    Tombstone,
+    /// `before`, which the transform made the old key's flat row.
+    Row,
+}
+
+/// The columns of `after` a message is made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageShape {
+    pub key: Option<Arc<str>>,
+    pub value: Arc<str>,
+    /// Header name and column.
+    pub headers: Vec<(Arc<str>, Arc<str>)>,
+}
+
+impl Shape {
+    pub fn is_envelope(&self) -> bool {
+        matches!(self, Shape::Envelope)
+    }
 }
 
 impl Event {
@@ -156,6 +209,15 @@ impl<'a> Envelope<'a> {
 impl Serialize for Envelope<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let event = self.event;
+        match &event.shape {
+            Shape::Envelope => {}
+            Shape::Row(_) => return event.after.serialize(serializer),
+            Shape::Tombstone => return serializer.serialize_none(),
+            Shape::Message(message) => {
+                let value = event.after.as_ref().and_then(|a| a.get(&message.value));
+                return value.serialize(serializer);
+            }
+        }
         let unchanged: Vec<&str> = event.after.as_ref().map(|a| a.unchanged().collect()).unwrap_or_default();
         let mut map = serializer.serialize_map(Some(13 + usize::from(!unchanged.is_empty())))?;
         map.serialize_entry("id", &self.id)?;
@@ -201,6 +263,7 @@ mod tests {
             schema: None,
             origin: crate::schema::Origin::None,
             route: None,
+            shape: Default::default(),
         }
     }
 

@@ -27,7 +27,7 @@ pub mod value;
 pub use checkpoint::{CheckpointKey, CheckpointStore};
 pub use dead_letter::{DeadLetter, DeadLetterQueue};
 pub use error::{BoxError, SinkError, SourceError, StoreError};
-pub use event::{Envelope, Event, EventId, Op};
+pub use event::{Envelope, Event, EventId, MessageShape, OldKey, Op, Shape};
 pub use guarantee::Guarantee;
 pub use pattern::glob_match;
 pub use position::{BinlogPos, Lsn, Position, PositionParseError, binlog_file_index, or_start};

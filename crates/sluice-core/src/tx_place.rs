@@ -139,6 +139,7 @@ mod tests {
             schema: Some(Arc::new(schema)),
             origin: crate::schema::Origin::None,
             route: None,
+            shape: Default::default(),
         }
     }
 

@@ -16,7 +16,7 @@ mod registry;
 
 use std::sync::Arc;
 
-use sluice_core::Event;
+use sluice_core::{Event, Shape};
 
 #[cfg(feature = "avro")]
 pub use avro::{AvroCodec, AvroContainer, AvroSchema};
@@ -195,11 +195,31 @@ impl Encoder {
                 let envelope = sluice_core::Envelope { event, id: id.to_string() };
                 let value = serde_json::to_vec(&envelope)
                     .map_err(|e| FormatError(format!("cannot encode event {}: {e}", event.position)))?;
-                out.push(Record::value(value, Vec::new()));
+                match &event.shape {
+                    Shape::Tombstone => out.push(Record {
+                        kind: RecordKind::Tombstone,
+                        value: None,
+                        ..Record::value(value, Vec::new())
+                    }),
+                    Shape::Message(message) => out.push(native_message(event, message, value)),
+                    _ => out.push(Record::value(value, Vec::new())),
+                }
                 Ok(())
             }
             Kind::Debezium(encoder) => encoder.encode(event, out),
             Kind::CloudEvents(encoder) => encoder.encode(event, id, out),
         }
     }
+}
+
+/// An outbox message in the native format: the value column's JSON (the
+/// envelope serializes a message-shaped event as just that), keyed by the
+/// key column's text, with the header columns' text.
+fn native_message(event: &Event, message: &sluice_core::MessageShape, value: Vec<u8>) -> Record {
+    let text = |column: &str| match event.after.as_ref().and_then(|row| row.get(column)) {
+        None | Some(sluice_core::Value::Null | sluice_core::Value::Unchanged) => None,
+        Some(value) => Some(value.text().into_owned().into_bytes()),
+    };
+    let headers = message.headers.iter().filter_map(|(name, column)| Some((name.to_string(), text(column)?))).collect();
+    Record { key: message.key.as_deref().and_then(text), ..Record::value(value, headers) }
 }

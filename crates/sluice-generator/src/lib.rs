@@ -110,6 +110,7 @@ impl GeneratorSource {
             schema: Some(self.schema.clone()),
             origin: sluice_core::schema::Origin::None,
             route: None,
+            shape: Default::default(),
         }
     }
 

@@ -217,6 +217,7 @@ impl ChunkReader for Reader {
                 schema: Some(plan.declared.clone()),
                 origin: sluice_core::schema::Origin::Snapshot(sluice_core::schema::SnapshotMark::Incremental),
                 route: None,
+                shape: Default::default(),
             });
             if key.is_some() {
                 *after = key;

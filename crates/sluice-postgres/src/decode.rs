@@ -280,6 +280,7 @@ impl Decoder {
             schema: Some(info.schema.clone()),
             origin: Origin::Postgres { lsn: self.message_lsn, last_commit_lsn: self.last_commit_lsn, tx: None },
             route: None,
+            shape: Default::default(),
         };
         if let Some(previous) = self.held.replace(event) {
             self.push(previous, out);
@@ -329,6 +330,7 @@ impl Decoder {
             schema: None,
             origin: Origin::Postgres { lsn, last_commit_lsn: self.last_commit_lsn, tx: None },
             route: None,
+            shape: Default::default(),
         };
         if tx_end {
             self.push(event, out);

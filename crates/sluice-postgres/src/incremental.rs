@@ -175,6 +175,7 @@ impl ChunkReader for Reader {
                 schema: Some(plan.schema.clone()),
                 origin: sluice_core::schema::Origin::Snapshot(sluice_core::schema::SnapshotMark::Incremental),
                 route: None,
+                shape: Default::default(),
             });
             if parts.is_some() {
                 *after = parts;

@@ -417,6 +417,7 @@ mod tests {
                     schema: None,
                     origin: sluice_core::schema::Origin::None,
                     route: None,
+                    shape: Default::default(),
                 };
                 batcher.push(event).unwrap()
             })

@@ -26,6 +26,7 @@ fn event(tx: u64, seq: u32) -> Event {
         schema: None,
         origin: sluice_core::schema::Origin::None,
         route: None,
+        shape: Default::default(),
     }
 }
 

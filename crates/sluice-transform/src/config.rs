@@ -14,6 +14,8 @@ pub enum TransformConfig {
     Columns(ColumnsConfig),
     Mask(MaskConfig),
     Route(RouteConfig),
+    Unwrap(UnwrapConfig),
+    Outbox(OutboxConfig),
 }
 
 impl TransformConfig {
@@ -23,6 +25,8 @@ impl TransformConfig {
             TransformConfig::Columns(_) => "columns",
             TransformConfig::Mask(_) => "mask",
             TransformConfig::Route(_) => "route",
+            TransformConfig::Unwrap(_) => "unwrap",
+            TransformConfig::Outbox(_) => "outbox",
         }
     }
 
@@ -37,6 +41,8 @@ impl TransformConfig {
             TransformConfig::Columns(c) => Box::new(crate::columns::ColumnsTransform::new(c)?),
             TransformConfig::Mask(c) => Box::new(crate::mask::Mask::new(c)?),
             TransformConfig::Route(c) => Box::new(crate::route::Route::new(c)?),
+            TransformConfig::Unwrap(c) => Box::new(crate::unwrap::Unwrap::new(c)?),
+            TransformConfig::Outbox(c) => Box::new(crate::outbox::Outbox::new(c)?),
         })
     }
 }
@@ -172,4 +178,110 @@ pub struct RouteConfig {
     /// The destination's name: text with `${db}`, `${schema}`, `${name}`
     /// (the table's name without its schema), `${table}` and `$1`….
     pub to: String,
+}
+
+/// `unwrap`: the row alone in place of the change envelope, as Debezium's
+/// `ExtractNewRecordState` gives it to flat consumers.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnwrapConfig {
+    /// Table patterns; empty matches every table.
+    #[serde(default)]
+    pub tables: Vec<String>,
+    /// What a delete becomes (Debezium's `delete.tombstone.handling.mode`).
+    #[serde(default)]
+    pub delete_handling: DeleteHandling,
+    /// Fields of the change added to the row, by Debezium's names: `op`,
+    /// a `source` field (`table`, `lsn`, `source.ts_ms`, …), each as
+    /// `<prefix><name>` (`source.ts_ms` as `__source_ts_ms`), or
+    /// `name:new_name` for `<prefix>new_name`.
+    #[serde(default)]
+    pub add_fields: Vec<String>,
+    #[serde(default = "default_prefix")]
+    pub add_fields_prefix: String,
+}
+
+fn default_prefix() -> String {
+    "__".into()
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeleteHandling {
+    /// Deletes are left out.
+    Drop,
+    /// A delete becomes its key with no value.
+    #[default]
+    Tombstone,
+    /// A delete becomes its old row with `__deleted: "true"`; every other
+    /// row gets `__deleted: "false"`.
+    Rewrite,
+}
+
+/// `outbox`: rows inserted into an outbox table become the messages they
+/// describe, as Debezium's outbox `EventRouter` makes them. The defaults
+/// are Debezium's column names.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxConfig {
+    /// The outbox tables' patterns; other tables' events pass unchanged.
+    pub tables: Vec<String>,
+    /// The event id, sent as the `id` header.
+    #[serde(default = "default_id")]
+    pub id: String,
+    /// The message key; none without it.
+    #[serde(default = "default_key")]
+    pub key: Option<String>,
+    /// The message value.
+    #[serde(default = "default_payload")]
+    pub payload: String,
+    /// The column whose value names the destination.
+    #[serde(default = "default_route_by")]
+    pub route_by: String,
+    /// The destination, with `${routedByValue}` for the `route_by` value.
+    #[serde(default = "default_to")]
+    pub to: String,
+    /// More columns sent as headers.
+    #[serde(default)]
+    pub headers: Vec<OutboxHeader>,
+    /// What an update of an outbox row does.
+    #[serde(default)]
+    pub updates: OutboxUpdates,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxHeader {
+    pub column: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutboxUpdates {
+    /// Left out, as Debezium's default `warn` does.
+    #[default]
+    Skip,
+    /// Sent to the dead letter queue.
+    Error,
+}
+
+fn default_id() -> String {
+    "id".into()
+}
+
+fn default_key() -> Option<String> {
+    Some("aggregateid".into())
+}
+
+fn default_payload() -> String {
+    "payload".into()
+}
+
+fn default_route_by() -> String {
+    "aggregatetype".into()
+}
+
+fn default_to() -> String {
+    "outbox.event.${routedByValue}".into()
 }

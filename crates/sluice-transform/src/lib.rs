@@ -9,15 +9,18 @@ mod columns;
 mod config;
 mod filter;
 mod mask;
+mod outbox;
 mod route;
 mod rows;
+mod unwrap;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use sluice_core::Event;
 
 pub use config::{
-    ColumnsConfig, Condition, FilterAction, FilterConfig, MaskConfig, MaskWith, RouteConfig, Scalar, TransformConfig,
+    ColumnsConfig, Condition, DeleteHandling, FilterAction, FilterConfig, MaskConfig, MaskWith, OutboxConfig,
+    OutboxHeader, OutboxUpdates, RouteConfig, Scalar, TransformConfig, UnwrapConfig,
 };
 
 /// What a transform does with one event.
@@ -144,3 +147,5 @@ impl Transforms {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_flat;

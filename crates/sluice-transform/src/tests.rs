@@ -5,7 +5,7 @@ use sluice_core::{ColumnSchema, ColumnType, Event, Lsn, Op, Origin, Position, Ro
 
 use crate::{TransformConfig, Transforms, Verdict};
 
-fn schema() -> Arc<TableSchema> {
+pub(crate) fn schema() -> Arc<TableSchema> {
     let column = |name: &str, ty: ColumnType| ColumnSchema {
         name: name.into(),
         type_name: "t".into(),
@@ -24,12 +24,12 @@ fn schema() -> Arc<TableSchema> {
     })
 }
 
-fn row(id: i64, email: Value, status: &str, note: Value) -> Row {
+pub(crate) fn row(id: i64, email: Value, status: &str, note: Value) -> Row {
     let columns = vec![Arc::from("id"), "email".into(), "status".into(), "note".into()].into();
     Row { columns, values: vec![Value::Int(id), email, Value::Text(status.into()), note] }
 }
 
-fn event(op: Op, table: &str, before: Option<Row>, after: Option<Row>) -> Event {
+pub(crate) fn event(op: Op, table: &str, before: Option<Row>, after: Option<Row>) -> Event {
     let id = before.as_ref().or(after.as_ref()).and_then(|r| r.get("id")).cloned().unwrap_or(Value::Null);
     Event {
         op,
@@ -47,10 +47,11 @@ fn event(op: Op, table: &str, before: Option<Row>, after: Option<Row>) -> Event 
         schema: Some(schema()),
         origin: Origin::None,
         route: None,
+        shape: Default::default(),
     }
 }
 
-fn insert(id: i64, status: &str) -> Event {
+pub(crate) fn insert(id: i64, status: &str) -> Event {
     event(
         Op::Insert,
         "public.users",
@@ -59,7 +60,7 @@ fn insert(id: i64, status: &str) -> Event {
     )
 }
 
-fn update(id: i64, old: &str, new: &str) -> Event {
+pub(crate) fn update(id: i64, old: &str, new: &str) -> Event {
     let email = || Value::Text(format!("u{id}@example.com"));
     event(
         Op::Update,
@@ -69,12 +70,12 @@ fn update(id: i64, old: &str, new: &str) -> Event {
     )
 }
 
-fn transforms(yaml: &str) -> Transforms {
+pub(crate) fn transforms(yaml: &str) -> Transforms {
     let configs: Vec<TransformConfig> = serde_yaml::from_str(yaml).unwrap();
     Transforms::build(&configs).unwrap()
 }
 
-fn build_error(yaml: &str) -> String {
+pub(crate) fn build_error(yaml: &str) -> String {
     match serde_yaml::from_str::<Vec<TransformConfig>>(yaml) {
         Ok(configs) => Transforms::build(&configs).expect_err("the config is refused"),
         Err(e) => e.to_string(),

@@ -39,6 +39,7 @@ fn row(table: &str, op: Op, id: i64, lsn: u64) -> Event {
         schema: None,
         origin: crate::schema::Origin::None,
         route: None,
+        shape: Default::default(),
     }
 }
 

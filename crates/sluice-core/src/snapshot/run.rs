@@ -300,6 +300,7 @@ mod tests {
             schema: None,
             origin: crate::schema::Origin::Snapshot(SnapshotMark::Row),
             route: None,
+            shape: Default::default(),
         }
     }
 

@@ -53,6 +53,7 @@ fn event(op: Op) -> Event {
         schema: Some(schema),
         origin: Origin::Postgres { lsn: 0x90, last_commit_lsn: Some(0x80), tx: None },
         route: None,
+        shape: Default::default(),
     }
 }
 

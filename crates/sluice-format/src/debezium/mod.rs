@@ -3,6 +3,7 @@
 //! (`schemas: true`) or the bare payload; or, for Avro, as the datums
 //! Kafka Connect's Avro converter writes, straight from the event.
 
+mod flat;
 pub(crate) mod out;
 mod settings;
 mod source;
@@ -15,7 +16,7 @@ mod values;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use sluice_core::{Event, Op, Row, TableSchema, Value};
+use sluice_core::{Event, Op, Row, Shape, TableSchema, Value};
 
 pub use settings::{BinaryHandling, DebeziumSettings, DecimalHandling, Include, TimePrecision};
 
@@ -34,6 +35,13 @@ struct Table {
     fields: Vec<Field>,
     key_schema: Arc<str>,
     envelope_schema: Arc<str>,
+    /// The row alone as a record's value (a transform's flat shape):
+    /// `.0` optional, as the `after` field is (a null value's schema),
+    /// `.1` required, as Debezium's transform rebuilds a row's.
+    row_schemas: (Arc<str>, Arc<str>),
+    /// Each column's schema on its own, as an outbox message's key or
+    /// value.
+    column_schemas: Vec<Arc<str>>,
     /// The Avro schemas of key and envelope, when writing Avro.
     #[cfg(feature = "avro")]
     avro: Option<(Avro, Avro)>,
@@ -185,6 +193,12 @@ impl Encoder {
         if !self.tables.contains_key(&key) {
             let table = self.table(event, schema)?;
             self.tables.insert(key, table);
+        }
+        match &event.shape {
+            Shape::Envelope => {}
+            Shape::Row(old_key) => return self.flat_row(event, key, *old_key, out).map_err(refuse),
+            Shape::Tombstone => return self.flat_tombstone(event, key, out).map_err(refuse),
+            Shape::Message(message) => return self.flat_message(event, key, message, out).map_err(refuse),
         }
         let table = &self.tables[&key];
         let old_key = match (event.op, &event.before) {
@@ -354,6 +368,25 @@ impl Encoder {
         }
         key_fields.push(']');
         let key_schema = format!(r#"{{"type":"struct","fields":{key_fields},"optional":false,"name":"{name}.Key"}}"#);
+        let row_schema = |optional: bool| -> Arc<str> {
+            format!(r#"{{"type":"struct","fields":{value_schema},"optional":{optional},"name":"{name}.Value"}}"#).into()
+        };
+        let row_schemas = (row_schema(true), row_schema(false));
+        let column_schemas = schema
+            .columns
+            .iter()
+            .zip(&fields)
+            .map(|(column, field)| {
+                let mut text = String::new();
+                types::write_schema_open(&mut text, field, column.nullable);
+                if let Some(default) = column.default.as_ref().and_then(|d| default_json(d, field, &self.settings)) {
+                    text.push_str(",\"default\":");
+                    text.push_str(&default);
+                }
+                text.push('}');
+                Arc::from(text)
+            })
+            .collect();
         let row = |field: &str| {
             format!(
                 r#"{{"type":"struct","fields":{value_schema},"optional":true,"name":"{name}.Value","field":"{field}"}}"#
@@ -378,6 +411,8 @@ impl Encoder {
             fields,
             key_schema: key_schema.into(),
             envelope_schema: envelope_schema.into(),
+            row_schemas,
+            column_schemas,
             #[cfg(feature = "avro")]
             avro,
         })

@@ -45,6 +45,7 @@ impl Reader {
             schema: None,
             origin: sluice_core::schema::Origin::None,
             route: None,
+            shape: Default::default(),
         })
     }
 

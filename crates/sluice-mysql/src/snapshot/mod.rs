@@ -297,6 +297,7 @@ fn event(settings: &Settings, table: &TablePlan, key: Vec<u8>, row: &[mysql_asyn
         schema: Some(table.declared.clone()),
         origin: sluice_core::schema::Origin::Snapshot(sluice_core::schema::SnapshotMark::Row),
         route: None,
+        shape: Default::default(),
     }
 }
 

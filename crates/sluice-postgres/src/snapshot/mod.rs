@@ -274,5 +274,6 @@ fn event(settings: &Settings, table: &TablePlan, tx_id: &Arc<str>, key: Vec<u8>,
         schema: Some(table.schema.clone()),
         origin: sluice_core::schema::Origin::Snapshot(sluice_core::schema::SnapshotMark::Row),
         route: None,
+        shape: Default::default(),
     }
 }

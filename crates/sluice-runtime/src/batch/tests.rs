@@ -23,6 +23,7 @@ fn stream(sizes: &[u32]) -> Vec<Event> {
                 schema: None,
                 origin: sluice_core::schema::Origin::None,
                 route: None,
+                shape: Default::default(),
             });
         }
     }

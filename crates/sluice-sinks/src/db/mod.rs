@@ -207,6 +207,7 @@ mod tests {
             schema: Some(Arc::new(TableSchema { columns: vec![column("id"), column("at")], primary_key })),
             origin: Origin::None,
             route: None,
+            shape: Default::default(),
         }
     }
 

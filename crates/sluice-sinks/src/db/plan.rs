@@ -16,7 +16,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use sluice_core::time::format_utc_micros;
-use sluice_core::{Event, Op, Row, SinkError, Value};
+use sluice_core::{Event, OldKey, Op, Row, Shape, SinkError, Value};
 
 use super::{ApplyMode, ColumnFilter};
 
@@ -144,8 +144,30 @@ impl<E: Encoding> Plan<E> {
         if mode == ApplyMode::Changelog {
             return plan.append::<E>(event);
         }
-        match event.op {
-            Op::Insert | Op::Read | Op::Update => {
+        match (&event.shape, event.op) {
+            // The flat shapes of `unwrap`: a tombstone deletes the key; a
+            // row is written whatever the op (a rewritten delete is the
+            // old row marked `__deleted`), and an update that moved the
+            // row does to the old key what the transform said.
+            (Shape::Tombstone, _) => {
+                let image = event.key.as_ref().or(event.before.as_ref());
+                plan.delete::<E>(event, image.ok_or_else(|| missing_key(event, "(no row image)"))?)
+            }
+            (Shape::Row(old_key), _) => {
+                let after = event.after.as_ref().ok_or_else(|| missing_key(event, "(no row image)"))?;
+                if event.changes_key()
+                    && let Some(before) = &event.before
+                {
+                    match old_key {
+                        OldKey::Nothing => {}
+                        OldKey::Tombstone => plan.delete::<E>(event, before)?,
+                        OldKey::Row => plan.upsert::<E>(Kind::Upsert, event, before, table, filter)?,
+                    }
+                }
+                let kind = if matches!(event.op, Op::Insert | Op::Read) { Kind::Insert } else { Kind::Upsert };
+                plan.upsert::<E>(kind, event, after, table, filter)
+            }
+            (_, Op::Insert | Op::Read | Op::Update) => {
                 let after = event.after.as_ref().ok_or_else(|| missing_key(event, "(no row image)"))?;
                 if event.op == Op::Update
                     && let Some(before) = &event.before
@@ -157,14 +179,14 @@ impl<E: Encoding> Plan<E> {
                 let kind = if event.op == Op::Update { Kind::Upsert } else { Kind::Insert };
                 plan.upsert::<E>(kind, event, after, table, filter)
             }
-            Op::Delete => {
+            (_, Op::Delete) => {
                 let image = match &event.key {
                     Some(key) if plan.key_text::<E>(key).is_some() => key,
                     _ => event.before.as_ref().ok_or_else(|| missing_key(event, "(no row image)"))?,
                 };
                 plan.delete::<E>(event, image)
             }
-            Op::Truncate => {
+            (_, Op::Truncate) => {
                 if plan.runs.last().is_none_or(|r| r.kind != Kind::Truncate) {
                     plan.runs.push(Run { kind: Kind::Truncate, columns: Vec::new(), data: String::new() });
                 }
@@ -173,7 +195,7 @@ impl<E: Encoding> Plan<E> {
                 plan.keys.clear();
                 Ok(())
             }
-            Op::Message | Op::Schema => Ok(()),
+            (_, Op::Message | Op::Schema) => Ok(()),
         }
     }
 }
@@ -341,6 +363,7 @@ mod tests {
             schema: None,
             origin: Origin::None,
             route: None,
+            shape: Default::default(),
         }
     }
 

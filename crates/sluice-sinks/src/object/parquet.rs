@@ -17,7 +17,7 @@ use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression as ParquetCompression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use sluice_core::{Event, Op, Row, SinkError, TableSchema, Value};
+use sluice_core::{Event, Op, Row, Shape, SinkError, TableSchema, Value};
 
 use super::Compression;
 use super::columns::{Column, Kind, append, builder, declared, finish, fits, inferred};
@@ -285,10 +285,12 @@ fn same_columns(row: &Row, names: &[Arc<str>]) -> bool {
     row.columns.len() == names.len() && row.columns.iter().zip(names).all(|(a, b)| a == b)
 }
 
-/// The row a Parquet line shows: the new image, or the old one for a delete.
+/// The row a Parquet line shows: the new image, or the old one for a
+/// delete; a flat row (`unwrap`) is its `after`, a rewritten delete too.
 fn image(event: &Event) -> Option<&Row> {
-    match event.op {
-        Op::Delete => event.before.as_ref(),
+    match (&event.shape, event.op) {
+        (Shape::Row(_), _) => event.after.as_ref(),
+        (_, Op::Delete) => event.before.as_ref(),
         _ => event.after.as_ref(),
     }
 }

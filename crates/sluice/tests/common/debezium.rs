@@ -100,6 +100,11 @@ pub fn create_topics(names: &[String]) {
 /// Every message of a one-partition topic: key, value and the
 /// `__debezium.*` headers.
 pub fn kafka_topic(topic: &str) -> Vec<(Value, Value, BTreeMap<String, String>)> {
+    kafka_topic_with(topic, |name| name.starts_with("__debezium."))
+}
+
+/// [`kafka_topic`] with the headers `keep` names.
+pub fn kafka_topic_with(topic: &str, keep: impl Fn(&str) -> bool) -> Vec<(Value, Value, BTreeMap<String, String>)> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", env("SLUICE_TEST_KAFKA_BROKERS"))
         .set("group.id", unique("golden"))
@@ -118,7 +123,7 @@ pub fn kafka_topic(topic: &str) -> Vec<(Value, Value, BTreeMap<String, String>)>
                     .headers()
                     .map(|h| {
                         h.iter()
-                            .filter(|h| h.key.starts_with("__debezium."))
+                            .filter(|h| keep(h.key))
                             .map(|h| (h.key.to_string(), String::from_utf8_lossy(h.value.unwrap_or(b"")).into_owned()))
                             .collect()
                     })
@@ -190,12 +195,18 @@ pub fn compare_files(schemas: &Path, plain: &Path, theirs: &[Value]) {
 /// Compares Sluice's Kafka topics with Debezium's records topic by topic:
 /// keys, values, tombstones and the key-change headers.
 pub fn compare_topics(theirs: &[Value], skip: impl Fn(&str) -> bool) {
+    compare_topics_with(theirs, skip, |name| name.starts_with("__debezium."));
+}
+
+/// [`compare_topics`] of the headers `keep` names (Debezium's context
+/// headers left out).
+pub fn compare_topics_with(theirs: &[Value], skip: impl Fn(&str) -> bool, keep: impl Fn(&str) -> bool + Copy) {
     let mut topics: Vec<&str> = theirs.iter().filter_map(|r| r["topic"].as_str()).collect();
     topics.sort_unstable();
     topics.dedup();
     for topic in topics.into_iter().filter(|t| !skip(t)) {
         let expected: Vec<&Value> = theirs.iter().filter(|r| r["topic"] == topic).collect();
-        let mut got = kafka_topic(topic);
+        let mut got = kafka_topic_with(topic, keep);
         let kept = without_truncate_ends(got.iter().map(|(_, value, _)| value.clone()).collect(), theirs);
         got.retain(|(_, value, _)| kept.contains(value));
         assert_eq!(
@@ -212,7 +223,7 @@ pub fn compare_topics(theirs: &[Value], skip: impl Fn(&str) -> bool) {
                 .as_object()
                 .unwrap()
                 .iter()
-                .filter(|(k, _)| !k.starts_with("__debezium.context."))
+                .filter(|(k, _)| !k.starts_with("__debezium.context.") && keep(k))
                 .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
                 .collect();
             assert_eq!(headers, their_headers, "{topic} record {i} headers");
