@@ -70,9 +70,11 @@ fn validate_pipeline(at: &str, pipeline: &PipelineConfig) -> Result<(), Invalid>
         sink.settings().validate(&sink_at)?;
         sink.buffer().validate(&sink_at)?;
         validate_delivery(&sink_at, sink)?;
-        validate_transforms(&sink_at, sink.transforms())?;
+        let exactly_once = sink.guarantee().is_exactly_once().then(|| sink.id());
+        validate_transforms(&sink_at, sink.transforms(), exactly_once)?;
     }
-    validate_transforms(at, &pipeline.transforms)?;
+    let exactly_once = pipeline.sinks.iter().find(|s| s.guarantee().is_exactly_once()).map(SinkConfig::id);
+    validate_transforms(at, &pipeline.transforms, exactly_once)?;
     validate_batch(&format!("{at}.batch"), &pipeline.batch)?;
     validate_policy(&format!("{at}.commit_policy"), &pipeline.commit_policy, &pipeline.sinks)?;
     let dead_letter_at = format!("{at}.dead_letter");
@@ -202,16 +204,29 @@ fn validate_policy(at: &str, policy: &CommitPolicy, sinks: &[SinkConfig]) -> Res
     }
 }
 
-/// Builds each step of a `transforms:` list under `at`.
-fn validate_transforms(at: &str, transforms: &[sluice_transform::TransformConfig]) -> Result<(), Invalid> {
+/// Builds each step of a `transforms:` list under `at`. A step whose
+/// output a replay would not repeat is refused where `exactly_once` names
+/// a sink that gets what it writes.
+fn validate_transforms(
+    at: &str,
+    transforms: &[sluice_transform::TransformConfig],
+    exactly_once: Option<&str>,
+) -> Result<(), Invalid> {
     for (index, transform) in transforms.iter().enumerate() {
-        transform.check().map_err(|problem| {
-            Invalid::new(
-                format!("{at}.transforms[{index}]"),
-                problem,
-                "fix the transform's settings; docs/transforms.md describes each one",
-            )
-        })?;
+        let field = format!("{at}.transforms[{index}]");
+        let fix = "fix the transform's settings; docs/transforms.md describes each one";
+        transform.check().map_err(|problem| Invalid::new(field.clone(), problem, fix))?;
+        if let Some(sink) = exactly_once
+            && let Some(function) = transform.nondeterministic().map_err(|p| Invalid::new(field.clone(), p, fix))?
+        {
+            return Err(Invalid::new(
+                field,
+                format!(
+                    "the script calls {function}, whose value a replay would not repeat, and sink {sink:?} is exactly-once: after a crash it would get other bytes for the same event"
+                ),
+                "take the value from the event (source.commit_time_us, source.position), or make the sink at-least-once",
+            ));
+        }
     }
     Ok(())
 }

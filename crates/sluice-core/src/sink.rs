@@ -78,11 +78,12 @@ pub trait Sink: Send {
     /// untouched. Returns [`SinkError::Rejected`] when the sink still
     /// refuses it. Sinks whose stored position is the last event they hold
     /// (file, NATS) cannot take an older event without breaking recovery,
-    /// and they never dead-letter events, so they refuse.
+    /// so they refuse; they dead-letter only what their own transforms
+    /// fail on.
     async fn redeliver(&mut self, event: &Event) -> Result<(), SinkError> {
         Err(SinkError::permanent(
             format!("sink {:?} cannot take event {} out of position order", self.id(), event.position),
-            "this sink type never sends events to the dead letter queue; purge the letter",
+            "this sink writes in position order and finds its place by the last event it holds, so it cannot take an older one; `sluice dlq show` gives the event to replay elsewhere, then purge the letter",
         ))
     }
 }

@@ -16,6 +16,7 @@ pub enum TransformConfig {
     Route(RouteConfig),
     Unwrap(UnwrapConfig),
     Outbox(OutboxConfig),
+    Vrl(VrlConfig),
 }
 
 impl TransformConfig {
@@ -27,12 +28,23 @@ impl TransformConfig {
             TransformConfig::Route(_) => "route",
             TransformConfig::Unwrap(_) => "unwrap",
             TransformConfig::Outbox(_) => "outbox",
+            TransformConfig::Vrl(_) => "vrl",
         }
     }
 
     /// Whether the settings build: what `sluice validate` reports.
     pub fn check(&self) -> Result<(), String> {
         self.build().map(|_| ())
+    }
+
+    /// A function the step calls whose result a replay would not repeat
+    /// (a VRL script's `now()`), which an exactly-once sink cannot take.
+    pub fn nondeterministic(&self) -> Result<Option<String>, String> {
+        match self {
+            #[cfg(feature = "vrl")]
+            TransformConfig::Vrl(c) => crate::vrl_script::nondeterministic(c),
+            _ => Ok(None),
+        }
     }
 
     pub(crate) fn build(&self) -> Result<Box<dyn Transform>, String> {
@@ -43,6 +55,10 @@ impl TransformConfig {
             TransformConfig::Route(c) => Box::new(crate::route::Route::new(c)?),
             TransformConfig::Unwrap(c) => Box::new(crate::unwrap::Unwrap::new(c)?),
             TransformConfig::Outbox(c) => Box::new(crate::outbox::Outbox::new(c)?),
+            #[cfg(feature = "vrl")]
+            TransformConfig::Vrl(c) => Box::new(crate::vrl_script::Vrl::new(c)?),
+            #[cfg(not(feature = "vrl"))]
+            TransformConfig::Vrl(_) => return Err(NO_VRL.into()),
         })
     }
 }
@@ -284,4 +300,20 @@ fn default_route_by() -> String {
 
 fn default_to() -> String {
     "outbox.event.${routedByValue}".into()
+}
+
+#[cfg(not(feature = "vrl"))]
+const NO_VRL: &str = "this sluice was built without VRL (the cargo feature `vrl`); use a build with it";
+
+/// `vrl`: a Vector Remap Language script run on each event.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VrlConfig {
+    /// Table patterns; empty matches every table.
+    #[serde(default)]
+    pub tables: Vec<String>,
+    /// The script.
+    pub source: Option<String>,
+    /// A file holding the script, read when the config is loaded.
+    pub file: Option<String>,
 }

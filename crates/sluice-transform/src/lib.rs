@@ -13,6 +13,8 @@ mod outbox;
 mod route;
 mod rows;
 mod unwrap;
+#[cfg(feature = "vrl")]
+mod vrl_script;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -20,7 +22,7 @@ use sluice_core::Event;
 
 pub use config::{
     ColumnsConfig, Condition, DeleteHandling, FilterAction, FilterConfig, MaskConfig, MaskWith, OutboxConfig,
-    OutboxHeader, OutboxUpdates, RouteConfig, Scalar, TransformConfig, UnwrapConfig,
+    OutboxHeader, OutboxUpdates, RouteConfig, Scalar, TransformConfig, UnwrapConfig, VrlConfig,
 };
 
 /// What a transform does with one event.
@@ -149,3 +151,5 @@ impl Transforms {
 mod tests;
 #[cfg(test)]
 mod tests_flat;
+#[cfg(all(test, feature = "vrl"))]
+mod tests_vrl;

@@ -23,7 +23,7 @@ type PartitionKey = (Arc<str>, i64);
 const MICROS_PER_DAY: i64 = 86_400_000_000;
 
 enum Writer {
-    Jsonl(JsonlFile),
+    Jsonl(Box<JsonlFile>),
     Parquet(Box<ParquetFile>),
     Avro(Box<AvroFile>),
 }
@@ -151,7 +151,7 @@ impl ObjectSink {
         let staged = self.staging.join(format!("{}.staged", self.next_file));
         let compression = self.config.compression();
         let writer = match self.config.format.file {
-            FileFormat::Jsonl => JsonlFile::create(&staged, compression).map(Writer::Jsonl),
+            FileFormat::Jsonl => JsonlFile::create(&staged, compression).map(|w| Writer::Jsonl(Box::new(w))),
             FileFormat::Parquet => ParquetFile::create(&staged, compression).map(|f| Writer::Parquet(Box::new(f))),
             FileFormat::Avro => {
                 let (connect, schema) = avro.ok_or_else(|| {

@@ -1,0 +1,390 @@
+//! `vrl`: a Vector Remap Language script over each event.
+//!
+//! The script sees the event as `.`: `op`, `db`, `table`, `key`,
+//! `before`, `after` and `source` (`id`, `position`, `tx_id`,
+//! `commit_time_us`, `schema_version`); it may change `key`, `before` and
+//! `after`, and set `route`, and the rest is read-only (assigning to it is
+//! a compile error). `abort` drops the event; a runtime error fails it,
+//! with the line and column of the failing expression. Compiled once, when
+//! the step is built.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use sluice_core::{ColumnSchema, ColumnType, Event, JsonText, Row, TableSchema, Value};
+use vrl::compiler::{CompileConfig, Context, ExpressionError, Function, Program, TargetValue, TimeZone, TypeState};
+use vrl::diagnostic::{Diagnostic, Label, Severity, Span};
+use vrl::value::{ObjectMap, Secrets, Value as VrlValue};
+
+use crate::config::VrlConfig;
+use crate::rows::Tables;
+use crate::{Transform, TransformError, Verdict};
+
+/// The functions whose result is not a function of their arguments: a
+/// replay would get another value.
+pub(crate) const NONDETERMINISTIC: &[&str] = &[
+    "now",
+    "random_bool",
+    "random_bytes",
+    "random_float",
+    "random_int",
+    "uuid_v4",
+    "uuid_v7",
+    "get_hostname",
+    "get_timezone_name",
+    "get_env_var",
+    "dns_lookup",
+    "reverse_dns",
+    "http_request",
+    "parse_syslog",
+    "parse_klog",
+    "parse_linux_authorization",
+];
+
+const READ_ONLY: &[&str] = &["op", "db", "table", "source"];
+
+pub(crate) struct Vrl {
+    tables: Tables,
+    program: Program,
+    source: Arc<str>,
+    /// UTC, so time functions give the same text on every machine.
+    timezone: TimeZone,
+}
+
+/// The script's text, from `source` or `file`.
+pub(crate) fn text(config: &VrlConfig) -> Result<String, String> {
+    match (&config.source, &config.file) {
+        (Some(source), None) => Ok(source.clone()),
+        (None, Some(file)) => std::fs::read_to_string(file)
+            .map_err(|e| format!("file: cannot read {file:?}: {e}; give a readable .vrl file")),
+        _ => Err("give the script as source or as file, one of them".into()),
+    }
+}
+
+fn functions(deterministic: bool) -> Vec<Box<dyn Function>> {
+    let all = vrl::stdlib::all();
+    if !deterministic {
+        return all;
+    }
+    all.into_iter().filter(|f| !NONDETERMINISTIC.contains(&f.identifier())).collect()
+}
+
+fn compile(source: &str, deterministic: bool) -> Result<Program, String> {
+    compiled(source, deterministic).map_err(|diagnostics| {
+        let errors: Vec<String> = diagnostics.iter().map(|d| describe(source, d)).collect();
+        errors.join("; ")
+    })
+}
+
+/// The program, or the errors (not the warnings) that stopped it.
+fn compiled(source: &str, deterministic: bool) -> Result<Program, Vec<Diagnostic>> {
+    let mut config = CompileConfig::default();
+    for path in READ_ONLY {
+        config.set_read_only_path(vrl::owned_event_path!(*path), true);
+    }
+    match vrl::compiler::compile_with_state(source, &functions(deterministic), &TypeState::default(), config) {
+        Ok(result) => Ok(result.program),
+        Err(diagnostics) => {
+            Err(diagnostics.iter().filter(|d| matches!(d.severity, Severity::Error | Severity::Bug)).cloned().collect())
+        }
+    }
+}
+
+/// A diagnostic as `line L, column C: message (label)`.
+fn describe(source: &str, diagnostic: &Diagnostic) -> String {
+    let primary = diagnostic.labels.iter().find(|l| l.primary).or(diagnostic.labels.first());
+    match primary {
+        Some(label) => {
+            let (line, column) = place(source, label.span);
+            let detail = if label.message.is_empty() { String::new() } else { format!(" ({})", label.message) };
+            format!("line {line}, column {column}: {}{detail} [E{:03}]", diagnostic.message, diagnostic.code)
+        }
+        None => format!("{} [E{:03}]", diagnostic.message, diagnostic.code),
+    }
+}
+
+/// The line and column (from 1, in characters) where `span` starts.
+fn place(source: &str, span: Span) -> (usize, usize) {
+    let before = &source[..span.start().min(source.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// The first nondeterministic function the script calls, if any: the
+/// script compiles with every function, and without those calls it to
+/// one that is not there.
+pub(crate) fn nondeterministic(config: &VrlConfig) -> Result<Option<String>, String> {
+    const UNDEFINED_FUNCTION: usize = 105;
+    let source = text(config)?;
+    compile(&source, false)?;
+    let Err(diagnostics) = compiled(&source, true) else { return Ok(None) };
+    let called = diagnostics.iter().filter(|d| d.code == UNDEFINED_FUNCTION).find_map(|d| {
+        let span = d.labels.iter().find(|l| l.primary)?.span;
+        let text = source.get(span.start()..span.end())?;
+        let name = text.split(['(', '!']).next()?.trim();
+        NONDETERMINISTIC.contains(&name).then(|| format!("{name}()"))
+    });
+    Ok(Some(called.unwrap_or_else(|| "a function that is not deterministic".into())))
+}
+
+impl Vrl {
+    pub fn new(config: &VrlConfig) -> Result<Self, String> {
+        let source = text(config)?;
+        let program = compile(&source, false)?;
+        let timezone = TimeZone::parse("UTC").ok_or("the UTC time zone is missing")?;
+        Ok(Self { tables: Tables::new(&config.tables)?, program, source: source.into(), timezone })
+    }
+}
+
+impl Transform for Vrl {
+    fn apply(&self, event: &mut Event) -> Result<Verdict, TransformError> {
+        if !self.tables.matches(&event.table) {
+            return Ok(Verdict::Keep);
+        }
+        let mut target = TargetValue {
+            value: VrlValue::Object(exposed(event)),
+            metadata: VrlValue::Object(BTreeMap::new()),
+            secrets: Secrets::default(),
+        };
+        let mut state = vrl::compiler::state::RuntimeState::default();
+        let mut context = Context::new(&mut target, &mut state, &self.timezone);
+        match self.program.resolve(&mut context) {
+            Ok(_) | Err(ExpressionError::Return { .. }) => {}
+            Err(ExpressionError::Abort { .. }) => return Ok(Verdict::Drop),
+            Err(error) => return Err(TransformError(self.runtime_error(&error))),
+        }
+        let VrlValue::Object(mut result) = target.value else {
+            return Err(TransformError("the script left `.` something other than an object".into()));
+        };
+        for (field, image) in [("key", &mut event.key), ("before", &mut event.before), ("after", &mut event.after)] {
+            *image = row_back(field, result.remove(field), image.as_ref())?;
+        }
+        event.route = match result.remove("route") {
+            None | Some(VrlValue::Null) => event.route.take(),
+            Some(VrlValue::Bytes(b)) => Some(String::from_utf8_lossy(&b).into()),
+            Some(VrlValue::String(s)) => Some(Arc::from(&*s)),
+            Some(other) => return Err(TransformError(format!("`.route` must be a string, not {}", kind(&other)))),
+        };
+        if let Some(schema) = &event.schema {
+            event.schema = Some(retyped(schema, event.after.as_ref().or(event.before.as_ref())));
+        }
+        Ok(Verdict::Keep)
+    }
+}
+
+impl Vrl {
+    fn runtime_error(&self, error: &ExpressionError) -> String {
+        let labels: &[Label] = match error {
+            ExpressionError::Error { labels, .. } => labels,
+            _ => &[],
+        };
+        let span = labels.iter().find(|l| l.primary).or(labels.first()).map(|l| l.span).or(match error {
+            ExpressionError::Fallible { span } | ExpressionError::Missing { span, .. } => Some(*span),
+            _ => None,
+        });
+        match span {
+            Some(span) => {
+                let (line, column) = place(&self.source, span);
+                format!("the script failed at line {line}, column {column}: {error}")
+            }
+            None => format!("the script failed: {error}"),
+        }
+    }
+}
+
+/// The event as the script sees it.
+fn exposed(event: &Event) -> ObjectMap {
+    let mut source = ObjectMap::new();
+    source.insert("id".into(), VrlValue::from(event.source_id.to_string()));
+    source.insert("position".into(), VrlValue::from(event.position.to_string()));
+    source.insert("tx_id".into(), VrlValue::from(event.tx_id.to_string()));
+    source.insert("commit_time_us".into(), VrlValue::Integer(event.commit_time_us));
+    source.insert("schema_version".into(), VrlValue::Integer(i64::from(event.schema_version)));
+    let mut object = ObjectMap::new();
+    object.insert("op".into(), VrlValue::from(event.op.code()));
+    object.insert("db".into(), VrlValue::from(event.database.to_string()));
+    object.insert("table".into(), VrlValue::from(event.table.to_string()));
+    object.insert("source".into(), VrlValue::Object(source));
+    for (field, image) in [("key", &event.key), ("before", &event.before), ("after", &event.after)] {
+        object.insert(field.into(), image.as_ref().map_or(VrlValue::Null, |row| VrlValue::Object(row_out(row))));
+    }
+    object
+}
+
+fn row_out(row: &Row) -> ObjectMap {
+    row.columns
+        .iter()
+        .zip(&row.values)
+        .filter(|(_, v)| !matches!(v, Value::Unchanged))
+        .map(|(column, value)| (column.to_string().into(), value_out(value)))
+        .collect()
+}
+
+fn value_out(value: &Value) -> VrlValue {
+    match value {
+        Value::Null | Value::Unchanged => VrlValue::Null,
+        Value::Bool(b) => VrlValue::Boolean(*b),
+        Value::Int(i) => VrlValue::Integer(*i),
+        Value::UInt(u) => i64::try_from(*u).map_or_else(|_| VrlValue::from(u.to_string()), VrlValue::Integer),
+        Value::Float(f) => VrlValue::from(serde_json::json!(f)),
+        Value::Bytes(b) => VrlValue::Bytes(b.clone().into()),
+        Value::Json(json) => {
+            serde_json::from_str::<serde_json::Value>(json.as_str()).map_or(VrlValue::Null, VrlValue::from)
+        }
+        Value::Array(items) => VrlValue::Array(items.iter().map(value_out).collect()),
+        other => VrlValue::from(other.text().into_owned()),
+    }
+}
+
+/// A row image back from the script: its columns in the script's order
+/// for new ones, the old order for the rest; a value keeps its old kind
+/// where the script left it the same kind of thing (a decimal stays a
+/// decimal), and columns the source did not send stay unsent.
+fn row_back(field: &str, value: Option<VrlValue>, old: Option<&Row>) -> Result<Option<Row>, TransformError> {
+    let map = match value {
+        None | Some(VrlValue::Null) => return Ok(None),
+        Some(VrlValue::Object(map)) => map,
+        Some(other) => {
+            return Err(TransformError(format!("`.{field}` must be an object or null, not {}", kind(&other))));
+        }
+    };
+    let mut columns: Vec<Arc<str>> = Vec::with_capacity(map.len());
+    let mut values = Vec::with_capacity(map.len());
+    let mut map = map;
+    if let Some(old) = old {
+        for (column, previous) in old.columns.iter().zip(&old.values) {
+            if matches!(previous, Value::Unchanged) {
+                columns.push(column.clone());
+                values.push(Value::Unchanged);
+                continue;
+            }
+            if let Some(value) = map.remove(&**column) {
+                columns.push(column.clone());
+                values.push(value_back(value, Some(previous)));
+            }
+        }
+    }
+    for (column, value) in map {
+        columns.push(String::from(column).into());
+        values.push(value_back(value, None));
+    }
+    Ok(Some(Row { columns: columns.into(), values }))
+}
+
+fn value_back(value: VrlValue, previous: Option<&Value>) -> Value {
+    let text = |s: String| match previous {
+        Some(Value::Decimal(_)) => Value::Decimal(s),
+        Some(Value::Date(_)) => Value::Date(s),
+        Some(Value::Time(_)) => Value::Time(s),
+        Some(Value::Timestamp(_)) => Value::Timestamp(s),
+        Some(Value::TimestampTz(_)) => Value::TimestampTz(s),
+        _ => Value::Text(s),
+    };
+    match value {
+        VrlValue::Null => Value::Null,
+        VrlValue::Boolean(b) => Value::Bool(b),
+        VrlValue::Integer(i) => Value::Int(i),
+        VrlValue::Float(f) => Value::Float(f.into_inner()),
+        VrlValue::Bytes(b) => match (previous, String::from_utf8(b.to_vec())) {
+            (Some(Value::Bytes(_)), _) | (_, Err(_)) => Value::Bytes(b.to_vec()),
+            (_, Ok(s)) => text(s),
+        },
+        VrlValue::String(s) => text(s.to_string()),
+        VrlValue::Timestamp(t) => Value::TimestampTz(t.format("%Y-%m-%dT%H:%M:%S%.fZ").to_string()),
+        VrlValue::Array(items) if !matches!(previous, Some(Value::Json(_))) => {
+            Value::Array(items.into_iter().map(|v| value_back(v, None)).collect())
+        }
+        VrlValue::Regex(r) => Value::Text(r.to_string()),
+        other => {
+            let json: Result<serde_json::Value, _> = other.try_into();
+            json.ok().and_then(|j| JsonText::parse(j.to_string()).ok()).map_or(Value::Null, Value::Json)
+        }
+    }
+}
+
+fn kind(value: &VrlValue) -> &'static str {
+    match value {
+        VrlValue::Object(_) => "an object",
+        VrlValue::Array(_) => "an array",
+        VrlValue::Null => "null",
+        VrlValue::Boolean(_) => "a boolean",
+        VrlValue::Integer(_) | VrlValue::Float(_) => "a number",
+        VrlValue::Timestamp(_) => "a timestamp",
+        _ => "a string",
+    }
+}
+
+/// The schema for the script's row: the old columns' declarations where
+/// a column kept its name and kind, a declaration from the value for a
+/// new column or one whose value changed kind.
+fn retyped(schema: &Arc<TableSchema>, row: Option<&Row>) -> Arc<TableSchema> {
+    let Some(row) = row else { return Arc::clone(schema) };
+    let same = schema.columns.len() == row.columns.len()
+        && schema.columns.iter().zip(row.columns.iter()).all(|(c, name)| c.name == *name)
+        && schema.columns.iter().zip(&row.values).all(|(c, v)| fits(&c.ty, v));
+    if same {
+        return Arc::clone(schema);
+    }
+    let mut primary_key = Vec::new();
+    let columns = row
+        .columns
+        .iter()
+        .zip(&row.values)
+        .enumerate()
+        .map(|(index, (name, value))| {
+            let old = schema.columns.iter().position(|c| c.name == *name);
+            if old.is_some_and(|i| schema.primary_key.contains(&i)) {
+                primary_key.push(index);
+            }
+            match old.map(|i| &schema.columns[i]) {
+                Some(column) if fits(&column.ty, value) => column.clone(),
+                _ => declared(name, value),
+            }
+        })
+        .collect();
+    Arc::new(TableSchema { columns, primary_key })
+}
+
+/// Whether `value` may be a value of a column of type `ty`: NULL and an
+/// unsent value fit any, a text fits the types carried as text.
+fn fits(ty: &ColumnType, value: &Value) -> bool {
+    match value {
+        Value::Null | Value::Unchanged => true,
+        Value::Bool(_) => matches!(ty, ColumnType::Bool),
+        Value::Int(_) | Value::UInt(_) => {
+            matches!(ty, ColumnType::Int16 | ColumnType::Int32 | ColumnType::Int64 | ColumnType::Year)
+        }
+        Value::Float(_) => matches!(ty, ColumnType::Float32 | ColumnType::Float64),
+        Value::Json(_) => matches!(ty, ColumnType::Json),
+        Value::Bytes(_) => matches!(ty, ColumnType::Bytes | ColumnType::Bits { .. }),
+        Value::Array(_) => matches!(ty, ColumnType::Array(_)),
+        Value::Text(_) => !matches!(
+            ty,
+            ColumnType::Bool
+                | ColumnType::Int16
+                | ColumnType::Int32
+                | ColumnType::Int64
+                | ColumnType::Float32
+                | ColumnType::Float64
+                | ColumnType::Json
+                | ColumnType::Bytes
+                | ColumnType::Array(_)
+        ),
+        _ => true,
+    }
+}
+
+fn declared(name: &Arc<str>, value: &Value) -> ColumnSchema {
+    let (ty, type_name) = match value {
+        Value::Bool(_) => (ColumnType::Bool, "bool"),
+        Value::Int(_) | Value::UInt(_) => (ColumnType::Int64, "int8"),
+        Value::Float(_) => (ColumnType::Float64, "float8"),
+        Value::Json(_) => (ColumnType::Json, "jsonb"),
+        Value::Bytes(_) => (ColumnType::Bytes, "bytea"),
+        Value::TimestampTz(_) => (ColumnType::TimestampTz { precision: 6 }, "timestamptz"),
+        Value::Array(_) => (ColumnType::Array(Box::new(ColumnType::Text { length: None })), "_text"),
+        _ => (ColumnType::Text { length: None }, "text"),
+    };
+    ColumnSchema { name: Arc::clone(name), type_name: type_name.into(), ty, nullable: true, default: None }
+}
