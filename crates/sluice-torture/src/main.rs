@@ -1,6 +1,7 @@
 //! `sluice-torture`: runs a write workload on PostgreSQL and on MariaDB,
 //! through one Sluice pipeline each into every sink (with a filter that
-//! drops one table and a mask that hashes one column), while killing
+//! drops one table, a mask that hashes one column and a VRL script that
+//! marks the hash), while killing
 //! Sluice, pausing sink servers, cutting and stalling connections and
 //! restarting the databases at random; then drains and compares, sink by sink, what each holds with what the
 //! database committed. Exits 1 if any sink lost an event or an exactly-once

@@ -39,8 +39,9 @@ pub struct Setup {
 /// workload's own `tx_log` table (one per transaction), which the sources
 /// capture only for this: the checkpoints must still pass them, or the
 /// drain never ends, and a reader that meets one fails the run. The mask
-/// hashes `note`: a reader that meets a note in the clear fails the run.
-const TRANSFORMS: &str = "    transforms:\n      - { type: filter, tables: [\"*.tx_log\"] }\n      - { type: mask, columns: [note], with: { sha256: { salt: \"${TORTURE_MASK_SALT}\" } } }\n";
+/// hashes `note`, and a VRL script marks the hash `v:`: a reader that
+/// meets a note in the clear, or unmarked, fails the run.
+const TRANSFORMS: &str = "    transforms:\n      - { type: filter, tables: [\"*.tx_log\"] }\n      - { type: mask, columns: [note], with: { sha256: { salt: \"${TORTURE_MASK_SALT}\" } } }\n      - type: vrl\n        source: |\n          if is_string(.after.note) { .after.note = \"v:\" + string!(.after.note) }\n          if is_string(.before.note) { .before.note = \"v:\" + string!(.before.note) }\n";
 
 /// The salt, handed to Sluice in its environment.
 const MASK_SALT: &str = "torture-pepper";
@@ -397,10 +398,11 @@ impl Setup {
             for (sink, db, prefix) in targets {
                 let mut tables = Vec::new();
                 for table in TABLES {
-                    // A row whose note is in the clear counts as missing.
+                    // A row whose note is in the clear, or not marked by the
+                    // script, counts as missing.
                     let hashed = match kind_of(sink) {
-                        Kind::Postgres => "note ~ '^[0-9a-f]{64}$'",
-                        Kind::MariaDb => "note REGEXP '^[0-9a-f]{64}$'",
+                        Kind::Postgres => "note ~ '^v:[0-9a-f]{64}$'",
+                        Kind::MariaDb => "note REGEXP '^v:[0-9a-f]{64}$'",
                     };
                     let query = format!("SELECT id, change_no FROM {prefix}{table} WHERE {hashed}");
                     let rows = db.rows(&query).await.unwrap_or_default();

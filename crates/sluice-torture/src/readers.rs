@@ -20,7 +20,8 @@ use crate::workload::{Change, TABLES, expected_tag};
 
 /// The change an event envelope describes. A MariaDB row's `tag` must be
 /// the bytes the server holds for its change number (base64 in JSON), and
-/// `note` must be masked (a hex SHA-256); a wrong one marks the change
+/// `note` must be masked (a hex SHA-256) and marked `v:` by the pipelines'
+/// script; a wrong one marks the change
 /// with op `!`, so it counts as a change no transaction made, and the
 /// comparison fails. So does any event of `tx_log`, which the pipelines'
 /// filter drops.
@@ -40,9 +41,11 @@ pub fn change_of(event: &serde_json::Value) -> Option<Change> {
     Some(Change { table, op: if tag_ok && masked { op } else { '!' }, id: row["id"].as_i64()?, change })
 }
 
-/// A hex SHA-256, as the `mask` step writes it.
+/// A hex SHA-256, as the `mask` step writes it, marked `v:` as the `vrl`
+/// step after it writes it.
 fn is_masked(note: &str) -> bool {
-    note.len() == 64 && note.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    let Some(hash) = note.strip_prefix("v:") else { return false };
+    hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Standard base64, as the JSON envelope writes bytes.
@@ -260,7 +263,7 @@ pub async fn s3(env: &Env, prefix: &str) -> anyhow::Result<Vec<Change>> {
 mod tests {
     use super::*;
 
-    const HASH: &str = "47ce0cd5c63317134e85eaf44c97cc2288a3c88b3b3cf7cfb2f1d6589c364b1b";
+    const HASH: &str = "v:47ce0cd5c63317134e85eaf44c97cc2288a3c88b3b3cf7cfb2f1d6589c364b1b";
 
     #[test]
     fn a_mariadb_tag_must_hold_its_change_numbers_bytes() {
@@ -282,6 +285,8 @@ mod tests {
         let clear =
             serde_json::json!({"op": "c", "table": "public.t1", "after": {"id": 7, "change_no": 3, "note": "n3"}});
         assert_eq!(change_of(&clear).unwrap().op, '!');
+        let unmarked = serde_json::json!({"op": "c", "table": "public.t1", "after": {"id": 7, "change_no": 3, "note": &HASH[2..]}});
+        assert_eq!(change_of(&unmarked).unwrap().op, '!', "the script's mark is missing");
         let log = serde_json::json!({"op": "c", "table": "public.tx_log", "after": {"tx": 12}});
         assert_eq!(change_of(&log).unwrap(), Change { table: "tx_log".into(), op: '!', id: 12, change: -1 });
     }

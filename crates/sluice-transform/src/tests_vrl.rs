@@ -65,3 +65,58 @@ fn nondeterministic_calls_are_found() {
     let pure = config("type: vrl\nsource: '.after.email = downcase(string!(.after.email))'\n");
     assert_eq!(pure.nondeterministic().unwrap(), None);
 }
+
+#[test]
+fn the_documented_example_gives_the_documented_result() {
+    use std::sync::Arc;
+    let docs = include_str!("../../../docs/transforms.md");
+    let vrl = &docs[docs.find("## `vrl`").unwrap()..];
+    let yaml = &vrl[vrl.find("```yaml\n").unwrap() + 8..];
+    let yaml = &yaml[..yaml.find("```").unwrap()];
+    let script = transforms(yaml);
+    let columns: Vec<Arc<str>> = ["id", "status", "amount", "region", "internal_notes"].map(Arc::from).to_vec();
+    let row = sluice_core::Row {
+        columns: columns.into(),
+        values: vec![
+            Value::Int(1),
+            Value::Text("paid".into()),
+            Value::Decimal("12.50".into()),
+            Value::Text("EU".into()),
+            Value::Text("x".into()),
+        ],
+    };
+    let mut event = crate::tests::event(Op::Insert, "public.orders", None, Some(row.clone()));
+    assert_eq!(script.apply(&mut event).unwrap(), Verdict::Keep);
+    let after = event.after.as_ref().unwrap();
+    let columns: Vec<&str> = after.columns.iter().map(|c| &**c).collect();
+    assert_eq!(columns, ["id", "status", "amount", "region", "amount_cents"]);
+    assert_eq!(
+        after.values[1..],
+        [Value::Text("PAID".into()), Value::Decimal("12.50".into()), Value::Text("EU".into()), Value::Int(1250)]
+    );
+    assert_eq!(event.route.as_deref(), Some("orders_eu"));
+    let mut gone = crate::tests::event(Op::Delete, "public.orders", Some(row), None);
+    assert_eq!(script.apply(&mut gone).unwrap(), Verdict::Drop);
+}
+
+#[test]
+fn a_script_that_only_deletes_or_only_routes_still_counts() {
+    let deletes = transforms("- { type: vrl, source: 'del(.after.note)' }");
+    let mut event = insert(3, "new");
+    deletes.apply(&mut event).unwrap();
+    let columns: Vec<&str> = event.after.as_ref().unwrap().columns.iter().map(|c| &**c).collect();
+    assert_eq!(columns, ["id", "email", "status"]);
+    let routes = transforms("- { type: vrl, source: '.route = \"elsewhere\"' }");
+    let mut event = insert(3, "new");
+    routes.apply(&mut event).unwrap();
+    assert_eq!(event.route.as_deref(), Some("elsewhere"));
+    assert_eq!(
+        event,
+        {
+            let mut e = insert(3, "new");
+            e.route = Some("elsewhere".into());
+            e
+        },
+        "nothing else changes"
+    );
+}

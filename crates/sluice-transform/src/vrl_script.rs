@@ -8,8 +8,8 @@
 //! with the line and column of the failing expression. Compiled once, when
 //! the step is built.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use sluice_core::{ColumnSchema, ColumnType, Event, JsonText, Row, TableSchema, Value};
 use vrl::compiler::{CompileConfig, Context, ExpressionError, Function, Program, TargetValue, TimeZone, TypeState};
@@ -46,10 +46,21 @@ const READ_ONLY: &[&str] = &["op", "db", "table", "source"];
 pub(crate) struct Vrl {
     tables: Tables,
     program: Program,
+    /// The fields of `.` the script reads or writes: only those are made
+    /// into VRL values and read back.
+    uses: Uses,
     source: Arc<str>,
     /// UTC, so time functions give the same text on every machine.
     timezone: TimeZone,
+    /// The schemas of the script's rows, by the schema they came with and
+    /// the rows' column names and kinds: one per shape, not one per event,
+    /// so formats and sinks that key on the schema see a few.
+    schemas: Mutex<HashMap<(usize, String), (Arc<TableSchema>, Arc<TableSchema>)>>,
 }
+
+/// More shapes than a script makes of its tables: a sign the kinds vary
+/// by row, so the map starts over rather than grow.
+const MAX_SCHEMAS: usize = 1024;
 
 /// The script's text, from `source` or `file`.
 pub(crate) fn text(config: &VrlConfig) -> Result<String, String> {
@@ -133,7 +144,15 @@ impl Vrl {
         let source = text(config)?;
         let program = compile(&source, false)?;
         let timezone = TimeZone::parse("UTC").ok_or("the UTC time zone is missing")?;
-        Ok(Self { tables: Tables::new(&config.tables)?, program, source: source.into(), timezone })
+        let uses = Uses::of(program.info());
+        Ok(Self {
+            tables: Tables::new(&config.tables)?,
+            uses,
+            program,
+            source: source.into(),
+            timezone,
+            schemas: Mutex::new(HashMap::new()),
+        })
     }
 }
 
@@ -143,7 +162,7 @@ impl Transform for Vrl {
             return Ok(Verdict::Keep);
         }
         let mut target = TargetValue {
-            value: VrlValue::Object(exposed(event)),
+            value: VrlValue::Object(exposed(event, &self.uses)),
             metadata: VrlValue::Object(BTreeMap::new()),
             secrets: Secrets::default(),
         };
@@ -157,7 +176,8 @@ impl Transform for Vrl {
         let VrlValue::Object(mut result) = target.value else {
             return Err(TransformError("the script left `.` something other than an object".into()));
         };
-        for (field, image) in [("key", &mut event.key), ("before", &mut event.before), ("after", &mut event.after)] {
+        let images = [("key", &mut event.key), ("before", &mut event.before), ("after", &mut event.after)];
+        for (field, image) in images.into_iter().filter(|(field, _)| self.uses.has(field)) {
             *image = row_back(field, result.remove(field), image.as_ref())?;
         }
         event.route = match result.remove("route") {
@@ -167,13 +187,37 @@ impl Transform for Vrl {
             Some(other) => return Err(TransformError(format!("`.route` must be a string, not {}", kind(&other)))),
         };
         if let Some(schema) = &event.schema {
-            event.schema = Some(retyped(schema, event.after.as_ref().or(event.before.as_ref())));
+            event.schema = Some(self.retyped(schema, event.after.as_ref().or(event.before.as_ref())));
         }
         Ok(Verdict::Keep)
     }
 }
 
 impl Vrl {
+    /// The schema for the script's row: the old one where nothing it
+    /// declares changed, else one worked out once per shape of row.
+    fn retyped(&self, schema: &Arc<TableSchema>, row: Option<&Row>) -> Arc<TableSchema> {
+        let Some(row) = row else { return Arc::clone(schema) };
+        let same = schema.columns.len() == row.columns.len()
+            && schema.columns.iter().zip(row.columns.iter()).all(|(c, name)| c.name == *name)
+            && schema.columns.iter().zip(&row.values).all(|(c, v)| fits(&c.ty, v));
+        if same {
+            return Arc::clone(schema);
+        }
+        let mut shape = String::with_capacity(row.columns.len() * 12);
+        for (name, value) in row.columns.iter().zip(&row.values) {
+            shape.push_str(name);
+            shape.push(char::from(b'a' + declared_kind(value)));
+        }
+        let key = (Arc::as_ptr(schema) as *const u8 as usize, shape);
+        let mut schemas = self.schemas.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if schemas.len() >= MAX_SCHEMAS && !schemas.contains_key(&key) {
+            schemas.clear();
+        }
+        let entry = schemas.entry(key).or_insert_with(|| (Arc::clone(schema), retyped(schema, row)));
+        Arc::clone(&entry.1)
+    }
+
     fn runtime_error(&self, error: &ExpressionError) -> String {
         let labels: &[Label] = match error {
             ExpressionError::Error { labels, .. } => labels,
@@ -193,20 +237,50 @@ impl Vrl {
     }
 }
 
-/// The event as the script sees it.
-fn exposed(event: &Event) -> ObjectMap {
-    let mut source = ObjectMap::new();
-    source.insert("id".into(), VrlValue::from(event.source_id.to_string()));
-    source.insert("position".into(), VrlValue::from(event.position.to_string()));
-    source.insert("tx_id".into(), VrlValue::from(event.tx_id.to_string()));
-    source.insert("commit_time_us".into(), VrlValue::Integer(event.commit_time_us));
-    source.insert("schema_version".into(), VrlValue::Integer(i64::from(event.schema_version)));
+/// The top-level fields of `.` a program reads or writes; all of them
+/// when it takes `.` whole.
+struct Uses(Vec<String>);
+
+const FIELDS: [&str; 8] = ["op", "db", "table", "source", "key", "before", "after", "route"];
+
+impl Uses {
+    fn of(info: &vrl::compiler::ProgramInfo) -> Self {
+        let mut fields = Vec::new();
+        for path in info.target_queries.iter().chain(&info.target_assignments) {
+            if path.prefix != vrl::path::PathPrefix::Event {
+                continue;
+            }
+            match path.path.segments.first() {
+                Some(vrl::path::OwnedSegment::Field(name)) => fields.push(name.to_string()),
+                _ => return Self(FIELDS.map(String::from).to_vec()),
+            }
+        }
+        Self(fields)
+    }
+
+    fn has(&self, field: &str) -> bool {
+        self.0.iter().any(|f| f == field)
+    }
+}
+
+/// The event as the script sees it: the fields it uses.
+fn exposed(event: &Event, uses: &Uses) -> ObjectMap {
     let mut object = ObjectMap::new();
-    object.insert("op".into(), VrlValue::from(event.op.code()));
-    object.insert("db".into(), VrlValue::from(event.database.to_string()));
-    object.insert("table".into(), VrlValue::from(event.table.to_string()));
-    object.insert("source".into(), VrlValue::Object(source));
-    for (field, image) in [("key", &event.key), ("before", &event.before), ("after", &event.after)] {
+    if uses.has("source") {
+        let mut source = ObjectMap::new();
+        source.insert("id".into(), VrlValue::from(event.source_id.to_string()));
+        source.insert("position".into(), VrlValue::from(event.position.to_string()));
+        source.insert("tx_id".into(), VrlValue::from(event.tx_id.to_string()));
+        source.insert("commit_time_us".into(), VrlValue::Integer(event.commit_time_us));
+        source.insert("schema_version".into(), VrlValue::Integer(i64::from(event.schema_version)));
+        object.insert("source".into(), VrlValue::Object(source));
+    }
+    let text = [("op", event.op.code()), ("db", &*event.database), ("table", &*event.table)];
+    for (field, value) in text.into_iter().filter(|(field, _)| uses.has(field)) {
+        object.insert(field.into(), VrlValue::from(value));
+    }
+    let images = [("key", &event.key), ("before", &event.before), ("after", &event.after)];
+    for (field, image) in images.into_iter().filter(|(field, _)| uses.has(field)) {
         object.insert(field.into(), image.as_ref().map_or(VrlValue::Null, |row| VrlValue::Object(row_out(row))));
     }
     object
@@ -318,14 +392,7 @@ fn kind(value: &VrlValue) -> &'static str {
 /// The schema for the script's row: the old columns' declarations where
 /// a column kept its name and kind, a declaration from the value for a
 /// new column or one whose value changed kind.
-fn retyped(schema: &Arc<TableSchema>, row: Option<&Row>) -> Arc<TableSchema> {
-    let Some(row) = row else { return Arc::clone(schema) };
-    let same = schema.columns.len() == row.columns.len()
-        && schema.columns.iter().zip(row.columns.iter()).all(|(c, name)| c.name == *name)
-        && schema.columns.iter().zip(&row.values).all(|(c, v)| fits(&c.ty, v));
-    if same {
-        return Arc::clone(schema);
-    }
+fn retyped(schema: &TableSchema, row: &Row) -> Arc<TableSchema> {
     let mut primary_key = Vec::new();
     let columns = row
         .columns
@@ -372,6 +439,20 @@ fn fits(ty: &ColumnType, value: &Value) -> bool {
                 | ColumnType::Array(_)
         ),
         _ => true,
+    }
+}
+
+/// Which declaration [`declared`] gives `value`, as a small number.
+fn declared_kind(value: &Value) -> u8 {
+    match value {
+        Value::Bool(_) => 1,
+        Value::Int(_) | Value::UInt(_) => 2,
+        Value::Float(_) => 3,
+        Value::Json(_) => 4,
+        Value::Bytes(_) => 5,
+        Value::TimestampTz(_) => 6,
+        Value::Array(_) => 7,
+        _ => 0,
     }
 }
 
