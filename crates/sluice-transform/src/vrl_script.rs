@@ -55,8 +55,12 @@ pub(crate) struct Vrl {
     /// The schemas of the script's rows, by the schema they came with and
     /// the rows' column names and kinds: one per shape, not one per event,
     /// so formats and sinks that key on the schema see a few.
-    schemas: Mutex<HashMap<(usize, String), (Arc<TableSchema>, Arc<TableSchema>)>>,
+    schemas: Mutex<HashMap<(usize, String), SchemaPair>>,
 }
+
+/// A schema the script's rows came with (held, so its address stays its
+/// own) and the one they leave with.
+type SchemaPair = (Arc<TableSchema>, Arc<TableSchema>);
 
 /// More shapes than a script makes of its tables: a sign the kinds vary
 /// by row, so the map starts over rather than grow.

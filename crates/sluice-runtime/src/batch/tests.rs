@@ -190,3 +190,20 @@ async fn a_spilled_transaction_whose_events_were_all_dropped_keeps_its_span() {
     );
     assert!(read_all(batch, None).await.is_empty());
 }
+
+#[test]
+fn a_long_batch_split_across_threads_keeps_its_events_in_order() {
+    // Every other transaction is updates, which the filter keeps.
+    let mut events = stream(&[1000; 8]);
+    for event in events.iter_mut().filter(|e| e.tx_id.parse::<u64>().unwrap() % 2 == 0) {
+        event.op = Op::Update;
+    }
+    let expected: Vec<Position> = events.iter().filter(|e| e.op == Op::Update).map(|e| e.position.clone()).collect();
+    let transforms = dropping_inserts();
+    let batch = Batch::in_memory(1, events, 0, &transforms).unwrap().unwrap();
+    let kept: Vec<Position> = batch.events().unwrap().iter().map(|e| e.position.clone()).collect();
+    assert_eq!(kept, expected);
+    let counts: Vec<u64> =
+        transforms.counts().map(|(_, c)| c.dropped.load(std::sync::atomic::Ordering::Relaxed)).collect();
+    assert_eq!(counts, [4000]);
+}
