@@ -5,14 +5,12 @@ use sluice_core::{ColumnSchema, ColumnType, Event, Lsn, Op, Origin, Position, Ro
 
 use crate::{TransformConfig, Transforms, Verdict};
 
+/// A column of the test schemas: every one nullable but `id`.
+pub(crate) fn column(name: &str, ty: ColumnType) -> ColumnSchema {
+    ColumnSchema { name: name.into(), type_name: "t".into(), ty, nullable: name != "id", default: None }
+}
+
 pub(crate) fn schema() -> Arc<TableSchema> {
-    let column = |name: &str, ty: ColumnType| ColumnSchema {
-        name: name.into(),
-        type_name: "t".into(),
-        ty,
-        nullable: name != "id",
-        default: None,
-    };
     Arc::new(TableSchema {
         columns: vec![
             column("id", ColumnType::Int64),

@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use sluice_core::{ColumnSchema, ColumnType, Event, OldKey, Op, Origin, Row, Shape, TableSchema, Value};
+use sluice_core::{ColumnType, Event, OldKey, Op, Origin, Row, Shape, TableSchema, Value};
 
 use crate::Verdict;
-use crate::tests::{build_error, event, insert, row, transforms, update};
+use crate::tests::{build_error, column, event, insert, row, transforms, update};
 
 fn names(row: &Row) -> Vec<&str> {
     row.columns.iter().map(|c| &**c).collect()
@@ -133,13 +133,6 @@ fn unwrap_refuses_fields_a_replay_would_change_or_it_cannot_add() {
 }
 
 fn outbox_schema() -> Arc<TableSchema> {
-    let column = |name: &str, ty: ColumnType| ColumnSchema {
-        name: name.into(),
-        type_name: "t".into(),
-        ty,
-        nullable: name != "id",
-        default: None,
-    };
     let text = || ColumnType::Text { length: None };
     Arc::new(TableSchema {
         columns: vec![

@@ -54,6 +54,19 @@ fn debezium(dir: &std::path::Path, db: &str, prefix: &str, slot: &str, extra: &s
     debezium_records(&dir, "pg", &pg_properties(&dir, db, prefix, &extra), &[])
 }
 
+/// Keeps Debezium's records of `topics` only, and waits until Sluice has
+/// written as many to each.
+fn keep_and_wait(theirs: &mut Vec<serde_json::Value>, topics: &[String]) {
+    theirs.retain(|r| topics.iter().any(|t| r["topic"] == t.as_str()));
+    for topic in topics {
+        let expected = theirs.iter().filter(|r| r["topic"] == topic.as_str()).count();
+        assert!(expected > 0, "Debezium wrote nothing to {topic}");
+        wait_until(Duration::from_secs(60), &format!("sluice's records on {topic}"), || {
+            kafka_topic(topic).len() >= expected
+        });
+    }
+}
+
 #[test]
 fn unwrap_and_outbox_match_debeziums_transforms() {
     let db = "debezium_transforms";
@@ -110,14 +123,7 @@ fn unwrap_and_outbox_match_debeziums_transforms() {
     theirs.extend(debezium(dir.path(), db, &outbox, "dbz_outbox", &router));
     // Debezium's records of the tables each sink's transform does not take
     // (the outbox under unwrap, the items under the router) are not compared.
-    theirs.retain(|r| topics.iter().any(|t| r["topic"] == t.as_str()));
-    for topic in &topics {
-        let expected = theirs.iter().filter(|r| r["topic"] == topic.as_str()).count();
-        assert!(expected > 0, "Debezium wrote nothing to {topic}");
-        wait_until(Duration::from_secs(60), &format!("sluice's records on {topic}"), || {
-            kafka_topic(topic).len() >= expected
-        });
-    }
+    keep_and_wait(&mut theirs, &topics);
     stop(child, dir.path());
     compare_topics_with(
         &theirs,
@@ -213,14 +219,7 @@ fn mariadb_unwrap_and_outbox_match_debeziums_transforms() {
              transforms.outbox.route.topic.replacement={outbox}.${{routedByValue}}\ntable.include.list={db}.outbox\n"
         ),
     ));
-    theirs.retain(|r| topics.iter().any(|t| r["topic"] == t.as_str()));
-    for topic in &topics {
-        let expected = theirs.iter().filter(|r| r["topic"] == topic.as_str()).count();
-        assert!(expected > 0, "Debezium wrote nothing to {topic}");
-        wait_until(Duration::from_secs(60), &format!("sluice's records on {topic}"), || {
-            kafka_topic(topic).len() >= expected
-        });
-    }
+    keep_and_wait(&mut theirs, &topics);
     stop(child, dir.path());
     compare_topics_with(&theirs, |_| false, |name| name.starts_with("__debezium.") || name == "id");
     my_exec(&format!("DROP DATABASE {db}"));
