@@ -78,12 +78,12 @@ impl Batch {
         seq: u64,
         mut events: Vec<Event>,
         byte_size: usize,
-        transforms: &Transforms,
+        transforms: &Arc<Transforms>,
     ) -> Result<Option<Self>, Failed> {
         let (Some(first), Some(last)) = (events.first(), events.last()) else { return Ok(None) };
         let (first, last, last_commit_us) = (first.position.clone(), last.position.clone(), last.commit_time_us);
         if !transforms.is_empty() {
-            let mut verdicts = apply_all(transforms, &mut events).into_iter();
+            let mut verdicts = crate::transform_pool::apply_all(transforms, &mut events).into_iter();
             let mut failed = None;
             events.retain_mut(|event| match verdicts.next() {
                 Some(Ok(verdict)) => verdict == Verdict::Keep,
@@ -290,36 +290,6 @@ impl EventChunks for BatchChunks<'_> {
             Source::Spilled { .. } => self.event_count,
         }
     }
-}
-
-/// Batches shorter than this run their transforms on the dispatcher's
-/// thread: a thread costs more than it saves on a few events.
-const PARALLEL_EVENTS: usize = 2048;
-
-/// Each event's verdict, in order. A long batch is split across the
-/// machine's cores (the steps hold no per-event state, so the order in
-/// which events pass them changes nothing), so a costly step (a script)
-/// does not hold the pipeline to one core.
-fn apply_all(transforms: &Transforms, events: &mut [Event]) -> Vec<Result<Verdict, StepError>> {
-    let threads = std::thread::available_parallelism().map_or(1, usize::from).min(8);
-    if threads < 2 || events.len() < PARALLEL_EVENTS {
-        return events.iter_mut().map(|event| transforms.apply(event)).collect();
-    }
-    let part = events.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let parts: Vec<_> = events
-            .chunks_mut(part)
-            .map(|part| scope.spawn(move || part.iter_mut().map(|e| transforms.apply(e)).collect::<Vec<_>>()))
-            .collect();
-        let mut verdicts = Vec::with_capacity(parts.len() * part);
-        for handle in parts {
-            match handle.join() {
-                Ok(part) => verdicts.extend(part),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        }
-        verdicts
-    })
 }
 
 /// A transform failed on the event at `position`; the batch it was in is

@@ -27,6 +27,7 @@ pub mod policy;
 mod shutdown;
 pub mod spill;
 pub mod status;
+mod transform_pool;
 mod writer;
 
 pub use control::{PipelineControl, PipelineHandle, ReattachError, RedeliverError};

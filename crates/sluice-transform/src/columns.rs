@@ -142,8 +142,4 @@ impl Transform for ColumnsTransform {
         }
         Ok(Verdict::Keep)
     }
-
-    fn can_fail(&self) -> bool {
-        false
-    }
 }

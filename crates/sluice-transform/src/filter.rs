@@ -118,8 +118,4 @@ impl Transform for Filter {
         };
         Ok(if keep { Verdict::Keep } else { Verdict::Drop })
     }
-
-    fn can_fail(&self) -> bool {
-        false
-    }
 }

@@ -47,12 +47,6 @@ impl std::fmt::Display for TransformError {
 pub trait Transform: Send + Sync {
     /// Changes `event` in place, or says to drop it.
     fn apply(&self, event: &mut Event) -> Result<Verdict, TransformError>;
-
-    /// Whether `apply` can fail; a list with such a step keeps a copy of
-    /// each event so a failure hands on the event as it came in.
-    fn can_fail(&self) -> bool {
-        true
-    }
 }
 
 /// How many events a step saw, passed on, dropped and failed on.
@@ -62,6 +56,15 @@ pub struct Counts {
     pub events_out: AtomicU64,
     pub dropped: AtomicU64,
     pub errored: AtomicU64,
+}
+
+/// One step's counts over a run of events, added to its [`Counts`] once.
+#[derive(Clone, Copy, Default)]
+struct Tally {
+    events_in: u64,
+    events_out: u64,
+    dropped: u64,
+    errored: u64,
 }
 
 struct Step {
@@ -75,7 +78,6 @@ struct Step {
 #[derive(Default)]
 pub struct Transforms {
     steps: Vec<Step>,
-    can_fail: bool,
 }
 
 /// A step that failed on an event.
@@ -107,38 +109,66 @@ impl Transforms {
             let transform = config.build().map_err(|e| format!("transform {} ({}): {e}", index + 1, config.kind()))?;
             steps.push(Step { kind: config.kind(), transform, counts: Counts::default() });
         }
-        let can_fail = steps.iter().any(|s| s.transform.can_fail());
-        Ok(Self { steps, can_fail })
+        Ok(Self { steps })
     }
 
     pub fn is_empty(&self) -> bool {
         self.steps.is_empty()
     }
 
-    /// Runs `event` through every step. After a failing step `event` is
-    /// as it came in, so the dead letter queue holds what the source gave.
+    /// Runs `event` through every step. A failing step leaves `event`
+    /// part-way: the callers hold the event as the source gave it (the
+    /// batch in the writer, the letter in the dead letter queue) and put
+    /// that in the queue, so no copy is made here on every event.
     pub fn apply(&self, event: &mut Event) -> Result<Verdict, StepError> {
-        let original = self.can_fail.then(|| event.clone());
-        for (index, step) in self.steps.iter().enumerate() {
-            step.counts.events_in.fetch_add(1, Relaxed);
+        let mut tally = vec![Tally::default(); self.steps.len()];
+        let verdict = self.apply_counting(event, &mut tally);
+        self.add(&tally);
+        verdict
+    }
+
+    /// [`apply`](Self::apply) on each of `events`, in order: the counts
+    /// are added once for the lot, since threads that share the steps
+    /// would otherwise contend for them on every event.
+    pub fn apply_all(&self, events: &mut [Event]) -> Vec<Result<Verdict, StepError>> {
+        let mut tally = vec![Tally::default(); self.steps.len()];
+        let verdicts = events.iter_mut().map(|event| self.apply_counting(event, &mut tally)).collect();
+        self.add(&tally);
+        verdicts
+    }
+
+    fn apply_counting(&self, event: &mut Event, tally: &mut [Tally]) -> Result<Verdict, StepError> {
+        for (index, (step, tally)) in self.steps.iter().zip(tally.iter_mut()).enumerate() {
+            tally.events_in += 1;
             match step.transform.apply(event) {
-                Ok(Verdict::Keep) => {
-                    step.counts.events_out.fetch_add(1, Relaxed);
-                }
+                Ok(Verdict::Keep) => tally.events_out += 1,
                 Ok(Verdict::Drop) => {
-                    step.counts.dropped.fetch_add(1, Relaxed);
+                    tally.dropped += 1;
                     return Ok(Verdict::Drop);
                 }
                 Err(error) => {
-                    step.counts.errored.fetch_add(1, Relaxed);
-                    if let Some(original) = original {
-                        *event = original;
-                    }
+                    tally.errored += 1;
                     return Err(StepError { step: index + 1, kind: step.kind, error });
                 }
             }
         }
         Ok(Verdict::Keep)
+    }
+
+    fn add(&self, tally: &[Tally]) {
+        for (step, tally) in self.steps.iter().zip(tally) {
+            let counts = &step.counts;
+            for (count, n) in [
+                (&counts.events_in, tally.events_in),
+                (&counts.events_out, tally.events_out),
+                (&counts.dropped, tally.dropped),
+                (&counts.errored, tally.errored),
+            ] {
+                if n > 0 {
+                    count.fetch_add(n, Relaxed);
+                }
+            }
+        }
     }
 
     /// Each step's kind and counts, in order.

@@ -174,12 +174,6 @@ impl Transform for Route {
         }
         Ok(Verdict::Keep)
     }
-
-    fn can_fail(&self) -> bool {
-        // Text in the template is never empty, so only a template of bare
-        // placeholders (an optional regex group, say) can give no name.
-        !self.to.iter().any(|p| matches!(p, Part::Text(_)))
-    }
 }
 
 #[cfg(test)]

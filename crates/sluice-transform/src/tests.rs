@@ -236,15 +236,15 @@ impl crate::Transform for Picky {
 }
 
 #[test]
-fn a_failing_step_hands_back_the_event_as_it_came_in() {
+fn a_failing_step_names_itself_and_the_steps_after_it_do_not_run() {
     let mask =
         crate::config::TransformConfig::Mask(serde_yaml::from_str("{ columns: [email], with: { fixed: x } }").unwrap());
     let list = Transforms {
         steps: vec![
             crate::Step { kind: "mask", transform: mask.build().unwrap(), counts: Default::default() },
             crate::Step { kind: "picky", transform: Box::new(Picky), counts: Default::default() },
+            crate::Step { kind: "mask", transform: mask.build().unwrap(), counts: Default::default() },
         ],
-        can_fail: true,
     };
     let mut good = insert(1, "ok");
     assert_eq!(list.apply(&mut good), Ok(Verdict::Keep));
@@ -252,7 +252,10 @@ fn a_failing_step_hands_back_the_event_as_it_came_in() {
     let mut bad = insert(2, "bad");
     let error = list.apply(&mut bad).unwrap_err();
     assert_eq!(error.to_string(), "transform 2 (picky): status BAD");
-    assert_eq!(bad, insert(2, "bad"), "neither the mask nor the upper-casing stays");
+    let counts: Vec<u64> = list.counts().map(|(_, c)| c.events_in.load(std::sync::atomic::Ordering::Relaxed)).collect();
+    assert_eq!(counts, [2, 2, 1], "the mask after the failing step saw the good event only");
+    let errored: Vec<u64> = list.counts().map(|(_, c)| c.errored.load(std::sync::atomic::Ordering::Relaxed)).collect();
+    assert_eq!(errored, [0, 1, 0]);
 }
 
 #[test]

@@ -120,3 +120,49 @@ fn a_script_that_only_deletes_or_only_routes_still_counts() {
         "nothing else changes"
     );
 }
+
+#[test]
+fn columns_a_script_never_names_stay_as_they_were() {
+    use std::sync::Arc;
+    // Only `status` is named: the email, a bytes value here, is never made
+    // into a VRL value, so it keeps its kind, and the column list stays
+    // the one the source built.
+    let script = transforms("- { type: vrl, source: '.after.status = upcase!(.after.status)' }");
+    let mut event = insert(4, "new");
+    let after = event.after.as_mut().unwrap();
+    after.values[1] = Value::Bytes(vec![0xff, 0x00]);
+    let columns = Arc::clone(&after.columns);
+    script.apply(&mut event).unwrap();
+    let after = event.after.as_ref().unwrap();
+    assert!(Arc::ptr_eq(&after.columns, &columns), "the column list is shared, not rebuilt");
+    assert_eq!(after.values, [Value::Int(4), Value::Bytes(vec![0xff, 0x00]), Value::Text("NEW".into()), Value::Null]);
+}
+
+#[test]
+fn a_script_that_takes_the_row_whole_sees_every_column() {
+    let script = transforms("- { type: vrl, source: '.after.names = join!(keys!(.after), \",\")' }");
+    let mut event = insert(5, "new");
+    script.apply(&mut event).unwrap();
+    let after = event.after.as_ref().unwrap();
+    assert_eq!(after.get("names"), Some(&Value::Text("email,id,note,status".into())));
+    assert_eq!(after.get("email"), Some(&Value::Text("u5@example.com".into())));
+}
+
+#[test]
+fn a_column_the_source_did_not_send_takes_what_the_script_sets() {
+    for source in ["'.after.note = \"set\"'", "'.after = merge!(.after, {\"note\": \"set\"})'"] {
+        let script = transforms(&format!("- {{ type: vrl, source: {source} }}"));
+        let mut event = insert(6, "new");
+        let mut untouched = insert(6, "new");
+        for e in [&mut event, &mut untouched] {
+            e.after.as_mut().unwrap().values[3] = Value::Unchanged;
+        }
+        script.apply(&mut event).unwrap();
+        let columns: Vec<&str> = event.after.as_ref().unwrap().columns.iter().map(|c| &**c).collect();
+        assert_eq!(columns, ["id", "email", "status", "note"], "{source}: no second `note`");
+        assert_eq!(event.after.as_ref().unwrap().get("note"), Some(&Value::Text("set".into())), "{source}");
+        let keep = transforms("- { type: vrl, source: '.after.status = \"new\"' }");
+        keep.apply(&mut untouched).unwrap();
+        assert_eq!(untouched.after.as_ref().unwrap().get("note"), Some(&Value::Unchanged), "unset stays unsent");
+    }
+}

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use sluice_core::{ColumnSchema, ColumnType, Event, JsonText, Row, TableSchema, Value};
 use vrl::compiler::{CompileConfig, Context, ExpressionError, Function, Program, TargetValue, TimeZone, TypeState};
 use vrl::diagnostic::{Diagnostic, Label, Severity, Span};
-use vrl::value::{ObjectMap, Secrets, Value as VrlValue};
+use vrl::value::{KeyString, ObjectMap, Secrets, Value as VrlValue};
 
 use crate::config::VrlConfig;
 use crate::rows::Tables;
@@ -180,9 +180,11 @@ impl Transform for Vrl {
         let VrlValue::Object(mut result) = target.value else {
             return Err(TransformError("the script left `.` something other than an object".into()));
         };
-        let images = [("key", &mut event.key), ("before", &mut event.before), ("after", &mut event.after)];
-        for (field, image) in images.into_iter().filter(|(field, _)| self.uses.has(field)) {
-            *image = row_back(field, result.remove(field), image.as_ref())?;
+        let images = [&mut event.key, &mut event.before, &mut event.after];
+        for (index, (field, image)) in IMAGES.into_iter().zip(images).enumerate() {
+            if self.uses.has(field) {
+                put_back(field, result.remove(field), image, self.uses.columns(index))?;
+            }
         }
         event.route = match result.remove("route") {
             None | Some(VrlValue::Null) => event.route.take(),
@@ -241,29 +243,53 @@ impl Vrl {
     }
 }
 
-/// The top-level fields of `.` a program reads or writes; all of them
-/// when it takes `.` whole.
-struct Uses(Vec<String>);
+/// The parts of `.` a program reads or writes: the top-level fields (all
+/// of them when it takes `.` whole), and for each row image the script
+/// reaches only through named columns, those columns.
+struct Uses {
+    fields: Vec<String>,
+    /// By [`IMAGES`]: `None` where the script takes the image whole or
+    /// does not use it.
+    columns: [Option<Vec<String>>; 3],
+}
 
 const FIELDS: [&str; 8] = ["op", "db", "table", "source", "key", "before", "after", "route"];
+
+const IMAGES: [&str; 3] = ["key", "before", "after"];
 
 impl Uses {
     fn of(info: &vrl::compiler::ProgramInfo) -> Self {
         let mut fields = Vec::new();
+        let mut whole = [false; 3];
+        let mut columns: [Vec<String>; 3] = Default::default();
         for path in info.target_queries.iter().chain(&info.target_assignments) {
             if path.prefix != vrl::path::PathPrefix::Event {
                 continue;
             }
-            match path.path.segments.first() {
-                Some(vrl::path::OwnedSegment::Field(name)) => fields.push(name.to_string()),
-                _ => return Self(FIELDS.map(String::from).to_vec()),
+            let segments = &path.path.segments;
+            let Some(vrl::path::OwnedSegment::Field(name)) = segments.first() else {
+                return Self { fields: FIELDS.map(String::from).to_vec(), columns: Default::default() };
+            };
+            fields.push(name.to_string());
+            if let Some(image) = IMAGES.iter().position(|i| *i == name.as_str()) {
+                match segments.get(1) {
+                    Some(vrl::path::OwnedSegment::Field(column)) => columns[image].push(column.to_string()),
+                    _ => whole[image] = true,
+                }
             }
         }
-        Self(fields)
+        let columns = std::array::from_fn(|i| (!whole[i]).then(|| std::mem::take(&mut columns[i])));
+        Self { fields, columns }
     }
 
     fn has(&self, field: &str) -> bool {
-        self.0.iter().any(|f| f == field)
+        self.fields.iter().any(|f| f == field)
+    }
+
+    /// The columns of image `IMAGES[image]` the script names, when it
+    /// names them and never takes the image whole.
+    fn columns(&self, image: usize) -> Option<&[String]> {
+        self.columns[image].as_deref()
     }
 }
 
@@ -283,19 +309,22 @@ fn exposed(event: &Event, uses: &Uses) -> ObjectMap {
     for (field, value) in text.into_iter().filter(|(field, _)| uses.has(field)) {
         object.insert(field.into(), VrlValue::from(value));
     }
-    let images = [("key", &event.key), ("before", &event.before), ("after", &event.after)];
-    for (field, image) in images.into_iter().filter(|(field, _)| uses.has(field)) {
-        object.insert(field.into(), image.as_ref().map_or(VrlValue::Null, |row| VrlValue::Object(row_out(row))));
+    let images = [&event.key, &event.before, &event.after];
+    for (index, (field, image)) in IMAGES.into_iter().zip(images).enumerate().filter(|(_, (f, _))| uses.has(f)) {
+        let value = image.as_ref().map_or(VrlValue::Null, |row| VrlValue::Object(row_out(row, uses.columns(index))));
+        object.insert(field.into(), value);
     }
     object
 }
 
-fn row_out(row: &Row) -> ObjectMap {
+/// The columns of `row` the source sent, or those of them in `only`.
+fn row_out(row: &Row, only: Option<&[String]>) -> ObjectMap {
+    let wanted = |column: &str| only.is_none_or(|only| only.iter().any(|c| c == column));
     row.columns
         .iter()
         .zip(&row.values)
-        .filter(|(_, v)| !matches!(v, Value::Unchanged))
-        .map(|(column, value)| (column.to_string().into(), value_out(value)))
+        .filter(|(column, v)| !matches!(v, Value::Unchanged) && wanted(column))
+        .map(|(column, value)| (KeyString::from(&**column), value_out(value)))
         .collect()
 }
 
@@ -315,39 +344,64 @@ fn value_out(value: &Value) -> VrlValue {
     }
 }
 
-/// A row image back from the script: its columns in the script's order
-/// for new ones, the old order for the rest; a value keeps its old kind
-/// where the script left it the same kind of thing (a decimal stays a
-/// decimal), and columns the source did not send stay unsent.
-fn row_back(field: &str, value: Option<VrlValue>, old: Option<&Row>) -> Result<Option<Row>, TransformError> {
-    let map = match value {
-        None | Some(VrlValue::Null) => return Ok(None),
+/// A row image back from the script, into `image`: the old columns in
+/// their order, then the new ones in the script's; a value keeps its old
+/// kind where the script left it the same kind of thing (a decimal stays a
+/// decimal). A column the source did not send stays unsent unless the
+/// script set it, and with `only` the columns outside it, which the
+/// script never saw, stay as they were.
+fn put_back(
+    field: &str,
+    value: Option<VrlValue>,
+    image: &mut Option<Row>,
+    only: Option<&[String]>,
+) -> Result<(), TransformError> {
+    let mut map = match value {
+        None | Some(VrlValue::Null) => {
+            *image = None;
+            return Ok(());
+        }
         Some(VrlValue::Object(map)) => map,
         Some(other) => {
             return Err(TransformError(format!("`.{field}` must be an object or null, not {}", kind(&other))));
         }
     };
-    let mut columns: Vec<Arc<str>> = Vec::with_capacity(map.len());
-    let mut values = Vec::with_capacity(map.len());
-    let mut map = map;
-    if let Some(old) = old {
-        for (column, previous) in old.columns.iter().zip(&old.values) {
-            if matches!(previous, Value::Unchanged) {
-                columns.push(column.clone());
-                values.push(Value::Unchanged);
-                continue;
-            }
-            if let Some(value) = map.remove(&**column) {
-                columns.push(column.clone());
-                values.push(value_back(value, Some(previous)));
-            }
+    let Some(mut row) = image.take() else {
+        let columns: Vec<Arc<str>> = map.keys().map(|c| Arc::from(c.as_str())).collect();
+        let values = map.into_values().map(|v| value_back(v, None)).collect();
+        *image = Some(Row { columns: columns.into(), values });
+        return Ok(());
+    };
+    let seen = |column: &str| only.is_none_or(|only| only.iter().any(|c| c == column));
+    let mut gone = Vec::new();
+    for (index, (column, value)) in row.columns.iter().zip(row.values.iter_mut()).enumerate() {
+        if !seen(column) {
+            continue;
+        }
+        match map.remove(&**column) {
+            Some(new) => *value = value_back(new, Some(value)),
+            None if matches!(value, Value::Unchanged) => {}
+            None => gone.push(index),
         }
     }
-    for (column, value) in map {
-        columns.push(String::from(column).into());
-        values.push(value_back(value, None));
+    // The common script changes values only: the column list stays shared.
+    if !gone.is_empty() || !map.is_empty() {
+        let mut columns: Vec<Arc<str>> = Vec::with_capacity(row.columns.len() + map.len());
+        let mut values = Vec::with_capacity(columns.capacity());
+        for (index, (column, value)) in row.columns.iter().zip(row.values.drain(..)).enumerate() {
+            if !gone.contains(&index) {
+                columns.push(Arc::clone(column));
+                values.push(value);
+            }
+        }
+        for (column, value) in map {
+            columns.push(Arc::from(column.as_str()));
+            values.push(value_back(value, None));
+        }
+        row = Row { columns: columns.into(), values };
     }
-    Ok(Some(Row { columns: columns.into(), values }))
+    *image = Some(row);
+    Ok(())
 }
 
 fn value_back(value: VrlValue, previous: Option<&Value>) -> Value {

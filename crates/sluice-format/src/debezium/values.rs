@@ -69,7 +69,7 @@ pub fn write<O: Out>(out: &mut O, value: &Value, conv: &Conv, unavailable: &str)
             out.end_array()
         }
         (Value::Bytes(b), Conv::Uuid) if b.len() == 16 => {
-            let hex: String = b.iter().map(|byte| format!("{byte:02x}")).collect();
+            let hex = hex::encode(b);
             out.str(&format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]))
         }
         (Value::Text(text), Conv::Text | Conv::Uuid) => out.str(text),
@@ -84,13 +84,7 @@ fn binary<O: Out>(out: &mut O, bytes: &[u8], mode: BinaryHandling) -> Result<(),
     match mode {
         BinaryHandling::Bytes => out.bytes(bytes),
         BinaryHandling::Base64 => out.str(&base64::engine::general_purpose::STANDARD.encode(bytes)),
-        BinaryHandling::Hex => {
-            let mut hex = String::with_capacity(bytes.len() * 2);
-            for byte in bytes {
-                let _ = write!(hex, "{byte:02x}");
-            }
-            out.str(&hex)
-        }
+        BinaryHandling::Hex => out.str(&hex::encode(bytes)),
     }
 }
 

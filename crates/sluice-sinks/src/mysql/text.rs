@@ -69,9 +69,7 @@ pub fn literal(out: &mut String, value: &Value) {
         Value::Json(json) => quote(out, json.as_str()),
         Value::Bytes(bytes) => {
             out.push_str("X'");
-            for b in bytes {
-                let _ = write!(out, "{b:02x}");
-            }
+            out.push_str(&hex::encode(bytes));
             out.push('\'');
         }
         Value::Array(_) => quote(out, &serde_json::to_string(value).unwrap_or_default()),

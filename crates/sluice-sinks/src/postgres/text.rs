@@ -2,7 +2,6 @@
 //! quoted names and literals. Every value a source decodes goes back into the form the
 //! server reads, so nothing passes through a float or a client-side parser.
 
-use std::fmt::Write as _;
 
 use sluice_core::Value;
 
@@ -65,14 +64,7 @@ pub fn input_text(value: &Value) -> Option<String> {
         Value::Float(f) => f.to_string(),
         Value::Decimal(s) | Value::Text(s) | Value::Time(s) => s.clone(),
         Value::Date(s) | Value::Timestamp(s) | Value::TimestampTz(s) => pg_era(s),
-        Value::Bytes(bytes) => {
-            let mut hex = String::with_capacity(2 + bytes.len() * 2);
-            hex.push_str("\\x");
-            for b in bytes {
-                let _ = write!(hex, "{b:02x}");
-            }
-            hex
-        }
+        Value::Bytes(bytes) => format!("\\x{}", hex::encode(bytes)),
         Value::Json(json) => json.as_str().to_string(),
         Value::Array(items) => array_literal(items),
     })
