@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use sluice_core::{ColumnSchema, ColumnType, Event, JsonText, Row, TableSchema, Value};
+use vrl::compiler::state::RuntimeState;
 use vrl::compiler::{CompileConfig, Context, ExpressionError, Function, Program, TargetValue, TimeZone, TypeState};
 use vrl::diagnostic::{Diagnostic, Label, Severity, Span};
 use vrl::value::{KeyString, ObjectMap, Secrets, Value as VrlValue};
@@ -42,6 +43,12 @@ pub(crate) const NONDETERMINISTIC: &[&str] = &[
 ];
 
 const READ_ONLY: &[&str] = &["op", "db", "table", "source"];
+
+thread_local! {
+    /// A script's variables, emptied before each event: kept so that their
+    /// map is not made and freed for every event.
+    static VARIABLES: std::cell::RefCell<RuntimeState> = std::cell::RefCell::new(RuntimeState::default());
+}
 
 pub(crate) struct Vrl {
     tables: Tables,
@@ -170,9 +177,11 @@ impl Transform for Vrl {
             metadata: VrlValue::Object(BTreeMap::new()),
             secrets: Secrets::default(),
         };
-        let mut state = vrl::compiler::state::RuntimeState::default();
-        let mut context = Context::new(&mut target, &mut state, &self.timezone);
-        match self.program.resolve(&mut context) {
+        let resolved = VARIABLES.with_borrow_mut(|variables| {
+            variables.clear();
+            self.program.resolve(&mut Context::new(&mut target, variables, &self.timezone))
+        });
+        match resolved {
             Ok(_) | Err(ExpressionError::Return { .. }) => {}
             Err(ExpressionError::Abort { .. }) => return Ok(Verdict::Drop),
             Err(error) => return Err(TransformError(self.runtime_error(&error))),
@@ -293,8 +302,10 @@ impl Uses {
     }
 }
 
-/// The event as the script sees it: the fields it uses.
-fn exposed(event: &Event, uses: &Uses) -> ObjectMap {
+/// The event as the script sees it: the fields it uses. The text of the
+/// columns it sees is moved out, not copied: [`put_back`] replaces or
+/// removes each of them, and on a failure the event is not used again.
+fn exposed(event: &mut Event, uses: &Uses) -> ObjectMap {
     let mut object = ObjectMap::new();
     if uses.has("source") {
         let mut source = ObjectMap::new();
@@ -309,37 +320,45 @@ fn exposed(event: &Event, uses: &Uses) -> ObjectMap {
     for (field, value) in text.into_iter().filter(|(field, _)| uses.has(field)) {
         object.insert(field.into(), VrlValue::from(value));
     }
-    let images = [&event.key, &event.before, &event.after];
+    let images = [&mut event.key, &mut event.before, &mut event.after];
     for (index, (field, image)) in IMAGES.into_iter().zip(images).enumerate().filter(|(_, (f, _))| uses.has(f)) {
-        let value = image.as_ref().map_or(VrlValue::Null, |row| VrlValue::Object(row_out(row, uses.columns(index))));
+        let value = image.as_mut().map_or(VrlValue::Null, |row| VrlValue::Object(row_out(row, uses.columns(index))));
         object.insert(field.into(), value);
     }
     object
 }
 
 /// The columns of `row` the source sent, or those of them in `only`.
-fn row_out(row: &Row, only: Option<&[String]>) -> ObjectMap {
+fn row_out(row: &mut Row, only: Option<&[String]>) -> ObjectMap {
     let wanted = |column: &str| only.is_none_or(|only| only.iter().any(|c| c == column));
     row.columns
         .iter()
-        .zip(&row.values)
+        .zip(&mut row.values)
         .filter(|(column, v)| !matches!(v, Value::Unchanged) && wanted(column))
         .map(|(column, value)| (KeyString::from(&**column), value_out(value)))
         .collect()
 }
 
-fn value_out(value: &Value) -> VrlValue {
+/// `value` for the script; its text or bytes are taken, leaving the kind
+/// for [`value_back`] to go by.
+fn value_out(value: &mut Value) -> VrlValue {
     match value {
+        Value::Text(s)
+        | Value::Decimal(s)
+        | Value::Date(s)
+        | Value::Time(s)
+        | Value::Timestamp(s)
+        | Value::TimestampTz(s) => VrlValue::from(std::mem::take(s)),
         Value::Null | Value::Unchanged => VrlValue::Null,
         Value::Bool(b) => VrlValue::Boolean(*b),
         Value::Int(i) => VrlValue::Integer(*i),
         Value::UInt(u) => i64::try_from(*u).map_or_else(|_| VrlValue::from(u.to_string()), VrlValue::Integer),
         Value::Float(f) => VrlValue::from(serde_json::json!(f)),
-        Value::Bytes(b) => VrlValue::Bytes(b.clone().into()),
+        Value::Bytes(b) => VrlValue::Bytes(std::mem::take(b).into()),
         Value::Json(json) => {
             serde_json::from_str::<serde_json::Value>(json.as_str()).map_or(VrlValue::Null, VrlValue::from)
         }
-        Value::Array(items) => VrlValue::Array(items.iter().map(value_out).collect()),
+        Value::Array(items) => VrlValue::Array(items.iter_mut().map(value_out).collect()),
         other => VrlValue::from(other.text().into_owned()),
     }
 }
@@ -418,8 +437,10 @@ fn value_back(value: VrlValue, previous: Option<&Value>) -> Value {
         VrlValue::Boolean(b) => Value::Bool(b),
         VrlValue::Integer(i) => Value::Int(i),
         VrlValue::Float(f) => Value::Float(f.into_inner()),
-        VrlValue::Bytes(b) => match (previous, String::from_utf8(b.to_vec())) {
-            (Some(Value::Bytes(_)), _) | (_, Err(_)) => Value::Bytes(b.to_vec()),
+        // Without a copy where the script left the bytes alone.
+        VrlValue::Bytes(b) => match (previous, String::from_utf8(Vec::from(b))) {
+            (Some(Value::Bytes(_)), Ok(s)) => Value::Bytes(s.into_bytes()),
+            (_, Err(e)) => Value::Bytes(e.into_bytes()),
             (_, Ok(s)) => text(s),
         },
         VrlValue::String(s) => text(s.to_string()),
