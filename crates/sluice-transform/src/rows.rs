@@ -7,18 +7,30 @@ use std::sync::{Arc, Mutex};
 use sluice_core::{Event, Row, Value, glob_match};
 
 /// Table patterns; none matches every table.
-pub(crate) struct Tables(Vec<String>);
+pub(crate) struct Tables(Vec<Pattern>);
+
+/// A pattern without `*` is compared as it is: every step asks for every
+/// event.
+enum Pattern {
+    Name(String),
+    Glob(String),
+}
 
 impl Tables {
     pub fn new(patterns: &[String]) -> Result<Self, String> {
         if let Some(empty) = patterns.iter().find(|p| p.trim().is_empty()) {
             return Err(format!("tables: {empty:?} is not a table pattern"));
         }
-        Ok(Self(patterns.to_vec()))
+        let pattern = |p: &String| if p.contains('*') { Pattern::Glob(p.clone()) } else { Pattern::Name(p.clone()) };
+        Ok(Self(patterns.iter().map(pattern).collect()))
     }
 
     pub fn matches(&self, table: &str) -> bool {
-        self.0.is_empty() || self.0.iter().any(|p| glob_match(p, table))
+        self.0.is_empty()
+            || self.0.iter().any(|p| match p {
+                Pattern::Name(name) => name == table,
+                Pattern::Glob(glob) => glob_match(glob, table),
+            })
     }
 }
 

@@ -256,7 +256,8 @@ impl Vrl {
 /// of them when it takes `.` whole), and for each row image the script
 /// reaches only through named columns, those columns.
 struct Uses {
-    fields: Vec<String>,
+    /// Bit `i` for `FIELDS[i]`: asked for every event, so not a list of names.
+    fields: u8,
     /// By [`IMAGES`]: `None` where the script takes the image whole or
     /// does not use it.
     columns: [Option<Vec<String>>; 3],
@@ -268,7 +269,7 @@ const IMAGES: [&str; 3] = ["key", "before", "after"];
 
 impl Uses {
     fn of(info: &vrl::compiler::ProgramInfo) -> Self {
-        let mut fields = Vec::new();
+        let mut fields = 0;
         let mut whole = [false; 3];
         let mut columns: [Vec<String>; 3] = Default::default();
         for path in info.target_queries.iter().chain(&info.target_assignments) {
@@ -277,9 +278,12 @@ impl Uses {
             }
             let segments = &path.path.segments;
             let Some(vrl::path::OwnedSegment::Field(name)) = segments.first() else {
-                return Self { fields: FIELDS.map(String::from).to_vec(), columns: Default::default() };
+                return Self { fields: u8::MAX, columns: Default::default() };
             };
-            fields.push(name.to_string());
+            // A field of `.` outside FIELDS is the script's own: never read back.
+            if let Some(bit) = FIELDS.iter().position(|f| *f == name.as_str()) {
+                fields |= 1 << bit;
+            }
             if let Some(image) = IMAGES.iter().position(|i| *i == name.as_str()) {
                 match segments.get(1) {
                     Some(vrl::path::OwnedSegment::Field(column)) => columns[image].push(column.to_string()),
@@ -287,12 +291,17 @@ impl Uses {
                 }
             }
         }
-        let columns = std::array::from_fn(|i| (!whole[i]).then(|| std::mem::take(&mut columns[i])));
+        let columns = std::array::from_fn(|i| {
+            let mut named = std::mem::take(&mut columns[i]);
+            named.sort_unstable();
+            named.dedup();
+            (!whole[i]).then_some(named)
+        });
         Self { fields, columns }
     }
 
     fn has(&self, field: &str) -> bool {
-        self.fields.iter().any(|f| f == field)
+        FIELDS.iter().position(|f| *f == field).is_some_and(|bit| self.fields & (1 << bit) != 0)
     }
 
     /// The columns of image `IMAGES[image]` the script names, when it
@@ -331,12 +340,14 @@ fn exposed(event: &mut Event, uses: &Uses) -> ObjectMap {
 /// The columns of `row` the source sent, or those of them in `only`.
 fn row_out(row: &mut Row, only: Option<&[String]>) -> ObjectMap {
     let wanted = |column: &str| only.is_none_or(|only| only.iter().any(|c| c == column));
-    row.columns
-        .iter()
-        .zip(&mut row.values)
-        .filter(|(column, v)| !matches!(v, Value::Unchanged) && wanted(column))
-        .map(|(column, value)| (KeyString::from(&**column), value_out(value)))
-        .collect()
+    // Inserted one by one: collecting sorts through a vector made for it.
+    let mut object = ObjectMap::new();
+    for (column, value) in row.columns.iter().zip(&mut row.values) {
+        if !matches!(value, Value::Unchanged) && wanted(column) {
+            object.insert(KeyString::from(&**column), value_out(value));
+        }
+    }
+    object
 }
 
 /// `value` for the script; its text or bytes are taken, leaving the kind
@@ -359,7 +370,6 @@ fn value_out(value: &mut Value) -> VrlValue {
             serde_json::from_str::<serde_json::Value>(json.as_str()).map_or(VrlValue::Null, VrlValue::from)
         }
         Value::Array(items) => VrlValue::Array(items.iter_mut().map(value_out).collect()),
-        other => VrlValue::from(other.text().into_owned()),
     }
 }
 
