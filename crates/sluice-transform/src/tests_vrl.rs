@@ -166,3 +166,36 @@ fn a_column_the_source_did_not_send_takes_what_the_script_sets() {
         assert_eq!(untouched.after.as_ref().unwrap().get("note"), Some(&Value::Unchanged), "unset stays unsent");
     }
 }
+
+#[test]
+fn rows_of_one_shape_share_their_column_list_and_schema() {
+    use std::sync::Arc;
+    let script = transforms(
+        "- type: vrl\n  source: |\n    del(.after.note)\n    .after.size = if .after.status == \"big\" { 10 } else { null }\n",
+    );
+    // As a source gives them: rows of one table share its column list.
+    let first = insert(0, "new");
+    let mut out: Vec<_> = ["new", "new", "big", "big"]
+        .into_iter()
+        .enumerate()
+        .map(|(id, status)| {
+            let mut event = first.clone();
+            let after = event.after.as_mut().unwrap();
+            after.values[0] = Value::Int(id as i64);
+            after.values[2] = Value::Text(status.into());
+            script.apply(&mut event).unwrap();
+            event
+        })
+        .collect();
+    let (small, big) = (out.remove(0), out.remove(1));
+    let (small_after, big_after) = (small.after.as_ref().unwrap(), big.after.as_ref().unwrap());
+    let columns: Vec<&str> = big_after.columns.iter().map(|c| &**c).collect();
+    assert_eq!(columns, ["id", "email", "status", "size"]);
+    assert!(Arc::ptr_eq(&small_after.columns, &big_after.columns), "one list for the shape");
+    assert!(Arc::ptr_eq(&out[0].after.as_ref().unwrap().columns, &small_after.columns));
+    let (small_schema, big_schema) = (small.schema.as_ref().unwrap(), big.schema.as_ref().unwrap());
+    assert!(Arc::ptr_eq(small_schema, out[0].schema.as_ref().unwrap()), "one schema for the same kinds");
+    assert_eq!(small_schema.columns[3].ty, ColumnType::Text { length: None }, "a null is declared text");
+    assert_eq!(big_schema.columns[3].ty, ColumnType::Int64, "the kinds of the values decide, not the rows before");
+    assert!(Arc::ptr_eq(big_schema, out[1].schema.as_ref().unwrap()));
+}
