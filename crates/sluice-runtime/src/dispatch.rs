@@ -25,7 +25,13 @@ pub enum DispatchError {
     #[error(transparent)]
     Spill(#[from] SpillError),
     /// The batch with the event was not sent: no sink moved past it.
-    #[error("a transform failed on the event at {}: {}", .0.position, .0.error)]
+    #[error(
+        "a transform in the pipeline's list failed on the event at {}: {}; no sink moved past it. Fix the step and \
+         restart, or put a step that can fail in each sink's own transforms, where a failed event goes to the dead \
+         letter queue and the rest flows on",
+        .0.position,
+        .0.error
+    )]
     Transform(Failed),
 }
 

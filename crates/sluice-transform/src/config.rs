@@ -47,6 +47,20 @@ impl TransformConfig {
         }
     }
 
+    /// Why the step may fail on an event at run time, if it may: a VRL
+    /// script that calls a function with `!`, an outbox that refuses
+    /// updates. Errors in the config itself are for `build`.
+    pub fn may_fail(&self) -> Option<&'static str> {
+        match self {
+            #[cfg(feature = "vrl")]
+            TransformConfig::Vrl(c) => crate::vrl_script::fallible(c).then_some("its script calls a function with `!`"),
+            TransformConfig::Outbox(c) if c.updates == crate::OutboxUpdates::Error => {
+                Some("it fails on an update of an outbox row (updates: error)")
+            }
+            _ => None,
+        }
+    }
+
     pub(crate) fn build(&self) -> Result<Box<dyn Transform>, String> {
         Ok(match self {
             TransformConfig::Filter(c) => Box::new(crate::filter::Filter::new(c)?),

@@ -145,6 +145,13 @@ pub(crate) fn nondeterministic(config: &VrlConfig) -> Result<Option<String>, Str
     Ok(Some(called.unwrap_or_else(|| "a function that is not deterministic".into())))
 }
 
+/// Whether the script can fail at run time: VRL makes every call that
+/// can fail be marked `!` or handled, so only those can. A script that does
+/// not compile is `build`'s to report.
+pub(crate) fn fallible(config: &VrlConfig) -> bool {
+    text(config).ok().and_then(|source| compile(&source, false).ok()).is_some_and(|p| p.info().fallible)
+}
+
 impl Vrl {
     pub fn new(config: &VrlConfig) -> Result<Self, String> {
         let source = text(config)?;

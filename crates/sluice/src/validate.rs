@@ -26,6 +26,20 @@ pub fn validate(args: ValidateArgs) -> Result<(), Failure> {
         }
     }
     print!("{}", table(&rows));
+    for pipeline in &config.pipelines {
+        for (index, step) in pipeline.transforms.iter().enumerate() {
+            if let Some(why) = step.may_fail() {
+                println!(
+                    "note: pipeline {:?}: transform {} ({}) can fail on an event: {why}. In the pipeline's list a \
+                     failure stops the pipeline; in a sink's own list the event goes to that sink's dead letter \
+                     queue and the rest flows on.",
+                    pipeline.name,
+                    index + 1,
+                    step.kind()
+                );
+            }
+        }
+    }
     println!("config ok: {} pipeline(s)", config.pipelines.len());
     if args.connect {
         return crate::connect::check(&config);

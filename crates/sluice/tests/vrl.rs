@@ -44,6 +44,20 @@ fn validate_shows_vrls_error_at_its_line_and_column_and_refuses_now_beside_an_ex
     let config = write_config(dir.path(), &at_least_once);
     let output = run(&["validate", "-c", config.to_str().unwrap()], dir.path());
     assert!(output.status.success(), "{}", stderr(&output));
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(!said.contains("can fail on an event"), "a script without `!` cannot fail: {said}");
+
+    // A script that can fail, in the pipeline's list: accepted, with a
+    // note that a failure there stops the pipeline.
+    let config = write_config(dir.path(), &with("      - { type: vrl, source: \".after.n = to_int!(.after.id)\" }\n"));
+    let output = run(&["validate", "-c", config.to_str().unwrap()], dir.path());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        said.contains("transform 1 (vrl) can fail on an event: its script calls a function with `!`")
+            && said.contains("a failure stops the pipeline"),
+        "{said}"
+    );
 }
 
 #[test]
