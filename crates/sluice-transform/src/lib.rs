@@ -121,10 +121,8 @@ impl Transforms {
     /// batch in the writer, the letter in the dead letter queue) and put
     /// that in the queue, so no copy is made here on every event.
     pub fn apply(&self, event: &mut Event) -> Result<Verdict, StepError> {
-        let mut tally = vec![Tally::default(); self.steps.len()];
-        let verdict = self.apply_counting(event, &mut tally);
-        self.add(&tally);
-        verdict
+        let mut verdicts = self.apply_all(std::slice::from_mut(event));
+        verdicts.pop().unwrap_or(Ok(Verdict::Keep))
     }
 
     /// [`apply`](Self::apply) on each of `events`, in order: the counts

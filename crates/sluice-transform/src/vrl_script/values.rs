@@ -33,13 +33,17 @@ pub(super) fn exposed(event: &mut Event, uses: &Uses) -> ObjectMap {
     object
 }
 
+/// Whether the script sees `column`: every one, or those in `only`.
+fn sees(only: Option<&[String]>, column: &str) -> bool {
+    only.is_none_or(|only| only.iter().any(|c| c == column))
+}
+
 /// The columns of `row` the source sent, or those of them in `only`.
 fn row_out(row: &mut Row, only: Option<&[String]>) -> ObjectMap {
-    let wanted = |column: &str| only.is_none_or(|only| only.iter().any(|c| c == column));
     // Inserted one by one: collecting sorts through a vector made for it.
     let mut object = ObjectMap::new();
     for (column, value) in row.columns.iter().zip(&mut row.values) {
-        if !matches!(value, Value::Unchanged) && wanted(column) {
+        if !matches!(value, Value::Unchanged) && sees(only, column) {
             object.insert(KeyString::from(&**column), value_out(value));
         }
     }
@@ -99,10 +103,9 @@ pub(super) fn put_back(
         *image = Some(Row { columns, values });
         return Ok(());
     };
-    let seen = |column: &str| only.is_none_or(|only| only.iter().any(|c| c == column));
     let mut gone = Vec::new();
     for (index, (column, value)) in row.columns.iter().zip(row.values.iter_mut()).enumerate() {
-        if !seen(column) {
+        if !sees(only, column) {
             continue;
         }
         match map.remove(&**column) {
