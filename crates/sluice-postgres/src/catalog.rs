@@ -4,7 +4,7 @@
 //! Every failure here is an operator's to fix, so each error says what is
 //! wrong and the statement that fixes it.
 
-use sluice_config::KeylessTables;
+use sluice_config::{KeylessTables, PostgresConfig};
 use sluice_core::SourceError;
 use tracing::warn;
 
@@ -65,6 +65,34 @@ pub async fn check_server(conn: &mut Connection, user: &str) -> Result<u32, Sour
     }
     let version = conn.simple_query("SHOW server_version_num").await.map_err(query_error)?;
     Ok(version.first("server_version_num").and_then(|v| v.parse().ok()).unwrap_or(0))
+}
+
+/// Refuses the settings the server's major cannot honour, instead of
+/// running without them: pgoutput sends logical decoding messages (which
+/// carry `messages`, the heartbeats and the watermarks of incremental
+/// snapshots) only from PostgreSQL 14 on.
+pub fn check_features(config: &PostgresConfig, version: u32) -> Result<(), SourceError> {
+    use sluice_config::SnapshotMode;
+    let needs_14 = if config.messages == Some(true) {
+        Some("messages: true")
+    } else if config.heartbeat_secs.is_some() {
+        Some("heartbeat_secs")
+    } else if config.snapshot.mode == SnapshotMode::Always {
+        Some("snapshot.mode: always (it re-reads tables with incremental snapshots)")
+    } else if config.snapshot.mode == SnapshotMode::WhenNeeded {
+        Some("snapshot.mode: when_needed (it re-reads tables with incremental snapshots)")
+    } else {
+        None
+    };
+    match needs_14 {
+        Some(setting) if version < 140_000 => Err(SourceError::permanent(
+            format!(
+                "{setting} needs PostgreSQL 14 or later (the server runs {version}): pgoutput sends logical decoding messages from 14 on"
+            ),
+            "remove the setting (snapshot.mode: initial takes the place of always and when_needed), or upgrade the server",
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A table the patterns reach, as the catalog shows it.

@@ -15,7 +15,10 @@ pub async fn checks(config: &PostgresConfig) -> Vec<Check> {
         Err(e) => return vec![failed("connect", catalog::source_error("cannot connect", e))],
     };
     let mut checks = vec![Check::ok("connect", format!("{}:{} as {}", config.host, config.port, config.user))];
-    match catalog::check_server(&mut conn, &config.user).await {
+    match catalog::check_server(&mut conn, &config.user).await.and_then(|version| {
+        catalog::check_features(config, version)?;
+        Ok(version)
+    }) {
         Ok(version) => {
             checks.push(Check::ok("server", format!("wal_level logical, user may replicate, version {version}")))
         }

@@ -77,7 +77,7 @@ impl PgStream {
         }
         let mut options = format!("proto_version '1', publication_names {}", quote_literal(&names));
         // Messages carry incremental snapshot signals and watermarks too.
-        if (config.messages || self.state_dir.is_some()) && version >= 140_000 {
+        if (config.emit_messages() || self.state_dir.is_some()) && version >= 140_000 {
             options.push_str(", messages 'true'");
         }
         replication
@@ -88,7 +88,7 @@ impl PgStream {
 
         let (tx, rx) = mpsc::channel(CHUNK_QUEUE);
         let acked_now = acked.get();
-        let mut decoder = Decoder::new(&config.id, &config.database, config.tables.clone(), config.messages);
+        let mut decoder = Decoder::new(&config.id, &config.database, config.tables.clone(), config.emit_messages());
         decoder.exclude(self.skipped.clone());
         let reader = Reader {
             conn: replication,

@@ -46,6 +46,7 @@ impl PostgresSource {
         let highest = acked.highest_at_start();
         let mut sql = self.stream.connect(false).await?;
         let version = catalog::check_server(&mut sql, &self.stream.config.user).await?;
+        catalog::check_features(&self.stream.config, version)?;
         let tables = self.stream.settle_tables(&mut sql).await?;
         let state = catalog::slot_state(&mut sql, &slot, &self.stream.config.database).await?;
         let log = match (state.lost, state.exists) {

@@ -97,7 +97,16 @@ async fn changes_follow_replica_identity_and_keep_unchanged_toast_apart() {
 async fn messages_and_schema_changes_are_events() {
     fresh_database("t_messages").await;
     sql("t_messages", "CREATE TABLE s (id int PRIMARY KEY)").await;
-    let mut source = started(config("t_messages", "messages"), None, AckWatermark::default()).await;
+    let mut cfg = config("t_messages", "messages");
+    cfg.messages = Some(true);
+    if server_version().await < 140_000 {
+        let mut source = sluice_postgres::PostgresSource::new(cfg);
+        let err = source.start(None, AckWatermark::default()).await.expect_err("messages refused before 14");
+        assert!(err.to_string().contains("messages: true needs PostgreSQL 14"), "{err}");
+        assert!(!err.is_transient());
+        return;
+    }
+    let mut source = started(cfg, None, AckWatermark::default()).await;
     sql("t_messages", "INSERT INTO s VALUES (1)").await;
     sql("t_messages", "SELECT pg_logical_emit_message(false, 'audit', 'outside')").await;
     sql(
@@ -214,6 +223,12 @@ async fn a_heartbeat_moves_an_idle_slot_forward() {
     sql("t_heartbeat", "CREATE TABLE quiet (id int PRIMARY KEY)").await;
     let mut cfg = config("t_heartbeat", "heartbeat");
     cfg.heartbeat_secs = Some(1);
+    if server_version().await < 140_000 {
+        let mut source = sluice_postgres::PostgresSource::new(cfg);
+        let err = source.start(None, AckWatermark::default()).await.expect_err("heartbeats refused before 14");
+        assert!(err.to_string().contains("heartbeat_secs needs PostgreSQL 14"), "{err}");
+        return;
+    }
     let slot = cfg.slot_name();
     let source = started(cfg, None, AckWatermark::default()).await;
     let first = wait_for_slot("t_heartbeat", &slot, "slot exists", |_| true).await;

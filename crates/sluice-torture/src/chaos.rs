@@ -151,11 +151,11 @@ impl Chaos {
                 self.stalls += 1;
             }
             90..=94 => {
-                restart("restart-postgres")?;
+                restart("restart-postgres", env)?;
                 self.pg_restarts += 1;
             }
             _ => {
-                restart("restart-mariadb")?;
+                restart("restart-mariadb", env)?;
                 self.my_restarts += 1;
             }
         }
@@ -182,9 +182,12 @@ impl Chaos {
 
 /// A database restart through the services script: PostgreSQL in
 /// immediate mode (a crash), MariaDB with a clean shutdown.
-fn restart(action: &str) -> anyhow::Result<()> {
+fn restart(action: &str, env: &Env) -> anyhow::Result<()> {
     let script = crate::repo_root().join("scripts/services.sh");
-    let status = std::process::Command::new("bash").arg(script).arg(action).status()?;
+    // The folder of the PostgreSQL server the run uses.
+    let socket = env.get("SLUICE_TEST_PG_SOCKET")?;
+    let status =
+        std::process::Command::new("bash").arg(script).arg(action).env("SLUICE_TEST_PG_SOCKET", socket).status()?;
     anyhow::ensure!(status.success(), "scripts/services.sh {action} failed");
     Ok(())
 }

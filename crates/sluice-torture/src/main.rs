@@ -49,6 +49,10 @@ struct Args {
     /// Average seconds between two chaos actions.
     #[arg(long, default_value_t = 4)]
     chaos_every_secs: u64,
+    /// The PostgreSQL major the PostgreSQL pipeline reads (and its database
+    /// sinks write to): one the services script runs beside the main 15.
+    #[arg(long)]
+    postgres_major: Option<u32>,
 }
 
 /// The private services' settings, from the env file the services script writes.
@@ -57,6 +61,22 @@ pub struct Env(HashMap<String, String>);
 impl Env {
     pub fn get(&self, name: &str) -> anyhow::Result<String> {
         self.0.get(name).cloned().with_context(|| format!("{name} is missing from the services env file"))
+    }
+
+    /// Points the PostgreSQL settings at the server of another major: its
+    /// port, and its folder, where `services.sh restart-postgres` finds it.
+    fn use_postgres_major(&mut self, major: u32) -> anyhow::Result<()> {
+        let port = self.get(&format!("SLUICE_TEST_PG{major}_PORT")).with_context(|| {
+            format!(
+                "PostgreSQL {major} is not among the servers: {}",
+                self.0.get("SLUICE_TEST_PG_MAJORS").map_or("", |m| m)
+            )
+        })?;
+        let main = PathBuf::from(self.get("SLUICE_TEST_PG_SOCKET")?);
+        let folder = main.with_file_name(format!("postgres-{major}"));
+        self.0.insert("SLUICE_TEST_PG_PORT".into(), port);
+        self.0.insert("SLUICE_TEST_PG_SOCKET".into(), folder.display().to_string());
+        Ok(())
     }
 }
 
@@ -115,7 +135,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             .context("no sluice binary; build one, or pass --sluice")?,
     };
     let sluice = std::fs::canonicalize(&sluice).with_context(|| format!("{}", sluice.display()))?;
-    let env = services()?;
+    let mut env = services()?;
+    if let Some(major) = args.postgres_major {
+        env.use_postgres_major(major)?;
+        println!("torture: the PostgreSQL pipeline reads PostgreSQL {major}");
+    }
     let run_id = format!("{}", seed % 1_000_000_000);
     let mut setup = pipeline::Setup::start(&env, &run_id, sluice).await?;
     let mut workloads = [

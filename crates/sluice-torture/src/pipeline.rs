@@ -168,7 +168,10 @@ pub fn source_id(run: &str, kind: Kind) -> String {
 impl Setup {
     pub async fn start(env: &Env, run_id: &str, sluice: PathBuf) -> anyhow::Result<Self> {
         let (pg_id, my_id) = (source_id(run_id, Kind::Postgres), source_id(run_id, Kind::MariaDb));
-        crate::workload::prepare_postgres(env, DATABASE, &pg_id).await?;
+        let pg_version = crate::workload::prepare_postgres(env, DATABASE, &pg_id).await?;
+        // Heartbeats ride on logical decoding messages, which pgoutput
+        // sends from 14 on.
+        let pg_heartbeat = if pg_version >= 140_000 { ", heartbeat_secs: 1" } else { "" };
         let (binlog_file, binlog_offset) = crate::workload::prepare_mariadb(env, DATABASE).await?;
         let receiver = Receiver::start();
         let server =
@@ -192,7 +195,7 @@ impl Setup {
   - name: torture{run_id}pg
     source:
       type: postgres
-      config: {{ id: {pg_id}, host: 127.0.0.1, port: {pg}, database: {DATABASE}, user: {pg_user}, password: "{pg_password}", ssl_mode: disable, status_interval_secs: 1, heartbeat_secs: 1, tables: [public.t1, public.t2, public.t3, public.tx_log] }}
+      config: {{ id: {pg_id}, host: 127.0.0.1, port: {pg}, database: {DATABASE}, user: {pg_user}, password: "{pg_password}", ssl_mode: disable, status_interval_secs: 1{pg_heartbeat}, tables: [public.t1, public.t2, public.t3, public.tx_log] }}
     sink_batch_deadline_secs: 20
 {TRANSFORMS}{pg_sinks}  - name: torture{run_id}my
     source:

@@ -80,7 +80,8 @@ fn table_ddl(kind: Kind) -> String {
 
 /// A fresh PostgreSQL database with the tables, the publication and the
 /// slot (made before the first write, so nothing committed is missed).
-pub async fn prepare_postgres(env: &crate::Env, database: &str, source_id: &str) -> anyhow::Result<()> {
+/// Returns the server's `server_version_num`.
+pub async fn prepare_postgres(env: &crate::Env, database: &str, source_id: &str) -> anyhow::Result<u32> {
     let admin = Db::new(env, Kind::Postgres, "postgres")?;
     admin
         .execute(&format!(
@@ -100,7 +101,9 @@ pub async fn prepare_postgres(env: &crate::Env, database: &str, source_id: &str)
     db.execute(&format!("{ddl} CREATE PUBLICATION sluice_{source_id} FOR TABLE {}, tx_log", TABLES.join(", "))).await?;
     // A slot cannot be made in a transaction that wrote: its own statement.
     db.execute(&format!("SELECT pg_create_logical_replication_slot('sluice_{source_id}', 'pgoutput')")).await?;
-    Ok(())
+    let version = admin.first_row("SHOW server_version_num").await?;
+    let version = version.into_iter().next().flatten().unwrap_or_default();
+    anyhow::Context::with_context(version.parse(), || format!("server_version_num {version:?}"))
 }
 
 /// A fresh MariaDB database with the tables; returns the binlog file and

@@ -228,3 +228,27 @@ fn always_re_reads_the_tables_on_every_start() {
     // The second read includes the row streamed in between.
     assert_eq!(reads, 5_000 + 5_001, "each row read once per start");
 }
+
+/// PostgreSQL 13's pgoutput sends no logical decoding messages, so an
+/// incremental snapshot has no watermarks there: the command and the
+/// snapshot modes that re-read tables are refused with the reason, while
+/// 14 and later take the request.
+#[test]
+fn incremental_snapshots_are_taken_from_postgresql_14_on_and_refused_before() {
+    let db = "e2e_inc_version";
+    let (dir, config) = setup(db, 10, 500);
+    let output = ask(&config, dir.path(), "public.items");
+    let version: u32 = psql_value(db, "SHOW server_version_num").parse().unwrap();
+    if version >= 140_000 {
+        assert!(output.status.success(), "{}", stderr(&output));
+        return;
+    }
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("need PostgreSQL 14 or later"), "{}", stderr(&output));
+    let text = streaming_pipeline(db, 500).replace("chunk_size: 500", "chunk_size: 500, mode: when_needed");
+    let config = write_config(dir.path(), &text);
+    let output = run(&["validate", "-c", config.to_str().unwrap(), "--connect"], dir.path());
+    assert!(!output.status.success());
+    let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), stderr(&output));
+    assert!(said.contains("snapshot.mode: when_needed") && said.contains("needs PostgreSQL 14"), "{said}");
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The PostgreSQL core suite against every other supported major: the type
+# zoo, TOAST, truncate, slot acknowledgement, partitions, the initial and
+# the incremental snapshot, kill -9 and server restarts. The same tests as
+# on the main server (15), pointed at each major's private server by
+# swapping SLUICE_TEST_PG_PORT and SLUICE_TEST_PG_SOCKET.
+#
+#   scripts/test-pg-versions.sh [MAJOR...]   (default: every major the services run)
+#
+# Needs the env file of scripts/services.sh sourced, and runs the test
+# binaries cargo already built (scripts/test.sh builds them first).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+majors=("$@")
+if [ ${#majors[@]} -eq 0 ]; then
+  read -r -a majors <<< "${SLUICE_TEST_PG_MAJORS:?source the env file scripts/services.sh start prints}"
+fi
+for major in "${majors[@]}"; do
+  port_var="SLUICE_TEST_PG${major}_PORT"
+  port="${!port_var:?no server for PostgreSQL $major: scripts/services.sh starts 13, 14, 16, 17 and 18}"
+  echo "== PostgreSQL $major on port $port" >&2
+  export SLUICE_TEST_PG_PORT="$port"
+  export SLUICE_TEST_PG_SOCKET="${SLUICE_SERVICES_DIR:-/tmp/sluice-services}/postgres-$major"
+  cargo test --locked -q -p sluice-postgres --test replication --test real_world
+  if [ "$major" -ge 14 ]; then
+    cargo test --locked -q -p sluice --test snapshot --test incremental --test crash --test postgres_restart
+  else
+    # Before 14 pgoutput sends no messages, so incremental snapshots and
+    # the modes that re-read are refused: this test checks the refusal.
+    cargo test --locked -q -p sluice --test snapshot --test crash --test postgres_restart \
+      -- --skip under_when_needed_
+    cargo test --locked -q -p sluice --test incremental -- --exact \
+      incremental_snapshots_are_taken_from_postgresql_14_on_and_refused_before
+  fi
+done
