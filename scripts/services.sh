@@ -5,6 +5,8 @@
 #   scripts/services.sh stop      stop the servers this script started (by PID) and remove their folder
 #   scripts/services.sh restart-postgres   restart the private PostgreSQL (for tests that need it)
 #   scripts/services.sh restart-mariadb    restart the private MariaDB (a clean stop and start)
+#   scripts/services.sh pg-pair MAJOR      a fresh PostgreSQL primary and standby (17+): prints their ports
+#   scripts/services.sh pg-pair-failover   crash that primary and promote the standby
 #
 # Everything lives in $SLUICE_SERVICES_DIR (default /tmp/sluice-services).
 # Tests read the connection settings from "$SLUICE_SERVICES_DIR/env".
@@ -604,6 +606,75 @@ stop_postgres() {
   done
 }
 
+# A primary and a streaming standby of major $1 (17 or later), made afresh:
+# the standby syncs the primary's failover slots (sync_replication_slots),
+# the primary waits for it before it sends a failover slot's changes
+# (synchronized_standby_slots) and before a commit returns (a synchronous
+# standby), so a failover loses neither a commit nor a slot's progress.
+# Prints "PRIMARY_PORT STANDBY_PORT".
+pg_pair() {
+  local major=$1 version bin primary="$DIR/postgres-pair-primary" standby="$DIR/postgres-pair-standby" pport sport pg
+  for pg in "$primary" "$standby"; do
+    if [ -f "$pg/pid" ]; then
+      runuser -u postgres -- "$(cat "$pg/bin")/pg_ctl" -D "$pg/data" -m immediate -w stop >/dev/null 2>&1 || true
+    fi
+    rm -rf "$pg"
+  done
+  for version in $PG_NPM_VERSIONS; do
+    [ "${version%%.*}" = "$major" ] && bin=$(install_postgres_npm "$version")
+  done
+  [ -n "${bin:-}" ] || { log "no PostgreSQL $major among $PG_NPM_VERSIONS"; exit 2; }
+  pport=$(free_port 27432)
+  mkdir -p "$primary"
+  cp "$DIR/postgres/server.crt" "$DIR/postgres/server.key" "$primary/"
+  init_postgres "$primary" "$bin" "$pport" 32MB
+  runuser -u postgres -- "$PG_BIN/psql" -h "$primary" -p "$pport" -U postgres -q -v ON_ERROR_STOP=1 \
+    -c "SELECT pg_create_physical_replication_slot('sluice_standby')" >/dev/null
+  runuser -u postgres -- "$bin/pg_ctl" -D "$primary/data" -m fast -w stop >/dev/null
+  cat >> "$primary/data/postgresql.conf" <<CONF
+synchronized_standby_slots = 'sluice_standby'
+synchronous_standby_names = 'sluice_standby'
+synchronous_commit = on
+CONF
+  # A copy of the cleanly stopped primary is a valid base for a standby.
+  mkdir -p "$standby"
+  cp -a "$primary/data" "$standby/data"
+  rm -rf "$standby/data/pg_replslot/sluice_standby" "$standby/data/postmaster.pid"
+  sport=$(free_port $((pport + 1)))
+  cat >> "$standby/data/postgresql.conf" <<CONF
+port = $sport
+unix_socket_directories = '$standby'
+primary_conninfo = 'host=127.0.0.1 port=$pport user=$PG_USER password=$PG_PASSWORD dbname=postgres application_name=sluice_standby'
+primary_slot_name = 'sluice_standby'
+hot_standby_feedback = on
+sync_replication_slots = on
+synchronized_standby_slots = ''
+synchronous_standby_names = ''
+CONF
+  touch "$standby/data/standby.signal"
+  echo "$bin" > "$standby/bin"
+  chown -R postgres:postgres "$standby"
+  run_postgres "$primary"
+  run_postgres "$standby"
+  local streaming=""
+  for _ in $(seq 1 300); do
+    streaming=$(runuser -u postgres -- "$PG_BIN/psql" -h "$primary" -p "$pport" -U postgres -qAtc \
+      "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'sluice_standby' AND state = 'streaming'")
+    [ "$streaming" = 1 ] && break
+    sleep 0.1
+  done
+  [ "$streaming" = 1 ] || { log "the standby on $sport never streamed from $pport"; exit 1; }
+  echo "$pport $sport"
+}
+
+# The failover of the pair: the primary crashes (an immediate stop) and
+# the standby is promoted.
+pg_pair_failover() {
+  local primary="$DIR/postgres-pair-primary" standby="$DIR/postgres-pair-standby"
+  runuser -u postgres -- "$(cat "$primary/bin")/pg_ctl" -D "$primary/data" -m immediate -w stop >/dev/null
+  runuser -u postgres -- "$(cat "$standby/bin")/pg_ctl" -D "$standby/data" -w promote >/dev/null
+}
+
 # An immediate stop, like a crash: a fast stop would wait for logical
 # replication clients to confirm everything, which a lagging client never does.
 # The server is the one whose folder SLUICE_TEST_PG_SOCKET names (the main
@@ -678,8 +749,14 @@ case "${1:-}" in
   restart-mariadb)
     restart_mariadb
     ;;
+  pg-pair)
+    pg_pair "${2:?usage: $0 pg-pair MAJOR}"
+    ;;
+  pg-pair-failover)
+    pg_pair_failover
+    ;;
   *)
-    echo "usage: $0 start|stop|restart-postgres|restart-mariadb" >&2
+    echo "usage: $0 start|stop|restart-postgres|restart-mariadb|pg-pair MAJOR|pg-pair-failover" >&2
     exit 2
     ;;
 esac

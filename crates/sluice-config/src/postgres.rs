@@ -85,9 +85,28 @@ pub struct PostgresConfig {
     /// Read the rows already in the tables before streaming.
     #[serde(default)]
     pub snapshot: crate::SnapshotConfig,
+    /// Servers that may become the primary, as `host` or `host:port`
+    /// (default port: `port`): on every start and reconnect the source
+    /// reads from the first of `host` and these that is not in recovery.
+    #[serde(default)]
+    pub failover_hosts: Vec<String>,
+    /// Create the slot as a failover slot, which a standby with
+    /// `sync_replication_slots` keeps in step (PostgreSQL 17+), and make an
+    /// existing slot one. Absent: on from 17; `true` before 17 is refused.
+    pub failover_slot: Option<bool>,
 }
 
 impl PostgresConfig {
+    /// `host:port` of the source's servers: `host`, then `failover_hosts`
+    /// (validation refuses an entry that does not parse).
+    pub fn hosts(&self) -> Vec<(String, u16)> {
+        let mut hosts = vec![(self.host.clone(), self.port)];
+        for (host, port) in self.failover_hosts.iter().filter_map(|e| parse_host_port(e)) {
+            hosts.push((host, port.unwrap_or(self.port)));
+        }
+        hosts
+    }
+
     /// Whether messages become events (unless the server predates them).
     pub fn emit_messages(&self) -> bool {
         self.messages.unwrap_or(true)
@@ -131,4 +150,24 @@ fn default_status_interval() -> u64 {
 }
 fn default_connect_timeout() -> u64 {
     DEFAULT_CONNECT_TIMEOUT_SECS
+}
+
+/// `host` or `host:port` (an IPv6 address in brackets: `[::1]:5432`);
+/// `None` for an empty host or a port that is not 1 to 65535.
+pub fn parse_host_port(entry: &str) -> Option<(String, Option<u16>)> {
+    let entry = entry.trim();
+    let (host, port) = if let Some(rest) = entry.strip_prefix('[') {
+        let (host, tail) = rest.split_once(']')?;
+        (host, if tail.is_empty() { None } else { Some(tail.strip_prefix(':')?) })
+    } else {
+        match entry.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (entry, None),
+        }
+    };
+    let port = match port {
+        Some(text) => Some(text.parse::<u16>().ok().filter(|p| *p != 0)?),
+        None => None,
+    };
+    (!host.is_empty()).then(|| (host.to_string(), port))
 }

@@ -54,6 +54,16 @@ fn validate_postgres(at: &str, c: &PostgresConfig) -> Result<(), Invalid> {
     if c.port == 0 {
         return Err(Invalid::new(format!("{at}.port"), "port 0 is not a port", "set the server's port, e.g. 5432"));
     }
+    for (i, entry) in c.failover_hosts.iter().enumerate() {
+        let field = format!("{at}.failover_hosts[{i}]");
+        if crate::postgres::parse_host_port(entry).is_none() {
+            return Err(Invalid::new(
+                field,
+                format!("{entry:?} is not host or host:port"),
+                "write each as host or host:port, e.g. db-standby.internal:5432",
+            ));
+        }
+    }
     if matches!(c.ssl_mode, SslMode::VerifyCa | SslMode::VerifyFull) && c.ca_file.is_none() {
         return Err(Invalid::new(
             format!("{at}.ca_file"),

@@ -84,6 +84,12 @@ pub fn check_features(config: &PostgresConfig, version: u32) -> Result<(), Sourc
     } else {
         None
     };
+    if config.failover_slot == Some(true) && version < 170_000 {
+        return Err(SourceError::permanent(
+            format!("failover_slot: true needs PostgreSQL 17 or later (the server runs {version})"),
+            "remove failover_slot, or upgrade the server; before 17 a failover loses the slot, which the source detects",
+        ));
+    }
     match needs_14 {
         Some(setting) if version < 140_000 => Err(SourceError::permanent(
             format!(

@@ -3,6 +3,7 @@
 
 mod catalog;
 pub mod decode;
+mod hosts;
 pub mod incremental;
 pub mod pgoutput;
 pub mod preflight;

@@ -76,6 +76,9 @@ pub(crate) struct PgStream {
     pub skipped: Vec<String>,
     /// Keyless tables go through the inserts-only publication.
     pub inserts_publication: bool,
+    /// The slot is (made) a failover slot: `failover_slot`, by default on
+    /// from PostgreSQL 17.
+    pub failover_slot: bool,
 }
 
 impl PostgresSource {
@@ -90,6 +93,7 @@ impl PostgresSource {
             started_once: false,
             skipped: Vec::new(),
             inserts_publication: false,
+            failover_slot: false,
         };
         Self { stream, driver: Driver::new("postgres", "replication reader") }
     }

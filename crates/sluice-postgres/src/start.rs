@@ -39,6 +39,7 @@ fn refused(refusal: Refusal, slot: &str) -> SourceError {
 impl PostgresSource {
     /// [`Source::start`](sluice_core::Source::start).
     pub(crate) async fn begin(&mut self, from: Option<Position>, acked: AckWatermark) -> Result<(), SourceError> {
+        self.stream.params = crate::hosts::primary(&self.stream.config, &self.stream.params).await?;
         let incremental = self.stream.open_incremental(from.as_ref())?;
         self.driver.restart(incremental);
         let slot = self.stream.config.slot_name();
@@ -47,6 +48,7 @@ impl PostgresSource {
         let mut sql = self.stream.connect(false).await?;
         let version = catalog::check_server(&mut sql, &self.stream.config.user).await?;
         catalog::check_features(&self.stream.config, version)?;
+        self.stream.failover_slot = self.stream.config.failover_slot.unwrap_or(version >= 170_000);
         let tables = self.stream.settle_tables(&mut sql).await?;
         let state = catalog::slot_state(&mut sql, &slot, &self.stream.config.database).await?;
         let log = match (state.lost, state.exists) {
@@ -197,6 +199,9 @@ impl PgStream {
             exists = false;
         }
         if exists {
+            if self.failover_slot {
+                make_failover_slot(replication, &slot).await?;
+            }
             return Ok(None);
         }
         if !config.create_slot {
@@ -208,12 +213,17 @@ impl PgStream {
                 ),
             ));
         }
-        let how = if fresh { "EXPORT_SNAPSHOT" } else { "NOEXPORT_SNAPSHOT" };
+        let how = match (fresh, self.failover_slot) {
+            (true, false) => "EXPORT_SNAPSHOT",
+            (false, false) => "NOEXPORT_SNAPSHOT",
+            (true, true) => "(SNAPSHOT 'export', FAILOVER true)",
+            (false, true) => "(SNAPSHOT 'nothing', FAILOVER true)",
+        };
         let created = replication
             .simple_query(&format!("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput {how}", quote_ident(&slot)))
             .await
             .map_err(|e| source_error(&format!("cannot create replication slot {slot:?}"), e))?;
-        info!(slot, "replication slot created");
+        info!(slot, failover = self.failover_slot, "replication slot created");
         if !fresh {
             return Ok(None);
         }
@@ -258,4 +268,22 @@ impl PgStream {
         };
         Ok(snapshot::spawn(settings, config.snapshot.max_parallel_tables, plans, resume))
     }
+}
+
+/// Turns an existing slot into a failover slot (PostgreSQL 17+), so a
+/// standby with `sync_replication_slots` keeps a copy a failover can use.
+async fn make_failover_slot(replication: &mut Connection, slot: &str) -> Result<(), SourceError> {
+    let rows = replication
+        .simple_query(&format!("SELECT failover FROM pg_replication_slots WHERE slot_name = {}", quote_literal(slot)))
+        .await
+        .map_err(|e| source_error(&format!("cannot read replication slot {slot:?}"), e))?;
+    if rows.first("failover") != Some("f") {
+        return Ok(());
+    }
+    replication
+        .simple_query(&format!("ALTER_REPLICATION_SLOT {} (FAILOVER true)", quote_ident(slot)))
+        .await
+        .map_err(|e| source_error(&format!("cannot make replication slot {slot:?} a failover slot"), e))?;
+    info!(slot, "the slot is now a failover slot");
+    Ok(())
 }

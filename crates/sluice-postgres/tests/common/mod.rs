@@ -70,6 +70,8 @@ pub fn config(database: &str, id: &str) -> PostgresConfig {
         heartbeat_secs: None,
         status_interval_secs: 1,
         connect_timeout_secs: 10,
+        failover_hosts: Vec::new(),
+        failover_slot: None,
     }
 }
 
