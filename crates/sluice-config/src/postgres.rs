@@ -171,3 +171,19 @@ pub fn parse_host_port(entry: &str) -> Option<(String, Option<u16>)> {
     };
     (!host.is_empty()).then(|| (host.to_string(), port))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_host_port;
+
+    #[test]
+    fn host_entries_take_an_optional_port() {
+        assert_eq!(parse_host_port("db-b.internal"), Some(("db-b.internal".into(), None)));
+        assert_eq!(parse_host_port(" 10.0.0.2:5433 "), Some(("10.0.0.2".into(), Some(5433))));
+        assert_eq!(parse_host_port("[::1]:5433"), Some(("::1".into(), Some(5433))));
+        assert_eq!(parse_host_port("[::1]"), Some(("::1".into(), None)));
+        for bad in ["", ":5432", "db:0", "db:70000", "db:x", "[::1", "[::1]5432"] {
+            assert_eq!(parse_host_port(bad), None, "{bad}");
+        }
+    }
+}

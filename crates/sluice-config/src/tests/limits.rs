@@ -56,6 +56,11 @@ fn every_numeric_setting_is_bounded_and_the_error_names_the_field_and_range() {
         (generator(&format!("events_per_sec: {MAX}")), format!("{source_at}.events_per_sec"), "1..=100000000"),
         (database_case("postgres", "port: 0"), format!("{source_at}.port"), "port 0"),
         (
+            database_case("postgres", "failover_hosts: [\"db-b:5432\", \"db-c:99999\"]"),
+            format!("{source_at}.failover_hosts[1]"),
+            "is not host or host:port",
+        ),
+        (
             database_case("postgres", &format!("connect_timeout_secs: {MAX}")),
             format!("{source_at}.connect_timeout_secs"),
             "1..=3600",
