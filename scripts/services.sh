@@ -606,11 +606,13 @@ stop_postgres() {
   done
 }
 
-# A primary and a streaming standby of major $1 (17 or later), made afresh:
-# the standby syncs the primary's failover slots (sync_replication_slots),
-# the primary waits for it before it sends a failover slot's changes
-# (synchronized_standby_slots) and before a commit returns (a synchronous
-# standby), so a failover loses neither a commit nor a slot's progress.
+# A primary and a streaming standby of major $1 (16 or later), made afresh,
+# the standby with hot_standby_feedback through a physical slot (logical
+# decoding on it needs both). A commit returns once the standby has it (a
+# synchronous standby). From 17 the standby also syncs the primary's
+# failover slots (sync_replication_slots), and the primary waits for it
+# before it sends a failover slot's changes (synchronized_standby_slots), so
+# a failover loses neither a commit nor a slot's progress.
 # Prints "PRIMARY_PORT STANDBY_PORT".
 pg_pair() {
   local major=$1 version bin primary="$DIR/postgres-pair-primary" standby="$DIR/postgres-pair-standby" pport sport pg
@@ -632,10 +634,10 @@ pg_pair() {
     -c "SELECT pg_create_physical_replication_slot('sluice_standby')" >/dev/null
   runuser -u postgres -- "$bin/pg_ctl" -D "$primary/data" -m fast -w stop >/dev/null
   cat >> "$primary/data/postgresql.conf" <<CONF
-synchronized_standby_slots = 'sluice_standby'
 synchronous_standby_names = 'sluice_standby'
 synchronous_commit = on
 CONF
+  [ "$major" -lt 17 ] || echo "synchronized_standby_slots = 'sluice_standby'" >> "$primary/data/postgresql.conf"
   # A copy of the cleanly stopped primary is a valid base for a standby.
   mkdir -p "$standby"
   cp -a "$primary/data" "$standby/data"
@@ -647,10 +649,11 @@ unix_socket_directories = '$standby'
 primary_conninfo = 'host=127.0.0.1 port=$pport user=$PG_USER password=$PG_PASSWORD dbname=postgres application_name=sluice_standby'
 primary_slot_name = 'sluice_standby'
 hot_standby_feedback = on
-sync_replication_slots = on
-synchronized_standby_slots = ''
 synchronous_standby_names = ''
 CONF
+  if [ "$major" -ge 17 ]; then
+    printf "sync_replication_slots = on\nsynchronized_standby_slots = ''\n" >> "$standby/data/postgresql.conf"
+  fi
   touch "$standby/data/standby.signal"
   echo "$bin" > "$standby/bin"
   chown -R postgres:postgres "$standby"

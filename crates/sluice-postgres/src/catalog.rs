@@ -30,7 +30,7 @@ pub fn source_error(context: &str, err: PgError) -> SourceError {
     }
 }
 
-fn query_error(err: PgError) -> SourceError {
+pub(crate) fn query_error(err: PgError) -> SourceError {
     source_error("catalog query failed", err)
 }
 

@@ -229,6 +229,12 @@ pub async fn request(config: &PostgresConfig, table: &str) -> Result<Position, S
             "upgrade the server, or take a new initial snapshot with `sluice checkpoints reset`",
         ));
     }
+    if crate::hosts::check_standby(&mut conn, config, version).await? {
+        return Err(SourceError::permanent(
+            "an incremental snapshot writes its request and watermarks into the WAL, and this source reads a standby, which is read-only",
+            "take a new initial snapshot with `sluice checkpoints reset`, or read from the primary",
+        ));
+    }
     let (schema, name) = table.split_once('.').ok_or_else(|| {
         SourceError::permanent(
             format!("{table:?} is not schema.table"),

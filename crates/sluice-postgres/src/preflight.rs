@@ -15,12 +15,17 @@ pub async fn checks(config: &PostgresConfig) -> Vec<Check> {
         Err(e) => return vec![failed("connect", catalog::source_error("cannot connect", e))],
     };
     let mut checks = vec![Check::ok("connect", format!("{}:{} as {}", config.host, config.port, config.user))];
-    match catalog::check_server(&mut conn, &config.user).await.and_then(|version| {
-        catalog::check_features(config, version)?;
-        Ok(version)
-    }) {
-        Ok(version) => {
-            checks.push(Check::ok("server", format!("wal_level logical, user may replicate, version {version}")))
+    let server = match catalog::check_server(&mut conn, &config.user).await {
+        Ok(version) => match catalog::check_features(config, version) {
+            Ok(()) => crate::hosts::check_standby(&mut conn, config, version).await.map(|standby| (version, standby)),
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    };
+    match server {
+        Ok((version, standby)) => {
+            let role = if standby { ", a standby" } else { "" };
+            checks.push(Check::ok("server", format!("wal_level logical, user may replicate, version {version}{role}")))
         }
         Err(e) => checks.push(failed("server", e)),
     }

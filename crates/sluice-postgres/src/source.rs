@@ -79,6 +79,8 @@ pub(crate) struct PgStream {
     /// The slot is (made) a failover slot: `failover_slot`, by default on
     /// from PostgreSQL 17.
     pub failover_slot: bool,
+    /// The server is a standby (PostgreSQL 16+): nothing is written to it.
+    pub on_standby: bool,
 }
 
 impl PostgresSource {
@@ -94,6 +96,7 @@ impl PostgresSource {
             skipped: Vec::new(),
             inserts_publication: false,
             failover_slot: false,
+            on_standby: false,
         };
         Self { stream, driver: Driver::new("postgres", "replication reader") }
     }

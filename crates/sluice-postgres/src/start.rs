@@ -48,7 +48,10 @@ impl PostgresSource {
         let mut sql = self.stream.connect(false).await?;
         let version = catalog::check_server(&mut sql, &self.stream.config.user).await?;
         catalog::check_features(&self.stream.config, version)?;
-        self.stream.failover_slot = self.stream.config.failover_slot.unwrap_or(version >= 170_000);
+        self.stream.on_standby = crate::hosts::check_standby(&mut sql, &self.stream.config, version).await?;
+        // A slot on a standby cannot be a failover slot.
+        self.stream.failover_slot =
+            !self.stream.on_standby && self.stream.config.failover_slot.unwrap_or(version >= 170_000);
         let tables = self.stream.settle_tables(&mut sql).await?;
         let state = catalog::slot_state(&mut sql, &slot, &self.stream.config.database).await?;
         let log = match (state.lost, state.exists) {
@@ -162,9 +165,11 @@ impl PgStream {
         let published = catalog::published(&tables);
         let (main, keyless): (Vec<_>, Vec<_>) = published.into_iter().partition(|t| !inserts.contains(&t.name()));
         let publication = config.publication_name();
-        catalog::ensure_publication(sql, &publication, config.create_publication, &main, false).await?;
+        // On a standby the publication comes from the primary.
+        let create = config.create_publication && !self.on_standby;
+        catalog::ensure_publication(sql, &publication, create, &main, false).await?;
         let inserts_publication = config.inserts_publication_name();
-        catalog::ensure_publication(sql, &inserts_publication, config.create_publication, &keyless, true).await?;
+        catalog::ensure_publication(sql, &inserts_publication, create, &keyless, true).await?;
         Ok(tables.into_iter().filter(|t| !t.partitioned).collect())
     }
 

@@ -195,3 +195,39 @@ async fn an_initial_snapshot_of_a_partitioned_table_names_its_rows_by_the_root()
     assert_eq!(tables(&streamed), ["public.meas"]);
     assert_eq!(read[0].schema_version, streamed[0].schema_version, "snapshot and stream agree on the shape");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_attached_and_detached_mid_stream_lose_nothing() {
+    fresh_database("t_attach").await;
+    sql(
+        "t_attach",
+        "CREATE TABLE meas (day date, id int, v int, PRIMARY KEY (day, id)) PARTITION BY RANGE (day);
+         CREATE TABLE meas_2024 PARTITION OF meas FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');",
+    )
+    .await;
+    let mut config = config("t_attach", "attach");
+    config.tables = vec!["public.meas".into()];
+    let mut source = started(config, None, AckWatermark::default()).await;
+    sql(
+        "t_attach",
+        "INSERT INTO meas VALUES ('2024-03-01', 1, 1);
+         CREATE TABLE meas_2025 (LIKE meas INCLUDING ALL);
+         INSERT INTO meas_2025 VALUES ('2025-02-01', 2, 0);
+         ALTER TABLE meas ATTACH PARTITION meas_2025 FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
+         INSERT INTO meas VALUES ('2025-03-01', 3, 1);
+         UPDATE meas SET v = 5 WHERE id = 2;
+         CREATE TABLE meas_2026 PARTITION OF meas FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');
+         INSERT INTO meas VALUES ('2026-01-05', 4, 1);
+         ALTER TABLE meas DETACH PARTITION meas_2024;
+         INSERT INTO meas_2024 VALUES ('2024-05-01', 5, 1);
+         INSERT INTO meas VALUES ('2026-02-01', 6, 1);",
+    )
+    .await;
+    // The row written into meas_2025 before it was attached was no change
+    // of meas; the row written into meas_2024 after it was detached is not
+    // either. Every change of meas in between arrives, by meas's name.
+    let events = collect(&mut source, 5).await;
+    assert_eq!(tables(&events), vec!["public.meas"; 5]);
+    let changes: Vec<(Op, i64)> = events.iter().map(|e| (e.op, after_json(e)["id"].as_i64().expect("an id"))).collect();
+    assert_eq!(changes, [(Op::Insert, 1), (Op::Insert, 3), (Op::Update, 2), (Op::Insert, 4), (Op::Insert, 6)]);
+}
