@@ -8,34 +8,10 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use common::pg::*;
 use common::*;
-
-fn services(args: &[&str]) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services.sh");
-    let output = Command::new("bash").arg(script).args(args).output().unwrap();
-    assert!(output.status.success(), "services.sh {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
-}
-
-/// `query` on the server at `port`, through psql; its output, or the error.
-fn psql(port: u16, db: &str, query: &str) -> Result<String, String> {
-    let output = Command::new("psql")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db])
-        .args(["-qXAt", "-v", "ON_ERROR_STOP=1", "-c", query])
-        .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
-        .output()
-        .unwrap();
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
-    } else {
-        Err(String::from_utf8_lossy(&output.stderr).to_string())
-    }
-}
 
 fn insert(port: u16, db: &str, ids: std::ops::RangeInclusive<i64>) {
     // One transaction per ten rows, so the failover lands between and
@@ -44,17 +20,15 @@ fn insert(port: u16, db: &str, ids: std::ops::RangeInclusive<i64>) {
         .step_by(10)
         .map(|start| format!("INSERT INTO items SELECT g, 'n' || g FROM generate_series({start}, {}) g;", start + 9))
         .collect();
-    psql(port, db, &statements).unwrap();
+    psql_at(port, db, &statements).unwrap();
 }
 
 #[test]
 fn after_a_failover_the_pipeline_resumes_from_the_synced_slot_on_the_promoted_standby() {
-    let ports = services(&["pg-pair", "17"]);
-    let (primary, standby) = ports.split_once(' ').expect("two ports");
-    let (primary, standby): (u16, u16) = (primary.parse().unwrap(), standby.parse().unwrap());
+    let (primary, standby) = pg_pair(17);
     let db = "e2e_failover";
-    psql(primary, "postgres", &format!("CREATE DATABASE {db}")).unwrap();
-    psql(primary, db, "CREATE TABLE items (id bigint PRIMARY KEY, note text)").unwrap();
+    psql_at(primary, "postgres", &format!("CREATE DATABASE {db}")).unwrap();
+    psql_at(primary, db, "CREATE TABLE items (id bigint PRIMARY KEY, note text)").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("items.jsonl");
     let text = format!(
@@ -66,15 +40,19 @@ fn after_a_failover_the_pipeline_resumes_from_the_synced_slot_on_the_promoted_st
     let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
     let slot = format!("sluice_{db}");
     wait_until(Duration::from_secs(60), "the slot, as a failover slot", || {
-        psql(primary, db, &format!("SELECT failover AND active FROM pg_replication_slots WHERE slot_name = '{slot}'"))
-            .is_ok_and(|v| v == "t")
+        psql_at(
+            primary,
+            db,
+            &format!("SELECT failover AND active FROM pg_replication_slots WHERE slot_name = '{slot}'"),
+        )
+        .is_ok_and(|v| v == "t")
     });
     insert(primary, db, 1..=1000);
     wait_until(Duration::from_secs(60), "the first rows", || inserted_ids(&out).len() >= 1000);
     // The standby's copy of the slot: made by its slot sync worker.
     wait_until(Duration::from_secs(60), "the slot synced to the standby", || {
         let query = format!("SELECT synced AND NOT temporary FROM pg_replication_slots WHERE slot_name = '{slot}'");
-        psql(standby, db, &query).is_ok_and(|v| v == "t")
+        psql_at(standby, db, &query).is_ok_and(|v| v == "t")
     });
     insert(primary, db, 1001..=3000);
     wait_until(Duration::from_secs(60), "rows of the second batch", || inserted_ids(&out).len() >= 1500);

@@ -7,36 +7,18 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use common::pg::*;
 use common::*;
 
-fn services(args: &[&str]) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services.sh");
-    let output = Command::new("bash").arg(script).args(args).output().unwrap();
-    assert!(output.status.success(), "services.sh {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
-}
-
 fn psql(port: u16, db: &str, query: &str) -> String {
-    let output = Command::new("psql")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db])
-        .args(["-qXAt", "-v", "ON_ERROR_STOP=1", "-c", query])
-        .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{query}: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
+    psql_at(port, db, query).unwrap_or_else(|e| panic!("{query}: {e}"))
 }
 
 #[test]
 fn a_standby_is_snapshotted_and_streamed_while_the_primary_takes_the_writes() {
-    let ports = services(&["pg-pair", "16"]);
-    let (primary, standby) = ports.split_once(' ').expect("two ports");
-    let (primary, standby): (u16, u16) = (primary.parse().unwrap(), standby.parse().unwrap());
+    let (primary, standby) = pg_pair(16);
     let db = "e2e_standby";
     psql(primary, "postgres", &format!("CREATE DATABASE {db}"));
     psql(
@@ -72,10 +54,10 @@ fn a_standby_is_snapshotted_and_streamed_while_the_primary_takes_the_writes() {
         );
     }
     wait_until(Duration::from_secs(120), &format!("every row (log: {})", log.display()), || {
-        inserted_ids(&out).len() + snapshot_ids(&out).len() >= 3000
+        inserted_ids(&out).len() + ids_of(&out, "r").len() >= 3000
     });
     stop(child, dir.path());
-    let mut ids = snapshot_ids(&out);
+    let mut ids = ids_of(&out, "r");
     ids.extend(inserted_ids(&out));
     let unique: BTreeSet<i64> = ids.iter().copied().collect();
     assert_eq!(unique, (1..=3000).collect(), "rows missing from the file");
@@ -94,16 +76,4 @@ fn a_standby_is_snapshotted_and_streamed_while_the_primary_takes_the_writes() {
     let refused = run(&["validate", "-c", config.to_str().unwrap(), "--connect"], dir.path());
     let said = String::from_utf8_lossy(&refused.stdout).to_string();
     assert!(!refused.status.success() && said.contains("hot_standby_feedback = on"), "{said}");
-}
-
-/// The ids of the snapshot's rows (op `r`) in the file.
-fn snapshot_ids(path: &Path) -> Vec<i64> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .split_inclusive('\n')
-        .filter_map(|l| l.strip_suffix('\n'))
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|e| e["op"] == "r")
-        .map(|e| e["after"]["id"].as_i64().unwrap())
-        .collect()
 }

@@ -110,12 +110,17 @@ pub fn stop(child: Running, dir: &Path) {
 /// newline is one the sink is still writing (or a torn tail a kill left,
 /// which the next run truncates): it is not counted yet.
 pub fn inserted_ids(path: &Path) -> Vec<i64> {
+    ids_of(path, "c")
+}
+
+/// The ids of the rows of events with `op` in the file, as [`inserted_ids`].
+pub fn ids_of(path: &Path, op: &str) -> Vec<i64> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .split_inclusive('\n')
         .filter_map(|l| l.strip_suffix('\n'))
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|e| e["op"] == "c")
+        .filter(|e| e["op"] == op)
         .map(|e| e["after"]["id"].as_i64().unwrap())
         .collect()
 }
@@ -138,4 +143,35 @@ pub fn wait_for_slot(db: &str) {
         let query = format!("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'sluice_{db}' AND active");
         psql_value(db, &query) == "1"
     });
+}
+
+/// `scripts/services.sh` with `args` (a pair of servers, a failover); its
+/// output.
+pub fn services(args: &[&str]) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services.sh");
+    let output = std::process::Command::new("bash").arg(script).args(args).output().unwrap();
+    assert!(output.status.success(), "services.sh {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+/// A fresh primary and standby of `major` (`services.sh pg-pair`): their ports.
+pub fn pg_pair(major: u32) -> (u16, u16) {
+    let ports = services(&["pg-pair", &major.to_string()]);
+    let (primary, standby) = ports.split_once(' ').expect("two ports");
+    (primary.parse().unwrap(), standby.parse().unwrap())
+}
+
+/// `query` on the server at `port`, through psql: its output, or the error.
+pub fn psql_at(port: u16, db: &str, query: &str) -> Result<String, String> {
+    let output = std::process::Command::new("psql")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", &pg_env("SLUICE_TEST_PG_USER"), "-d", db])
+        .args(["-qXAt", "-v", "ON_ERROR_STOP=1", "-c", query])
+        .env("PGPASSWORD", pg_env("SLUICE_TEST_PG_PASSWORD"))
+        .output()
+        .unwrap();
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).to_string())
+    }
 }
