@@ -125,7 +125,7 @@ impl Matched {
         self.root.clone().unwrap_or_else(|| self.name())
     }
 
-    fn quoted(&self) -> String {
+    pub(crate) fn quoted(&self) -> String {
         format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.table))
     }
 }
@@ -179,7 +179,7 @@ pub fn published(tables: &[Matched]) -> Vec<&Matched> {
 }
 
 /// A published table holds a keyless one: itself, or one of its partitions.
-fn holds_keyless(table: &Matched, tables: &[Matched]) -> bool {
+pub(crate) fn holds_keyless(table: &Matched, tables: &[Matched]) -> bool {
     table.keyless || tables.iter().any(|t| t.keyless && t.root.as_deref() == Some(table.name().as_str()))
 }
 
@@ -250,6 +250,7 @@ pub async fn ensure_publication(
     create: bool,
     tables: &[&Matched],
     inserts_only: bool,
+    later: bool,
 ) -> Result<(), SourceError> {
     if tables.is_empty() {
         return Ok(());
@@ -284,6 +285,15 @@ pub async fn ensure_publication(
         return Ok(());
     }
     let missing = uncovered(conn, name, tables).await?;
+    if !missing.is_empty() && later {
+        // The reader publishes them, with their rows (new_tables.rs).
+        tracing::info!(
+            publication = name,
+            tables = missing.join(", "),
+            "the publication lacks tables the patterns match; they join once streaming starts"
+        );
+        return Ok(());
+    }
     if !missing.is_empty() {
         return Err(SourceError::permanent(
             format!("publication {name:?} does not cover {}", missing.join(", ")),

@@ -235,13 +235,26 @@ pub async fn request(config: &PostgresConfig, table: &str) -> Result<Position, S
             "take a new initial snapshot with `sluice checkpoints reset`, or read from the primary",
         ));
     }
+    let at = signal(&mut conn, &config.id, table, config.snapshot.chunk_size).await;
+    conn.close().await;
+    at
+}
+
+/// Writes the signal that asks source `source_id` to re-read `table`,
+/// once the table is known to be readable by key; the signal's position.
+pub(crate) async fn signal(
+    conn: &mut Connection,
+    source_id: &str,
+    table: &str,
+    chunk_size: u64,
+) -> Result<Position, SourceError> {
     let (schema, name) = table.split_once('.').ok_or_else(|| {
         SourceError::permanent(
             format!("{table:?} is not schema.table"),
             "name the table as schema.table, e.g. public.orders",
         )
     })?;
-    let plan = plan_table(&mut conn, schema, name, config.snapshot.chunk_size).await?;
+    let plan = plan_table(conn, schema, name, chunk_size).await?;
     match plan {
         Some(plan) if matches!(plan.order, Order::Key(_)) => {}
         Some(_) => {
@@ -257,7 +270,7 @@ pub async fn request(config: &PostgresConfig, table: &str) -> Result<Position, S
             ));
         }
     }
-    let signal = serde_json::to_string(&Signal { source: config.id.clone(), table: table.to_string() })
+    let signal = serde_json::to_string(&Signal { source: source_id.to_string(), table: table.to_string() })
         .map_err(|e| SourceError::permanent(format!("signal: {e}"), "report this"))?;
     let rows = conn
         .simple_query(&format!(
@@ -267,7 +280,6 @@ pub async fn request(config: &PostgresConfig, table: &str) -> Result<Position, S
         ))
         .await
         .map_err(|e| source_error("writing the snapshot signal", e))?;
-    conn.close().await;
     let lsn = rows.rows.first().and_then(|r| r.first().cloned().flatten()).unwrap_or_default();
     Ok(Position::Postgres { commit_lsn: lsn.parse().unwrap_or(sluice_core::Lsn(0)), seq: 0 })
 }

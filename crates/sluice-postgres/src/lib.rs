@@ -5,6 +5,7 @@ mod catalog;
 pub mod decode;
 mod hosts;
 pub mod incremental;
+mod new_tables;
 pub mod pgoutput;
 pub mod preflight;
 mod reader;

@@ -28,6 +28,8 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, info};
 
+use crate::new_tables::NewTables;
+
 use crate::catalog::{self, quote_ident, quote_literal, source_error};
 use crate::decode::Decoder;
 use crate::pgoutput::{self, Frame, HEARTBEAT_PREFIX, Message};
@@ -108,6 +110,11 @@ impl PgStream {
             sent_through: Lsn(0),
             last_emitted: from,
             last_received: Instant::now(),
+            new_tables: (config.create_publication
+                && version >= 140_000
+                && self.state_dir.is_some()
+                && !self.on_standby)
+                .then(|| NewTables::new(config)),
         };
         Ok(ReaderHandle::new(rx, tokio::spawn(reader.run())))
     }
@@ -134,6 +141,9 @@ struct Reader {
     sent_through: Lsn,
     last_emitted: Option<Position>,
     last_received: Instant,
+    /// Publishes tables created while streaming, when Sluice manages the
+    /// publication and incremental snapshots are on.
+    new_tables: Option<NewTables>,
 }
 
 impl Reader {
@@ -168,7 +178,12 @@ impl Reader {
                     }
                     self.send_status(ready.is_empty()).await?;
                 }
-                _ = measure.tick() => self.measure_log().await,
+                _ = measure.tick() => {
+                    self.measure_log().await;
+                    if let Some(new_tables) = &mut self.new_tables {
+                        new_tables.check(&mut self.sql).await;
+                    }
+                }
                 _ = heartbeat.tick(), if self.heartbeat.is_some() => {
                     let sql = format!("SELECT pg_logical_emit_message(false, {}, '')", quote_literal(HEARTBEAT_PREFIX));
                     self.sql.simple_query(&sql).await.map_err(|e| source_error("heartbeat", e))?;

@@ -121,6 +121,14 @@ impl PgStream {
             .map_err(|e| source_error(&format!("{what} to {} as {:?}", self.params.addr(), self.params.user), e))
     }
 
+    /// Tables created while streaming are published and read
+    /// (new_tables.rs): Sluice manages the publication, and incremental
+    /// snapshots, which need 14 and a state dir and cannot run on a
+    /// standby, are on.
+    pub(crate) fn watches_new_tables(&self, version: u32) -> bool {
+        self.config.create_publication && version >= 140_000 && self.state_dir.is_some() && !self.on_standby
+    }
+
     /// The incremental snapshots of this start, when there is a state dir.
     pub(crate) fn open_incremental(
         &self,

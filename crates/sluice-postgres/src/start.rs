@@ -52,7 +52,7 @@ impl PostgresSource {
         // A slot on a standby cannot be a failover slot.
         self.stream.failover_slot =
             !self.stream.on_standby && self.stream.config.failover_slot.unwrap_or(version >= 170_000);
-        let tables = self.stream.settle_tables(&mut sql).await?;
+        let tables = self.stream.settle_tables(&mut sql, version).await?;
         let state = catalog::slot_state(&mut sql, &slot, &self.stream.config.database).await?;
         let log = match (state.lost, state.exists) {
             (true, _) => LogState::Lost,
@@ -153,7 +153,7 @@ impl PgStream {
     /// The matched tables, keyless ones settled and the publications made
     /// to match; partitioned tables are left out, as they are read
     /// through their partitions.
-    async fn settle_tables(&mut self, sql: &mut Connection) -> Result<Vec<Matched>, SourceError> {
+    async fn settle_tables(&mut self, sql: &mut Connection, version: u32) -> Result<Vec<Matched>, SourceError> {
         let config = &self.config;
         let matched = catalog::matching_tables(sql, &config.tables).await?;
         let names = |tables: &[Matched]| tables.iter().map(Matched::name).collect::<Vec<_>>();
@@ -167,9 +167,10 @@ impl PgStream {
         let publication = config.publication_name();
         // On a standby the publication comes from the primary.
         let create = config.create_publication && !self.on_standby;
-        catalog::ensure_publication(sql, &publication, create, &main, false).await?;
+        let later = self.watches_new_tables(version);
+        catalog::ensure_publication(sql, &publication, create, &main, false, later).await?;
         let inserts_publication = config.inserts_publication_name();
-        catalog::ensure_publication(sql, &inserts_publication, create, &keyless, true).await?;
+        catalog::ensure_publication(sql, &inserts_publication, create, &keyless, true, false).await?;
         Ok(tables.into_iter().filter(|t| !t.partitioned).collect())
     }
 

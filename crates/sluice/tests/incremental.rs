@@ -252,3 +252,62 @@ fn incremental_snapshots_are_taken_from_postgresql_14_on_and_refused_before() {
     let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), stderr(&output));
     assert!(said.contains("snapshot.mode: when_needed") && said.contains("needs PostgreSQL 14"), "{said}");
 }
+
+/// A table created while the pipeline streams joins it: Sluice publishes
+/// it and reads the rows it had by an incremental snapshot, and nothing
+/// else is read again.
+#[test]
+fn a_table_created_while_streaming_joins_with_its_rows_and_no_other_table_is_re_read() {
+    let db = "e2e_inc_new";
+    let (dir, config) = setup(db, 100, 50);
+    let out = dir.path().join("out.jsonl");
+    let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    wait_until(Duration::from_secs(60), "streaming", || log_has(dir.path(), "replication started"));
+    sql(
+        db,
+        "CREATE TABLE late (id bigint PRIMARY KEY, note text); \
+         INSERT INTO late SELECT g, 'before' FROM generate_series(1, 300) g",
+    );
+    wait_until(Duration::from_secs(60), "the new table published", || {
+        log_has(dir.path(), "a new table matches the patterns")
+    });
+    sql(
+        db,
+        "INSERT INTO late SELECT g, 'after' FROM generate_series(301, 400) g; UPDATE late SET note = 'changed' WHERE id % 50 = 0",
+    );
+    wait_until(Duration::from_secs(60), "the snapshot of the new table", || {
+        log_has(dir.path(), "incremental snapshot done")
+    });
+    sql(db, "INSERT INTO late VALUES (1000, 'marker')");
+    wait_until(Duration::from_secs(60), "the marker", || {
+        replayed(&out, "public.late", "id", &["note"]).contains_key("1000")
+    });
+    stop(child, dir.path());
+    // A table created while Sluice is down joins on the next start.
+    sql(
+        db,
+        "CREATE TABLE down (id bigint PRIMARY KEY, note text); INSERT INTO down SELECT g, 'x' FROM generate_series(1, 200) g",
+    );
+    let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    sql(db, "INSERT INTO down VALUES (1000, 'marker')");
+    wait_until(Duration::from_secs(60), "the table made while down", || {
+        replayed(&out, "public.down", "id", &["note"]).len() == 201
+    });
+    stop(child, dir.path());
+    for table in ["late", "down"] {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let state: BTreeMap<String, Vec<Option<String>>> = runtime.block_on(async {
+            let mut conn = Connection::connect(&params(db), false).await.unwrap();
+            let rows = conn.simple_query(&format!("SELECT id::text, note FROM {table}")).await.unwrap();
+            conn.close().await;
+            rows.rows.into_iter().map(|mut r| (r.remove(0).unwrap(), r)).collect()
+        });
+        assert_eq!(replayed(&out, &format!("public.{table}"), "id", &["note"]), state, "{table}");
+    }
+    let text = std::fs::read_to_string(&out).unwrap();
+    let read: Vec<&str> = text.lines().filter(|l| l.contains("\"op\":\"r\"")).collect();
+    let of = |l: &str, table: &str| l.contains(&format!("\"table\":\"public.{table}\""));
+    assert!(read.iter().any(|l| of(l, "late")), "the rows late had were read");
+    assert!(read.iter().any(|l| of(l, "down")), "the rows down had were read");
+    assert!(read.iter().all(|l| of(l, "late") || of(l, "down")), "no other table is read again");
+}
