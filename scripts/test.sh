@@ -40,6 +40,8 @@ scripts/test-pg-versions.sh 13 16 18 &
 lane=$!
 scripts/test-pg-versions.sh 14 17
 wait "$lane"
+# The MySQL-source core suite on MariaDB 11.4 (10.11 ran the whole suite).
+scripts/test-my-versions.sh
 
 # The short torture runs (README, "Torture"): workload through every sink
 # under kills, outages, cut connections and PostgreSQL restarts, compared
