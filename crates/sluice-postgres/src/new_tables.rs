@@ -24,6 +24,8 @@ const CHECK_INTERVAL: Duration = Duration::from_secs(5);
 pub(crate) struct NewTables {
     source_id: String,
     publication: String,
+    /// Where `keyless_tables: inserts_only` puts keyless tables.
+    inserts_publication: String,
     patterns: Vec<String>,
     chunk_size: u64,
     /// Tables already warned about (keyless, or the steps failed), so the
@@ -37,6 +39,7 @@ impl NewTables {
         Self {
             source_id: config.id.clone(),
             publication: config.publication_name(),
+            inserts_publication: config.inserts_publication_name(),
             patterns: config.tables.clone(),
             chunk_size: config.snapshot.chunk_size,
             warned: HashSet::new(),
@@ -66,12 +69,16 @@ impl NewTables {
         for table in keyed.into_iter().filter(|t| missing.contains(&t.quoted())) {
             self.add(conn, table, &matched).await;
         }
-        let uncovered_keyless = catalog::uncovered(conn, &self.publication, &keyless).await?;
-        for table in keyless.into_iter().filter(|t| uncovered_keyless.contains(&t.quoted())) {
+        // A keyless table is captured through either publication, as
+        // `keyless_tables` settled it at start; one in neither came later,
+        // or `skip` left it out (and the start warned once already).
+        let in_main = catalog::uncovered(conn, &self.publication, &keyless).await?;
+        let in_inserts = catalog::uncovered(conn, &self.inserts_publication, &keyless).await?;
+        for table in keyless.into_iter().filter(|t| in_main.contains(&t.quoted()) && in_inserts.contains(&t.quoted())) {
             if self.warned.insert(table.name()) {
                 warn!(
                     table = table.name(),
-                    "a new table matches the patterns but has no row identity, so it is not captured; add a primary key and restart, or set keyless_tables and restart"
+                    "a table the patterns match has no row identity and is not captured; add a primary key, or set keyless_tables, and restart"
                 );
             }
         }

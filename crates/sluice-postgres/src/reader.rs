@@ -28,10 +28,9 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, info};
 
-use crate::new_tables::NewTables;
-
 use crate::catalog::{self, quote_ident, quote_literal, source_error};
 use crate::decode::Decoder;
+use crate::new_tables::NewTables;
 use crate::pgoutput::{self, Frame, HEARTBEAT_PREFIX, Message};
 use crate::source::{PgStream, SourceStats};
 use crate::wire::{Backend, Connection};
@@ -110,11 +109,7 @@ impl PgStream {
             sent_through: Lsn(0),
             last_emitted: from,
             last_received: Instant::now(),
-            new_tables: (config.create_publication
-                && version >= 140_000
-                && self.state_dir.is_some()
-                && !self.on_standby)
-                .then(|| NewTables::new(config)),
+            new_tables: self.watches_new_tables(version).then(|| NewTables::new(config)),
         };
         Ok(ReaderHandle::new(rx, tokio::spawn(reader.run())))
     }
