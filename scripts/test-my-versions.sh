@@ -14,4 +14,4 @@ export SLUICE_TEST_MY_PORT="${SLUICE_TEST_MY11_PORT:?source the env file scripts
 export SLUICE_TEST_MY_SOCKET="$SLUICE_TEST_MY11_SOCKET"
 echo "== MariaDB 11 on port $SLUICE_TEST_MY_PORT" >&2
 cargo test --locked -q -p sluice-mysql --test binlog --test binlog_purge
-cargo test --locked -q -p sluice --test mysql --test snapshot_mysql --test mysql_reset
+cargo test --locked -q -p sluice --test mysql --test mysql_restart --test snapshot_mysql --test mysql_reset

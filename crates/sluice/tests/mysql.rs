@@ -85,48 +85,6 @@ fn kill_9_resuming_by_gtid_leaves_every_row_once() {
     kill_and_resume(true);
 }
 
-/// The server restarts (a clean stop) under a running pipeline that
-/// resumes by GTID: Sluice reconnects by itself, by GTID, and the file
-/// holds every row once, in binlog order.
-#[test]
-fn a_server_restart_mid_stream_resumes_by_gtid_with_every_row_once() {
-    let db = "e2e_my_restart";
-    my_exec(&format!("DROP DATABASE IF EXISTS {db}"));
-    my_exec(&format!("CREATE DATABASE {db}"));
-    my_exec(&format!("CREATE TABLE {db}.items (id bigint PRIMARY KEY, note varchar(20))"));
-    let (file, offset): (String, u64) =
-        my_sql("SHOW MASTER STATUS").map(|(f, o, _, _): (String, u64, String, String)| (f, o)).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("items.jsonl");
-    let config = write_config(dir.path(), &pipeline(db, true, &file, offset));
-    let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
-    let insert = |ids: std::ops::Range<i64>| {
-        for start in ids.step_by(50) {
-            let values: Vec<String> = (start..start + 50).map(|id| format!("({id}, 'n{id}')")).collect();
-            my_exec(&format!("INSERT INTO {db}.items VALUES {}", values.join(",")));
-        }
-    };
-    insert(1..2001);
-    wait_until(Duration::from_secs(60), "rows before the restart", || inserted_ids(&out).len() >= 1000);
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services.sh");
-    let status = std::process::Command::new("bash").arg(script).arg("restart-mariadb").status().unwrap();
-    assert!(status.success(), "restarting MariaDB failed");
-    insert(2001..4001);
-    let log_path = dir.path().join("sluice.log");
-    wait_until(Duration::from_secs(120), &format!("every row (log: {})", log_path.display()), || {
-        inserted_ids(&out).len() >= 4000
-    });
-    let status = child.terminate();
-    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-    assert!(status.success(), "sluice did not stop cleanly:\n{log}");
-    assert!(log.matches("binlog streaming started by=\"gtid\"").count() >= 1, "no reconnect by GTID:\n{log}");
-    let ids = inserted_ids(&out);
-    let unique: BTreeSet<i64> = ids.iter().copied().collect();
-    assert_eq!(ids.len(), 4000, "duplicates in the file");
-    assert_eq!(unique, (1..=4000).collect(), "rows missing from the file");
-    assert!(ids.windows(2).all(|w| w[0] < w[1]), "rows out of binlog order");
-}
-
 /// A pipeline of `tables` into a file sink, from the server's current
 /// position; `extra` goes into the source config.
 fn current_pipeline(id: &str, tables: &str, extra: &str) -> String {
