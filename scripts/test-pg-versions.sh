@@ -5,18 +5,29 @@
 # on the main server (15), pointed at each major's private server by
 # swapping SLUICE_TEST_PG_PORT and SLUICE_TEST_PG_SOCKET.
 #
-#   scripts/test-pg-versions.sh [MAJOR...]   (default: every major the services run)
+#   scripts/test-pg-versions.sh [--restarts-only] [MAJOR...]   (default: every major the services run)
+#
+# SLUICE_TEST_PG_RESTARTS=no leaves out the crash-restart test.
 #
 # Needs the env file of scripts/services.sh sourced, and runs the test
 # binaries cargo already built (scripts/test.sh builds them first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# --restarts-only: only the crash-restart test, one major at a time.
+restarts=${SLUICE_TEST_PG_RESTARTS:-yes}
+suite=yes
+if [ "${1:-}" = --restarts-only ]; then
+  shift
+  suite=no
+  restarts=yes
+fi
 majors=("$@")
 if [ ${#majors[@]} -eq 0 ]; then
   read -r -a majors <<< "${SLUICE_TEST_PG_MAJORS:?source the env file scripts/services.sh start prints}"
 fi
 for major in "${majors[@]}"; do
+  [ "$suite" = yes ] || break
   port_var="SLUICE_TEST_PG${major}_PORT"
   port="${!port_var:?no server for PostgreSQL $major: scripts/services.sh starts 13, 14, 16, 17 and 18}"
   echo "== PostgreSQL $major on port $port" >&2
@@ -33,13 +44,24 @@ for major in "${majors[@]}"; do
       -- --skip partitions_attached_and_detached_mid_stream_lose_nothing
   fi
   if [ "$major" -ge 14 ]; then
-    cargo test --locked -q -p sluice --test snapshot --test incremental --test crash --test postgres_restart
+    cargo test --locked -q -p sluice --test snapshot --test incremental --test crash
   else
     # Before 14 pgoutput sends no messages, so incremental snapshots and
     # the modes that re-read are refused: this test checks the refusal.
-    cargo test --locked -q -p sluice --test snapshot --test crash --test postgres_restart \
-      -- --skip under_when_needed_
+    cargo test --locked -q -p sluice --test snapshot --test crash -- --skip under_when_needed_
     cargo test --locked -q -p sluice --test incremental -- --exact \
       incremental_snapshots_are_taken_from_postgresql_14_on_and_refused_before
   fi
 done
+# Crash restarts, one major at a time (scripts/test.sh runs two lanes of
+# the above side by side): beside the other lane, the test timed out on 18
+# twice waiting for rows after the restart, and passed alone every time;
+# why is not yet found (issue 24).
+if [ "$restarts" = yes ]; then
+  for major in "${majors[@]}"; do
+    port_var="SLUICE_TEST_PG${major}_PORT"
+    echo "== PostgreSQL $major: server restarts" >&2
+    SLUICE_TEST_PG_PORT="${!port_var}" SLUICE_TEST_PG_SOCKET="${SLUICE_SERVICES_DIR:-/tmp/sluice-services}/postgres-$major" \
+      cargo test --locked -q -p sluice --test postgres_restart
+  done
+fi

@@ -36,10 +36,11 @@ cargo test --workspace --locked
 # The PostgreSQL core suite on 13, 14, 16, 17 and 18 (15 ran the whole
 # suite above), in two lanes: the servers are separate, and the tests
 # mostly wait on them.
-scripts/test-pg-versions.sh 13 16 18 &
+SLUICE_TEST_PG_RESTARTS=no scripts/test-pg-versions.sh 13 16 18 &
 lane=$!
-scripts/test-pg-versions.sh 14 17
+SLUICE_TEST_PG_RESTARTS=no scripts/test-pg-versions.sh 14 17
 wait "$lane"
+scripts/test-pg-versions.sh --restarts-only
 # The MySQL-source core suite on MariaDB 11.4 (10.11 ran the whole suite).
 scripts/test-my-versions.sh
 
