@@ -7,17 +7,9 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::my::{my_exec, my_sql};
+use common::my::{items_pipeline, my_exec, my_sql};
 use common::pg::inserted_ids;
 use common::*;
-
-fn pipeline(database: &str, gtid: bool, file: &str, offset: u64) -> String {
-    format!(
-        "pipelines:\n  - name: my\n    source:\n      type: mysql\n      config: {{ id: {database}, host: 127.0.0.1, port: {port}, user: {user}, password: \"${{SLUICE_TEST_MY_PASSWORD}}\", tables: [{database}.*], gtid: {gtid}, start: {{ file: {file}, offset: {offset} }}, heartbeat_secs: 1 }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: items.jsonl }}\n",
-        port = env("SLUICE_TEST_MY_PORT"),
-        user = env("SLUICE_TEST_MY_USER"),
-    )
-}
 
 /// The server restarts (a clean stop) under a running pipeline that
 /// resumes by GTID: Sluice reconnects by itself, by GTID, and the file
@@ -32,7 +24,7 @@ fn a_server_restart_mid_stream_resumes_by_gtid_with_every_row_once() {
         my_sql("SHOW MASTER STATUS").map(|(f, o, _, _): (String, u64, String, String)| (f, o)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("items.jsonl");
-    let config = write_config(dir.path(), &pipeline(db, true, &file, offset));
+    let config = write_config(dir.path(), &items_pipeline(db, true, &file, offset));
     let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
     let insert = |ids: std::ops::Range<i64>| {
         for start in ids.step_by(50) {

@@ -39,3 +39,14 @@ pub fn my_exec(statements: &str) {
         conn.disconnect().await.unwrap();
     })
 }
+
+/// A pipeline of `database.*` into `items.jsonl`, from binlog `file` and
+/// `offset`, resuming by GTID when `gtid` is set.
+#[allow(dead_code)]
+pub fn items_pipeline(database: &str, gtid: bool, file: &str, offset: u64) -> String {
+    format!(
+        "pipelines:\n  - name: my\n    source:\n      type: mysql\n      config: {{ id: {database}, host: 127.0.0.1, port: {port}, user: {user}, password: \"${{SLUICE_TEST_MY_PASSWORD}}\", tables: [{database}.*], gtid: {gtid}, start: {{ file: {file}, offset: {offset} }}, heartbeat_secs: 1 }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: items.jsonl }}\n",
+        port = env("SLUICE_TEST_MY_PORT"),
+        user = env("SLUICE_TEST_MY_USER"),
+    )
+}
