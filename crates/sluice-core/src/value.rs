@@ -96,6 +96,11 @@ impl JsonText {
         RawValue::from_string(text).map(JsonText)
     }
 
+    /// The document of a value Sluice built itself, which always serializes.
+    pub fn of(value: &serde_json::Value) -> Self {
+        JsonText(serde_json::value::to_raw_value(value).unwrap_or_else(|_| RawValue::NULL.to_owned()))
+    }
+
     pub fn as_str(&self) -> &str {
         self.0.get()
     }

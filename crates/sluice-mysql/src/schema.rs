@@ -10,14 +10,10 @@
 //! against the stored schema, so a mismatch stops the source instead of
 //! mislabelling columns.
 
-use std::collections::HashMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
 use mysql_async::prelude::Queryable;
 use serde::{Deserialize, Serialize};
-use sluice_core::{Position, SourceError};
+use sluice_core::SourceError;
+use sluice_core::schema_change::ColumnEntry;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct ColumnInfo {
@@ -59,86 +55,21 @@ pub struct TableSchema {
     pub columns: Vec<ColumnInfo>,
 }
 
-#[derive(Serialize, Deserialize)]
-struct Entry {
-    position: String,
-    table: String,
-    schema: Option<TableSchema>,
-}
-
-/// One table's schemas, each with the position it holds from; `None`
-/// marks a dropped table.
-type Timeline = Vec<(Position, Option<Arc<TableSchema>>)>;
-
-/// Schemas by table.
-pub struct SchemaHistory {
-    path: PathBuf,
-    entries: HashMap<String, Timeline>,
-}
-
-fn history_error(path: &Path, detail: impl std::fmt::Display) -> SourceError {
-    SourceError::permanent(
-        format!("schema history {}: {detail}", path.display()),
-        "check the disk of --data-dir; if the file is damaged, move it away and reset this source's checkpoints",
-    )
-}
-
-impl SchemaHistory {
-    pub fn open(path: PathBuf) -> Result<Self, SourceError> {
-        let mut history = SchemaHistory { path, entries: HashMap::new() };
-        let text = match std::fs::read_to_string(&history.path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => return Err(history_error(&history.path, e)),
+impl TableSchema {
+    /// The columns as a schema-change event lists them.
+    pub fn entries(&self) -> Vec<ColumnEntry> {
+        let entry = |c: &ColumnInfo| ColumnEntry {
+            name: c.name.clone(),
+            type_name: if c.column_type.is_empty() { c.data_type.clone() } else { c.column_type.clone() },
+            nullable: c.nullable.unwrap_or(true),
+            key: c.key,
         };
-        for line in text.lines() {
-            // A torn last line from a crash is dropped; it is written again.
-            let Ok(entry) = serde_json::from_str::<Entry>(line) else { continue };
-            let position: Position = entry.position.parse().map_err(|e| history_error(&history.path, e))?;
-            history.insert(entry.table, position, entry.schema);
-        }
-        Ok(history)
-    }
-
-    fn insert(&mut self, table: String, position: Position, schema: Option<TableSchema>) {
-        let list = self.entries.entry(table).or_default();
-        list.push((position, schema.map(Arc::new)));
-        list.sort_by(|a, b| a.0.cmp(&b.0));
-    }
-
-    /// The schema in force at `position`; `None` when the table did not
-    /// exist then (or was never seen).
-    pub fn at(&self, table: &str, position: &Position) -> Option<Arc<TableSchema>> {
-        let list = self.entries.get(table)?;
-        list.iter().rev().find(|(p, _)| p <= position).and_then(|(_, s)| s.clone())
-    }
-
-    pub fn has_entry_at(&self, table: &str, position: &Position) -> bool {
-        self.entries.get(table).is_some_and(|list| list.iter().any(|(p, _)| p == position))
-    }
-
-    pub fn knows(&self, table: &str) -> bool {
-        self.entries.contains_key(table)
-    }
-
-    /// Appends a schema (or its absence: a dropped table) from `position` on.
-    pub fn record(&mut self, table: &str, position: &Position, schema: Option<TableSchema>) -> Result<(), SourceError> {
-        let entry = Entry { position: position.to_string(), table: table.to_string(), schema: schema.clone() };
-        let mut line = serde_json::to_vec(&entry).map_err(|e| history_error(&self.path, e))?;
-        line.push(b'\n');
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| history_error(&self.path, e))?;
-        }
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
-            .map_err(|e| history_error(&self.path, e))?;
-        file.write_all(&line).and_then(|()| file.sync_data()).map_err(|e| history_error(&self.path, e))?;
-        self.insert(table.to_string(), position.clone(), schema);
-        Ok(())
+        self.columns.iter().map(entry).collect()
     }
 }
+
+/// The MySQL source's schemas by table (see [`sluice_core::history`]).
+pub type SchemaHistory = sluice_core::history::SchemaHistory<TableSchema>;
 
 fn query_error(e: mysql_async::Error) -> SourceError {
     crate::errors::mysql_error("information_schema query", e)
@@ -257,7 +188,8 @@ pub(crate) fn schema_fingerprint(schema: &TableSchema) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::BinlogPos;
+    use sluice_core::{BinlogPos, Position};
+    use std::io::Write;
 
     fn at(offset: u64) -> Position {
         Position::Mysql(BinlogPos { file: "b.000001".into(), offset, seq: 0, gtid_before: None })

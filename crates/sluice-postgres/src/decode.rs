@@ -27,9 +27,11 @@ pub enum DecodeError {
     OutsideTransaction,
     #[error("relation {table} has {expected} columns but a row carries {actual}")]
     ColumnCount { table: String, expected: usize, actual: usize },
+    #[error(transparent)]
+    History(sluice_core::SourceError),
 }
 
-struct RelationInfo {
+pub(crate) struct RelationInfo {
     table: Arc<str>,
     columns: Columns,
     types: Vec<PgType>,
@@ -37,7 +39,7 @@ struct RelationInfo {
     key_columns: Columns,
     fingerprint: u32,
     included: bool,
-    schema: Arc<TableSchema>,
+    pub(crate) schema: Arc<TableSchema>,
 }
 
 struct Transaction {
@@ -49,22 +51,25 @@ struct Transaction {
 
 pub struct Decoder {
     source_id: Arc<str>,
-    database: Arc<str>,
+    pub(crate) database: Arc<str>,
     patterns: Vec<String>,
     emit_messages: bool,
-    relations: HashMap<u32, RelationInfo>,
+    pub(crate) relations: HashMap<u32, RelationInfo>,
     /// Matched tables left out of capture (`keyless_tables: skip`).
     excluded: Vec<String>,
     metas: HashMap<u32, RelationMeta>,
     types: HashMap<u32, PgType>,
     tx: Option<Transaction>,
-    held: Option<Event>,
+    pub(crate) held: Option<Event>,
     /// Places each event in its transaction for Debezium's metadata.
     counter: sluice_core::TxCounter,
     /// The WAL position of the message being applied.
     message_lsn: u64,
     /// The commit LSN of the last transaction the stream finished.
     last_commit_lsn: Option<u64>,
+    /// Column lists over the log, for schema-change events; none without
+    /// a state dir.
+    pub(crate) history: Option<crate::schema_change::ColumnHistory>,
 }
 
 impl Decoder {
@@ -83,7 +88,13 @@ impl Decoder {
             counter: Default::default(),
             message_lsn: 0,
             last_commit_lsn: None,
+            history: None,
         }
+    }
+
+    /// Emits schema-change events, keeping the column lists in `history`.
+    pub fn keep_history(&mut self, history: crate::schema_change::ColumnHistory) {
+        self.history = Some(history);
     }
 
     /// The WAL position of the next message, for the events it makes.
@@ -148,7 +159,7 @@ impl Decoder {
                 self.tx = None;
             }
             Message::Origin | Message::Type { .. } => {}
-            Message::Relation(relation) => self.add_relation(relation),
+            Message::Relation(relation) => self.add_relation(relation, out)?,
             Message::Insert { relation, new } => {
                 let info = self.relation(relation)?;
                 if info.included {
@@ -203,7 +214,7 @@ impl Decoder {
         Ok(())
     }
 
-    fn add_relation(&mut self, relation: Relation) {
+    fn add_relation(&mut self, relation: Relation, out: &mut Vec<Event>) -> Result<(), DecodeError> {
         let own = format!("{}.{}", relation.namespace, relation.name);
         let meta = self.metas.get(&relation.oid);
         // A partition's changes go by its root's name, whether the
@@ -240,10 +251,16 @@ impl Decoder {
             included,
         };
         self.relations.insert(relation.oid, info);
+        if included { self.schema_change(relation.oid, &own, out) } else { Ok(()) }
     }
 
     fn relation(&self, oid: u32) -> Result<&RelationInfo, DecodeError> {
         self.relations.get(&oid).ok_or(DecodeError::UnknownRelation(oid))
+    }
+
+    /// The position the next event of the open transaction gets.
+    pub(crate) fn peek_position(&self) -> Option<Position> {
+        self.tx.as_ref().map(|tx| Position::Postgres { commit_lsn: tx.commit_lsn, seq: tx.seq })
     }
 
     fn next_position(&mut self) -> Result<(Position, Arc<str>, i64), DecodeError> {
@@ -253,7 +270,7 @@ impl Decoder {
         Ok((position, tx.xid.clone(), tx.commit_time_us))
     }
 
-    fn emit(
+    pub(crate) fn emit(
         &mut self,
         op: Op,
         relation: u32,

@@ -10,6 +10,7 @@ pub mod pgoutput;
 pub mod preflight;
 mod reader;
 mod schema;
+pub mod schema_change;
 mod snapshot;
 mod source;
 mod start;

@@ -29,7 +29,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, info};
 
 use crate::catalog::{self, quote_ident, quote_literal, source_error};
-use crate::decode::Decoder;
+use crate::decode::{DecodeError, Decoder};
 use crate::new_tables::NewTables;
 use crate::pgoutput::{self, Frame, HEARTBEAT_PREFIX, Message};
 use crate::source::{PgStream, SourceStats};
@@ -91,6 +91,9 @@ impl PgStream {
         let acked_now = acked.get();
         let mut decoder = Decoder::new(&config.id, &config.database, config.tables.clone(), config.emit_messages());
         decoder.exclude(self.skipped.clone());
+        if let Some(dir) = &self.state_dir {
+            decoder.keep_history(crate::schema_change::ColumnHistory::open(dir.join("schema_history.jsonl"))?);
+        }
         let reader = Reader {
             conn: replication,
             sql,
@@ -225,11 +228,12 @@ impl Reader {
                     }
                     let before = ready.len();
                     self.decoder.at(wal_start);
-                    self.decoder.apply(message, ready).map_err(|e| {
-                        SourceError::permanent(
+                    self.decoder.apply(message, ready).map_err(|e| match e {
+                        DecodeError::History(e) => e,
+                        e => SourceError::permanent(
                             format!("cannot decode the replication stream: {e}"),
                             "report this with the server version and the table definition",
-                        )
+                        ),
                     })?;
                     if let Some(last) = ready.last() {
                         self.stats.last_commit_time_us.store(last.commit_time_us, Ordering::Relaxed);

@@ -8,7 +8,7 @@ use sluice_core::{ColumnSchema, ColumnType, SourceError, TableSchema, Value};
 
 use crate::catalog::source_error;
 use crate::pgoutput::Relation;
-use crate::types::{PgType, decode_text};
+use crate::types::{PgType, builtin_name, decode_text};
 use crate::wire::Connection;
 
 /// One column as the catalog describes it now.
@@ -16,6 +16,7 @@ use crate::wire::Connection;
 pub struct CatalogColumn {
     pub name: String,
     pub type_name: String,
+    pub type_oid: u32,
     pub not_null: bool,
     pub default: Option<String>,
     /// Labels of an enum type (or of an array of one's elements).
@@ -25,7 +26,7 @@ pub struct CatalogColumn {
 pub async fn catalog_columns(conn: &mut Connection, oid: u32) -> Result<Vec<CatalogColumn>, SourceError> {
     let rows = conn
         .simple_query(&format!(
-            "SELECT a.attname, t.typname, a.attnotnull, pg_get_expr(d.adbin, d.adrelid) AS def, \
+            "SELECT a.attname, t.typname, a.atttypid, a.attnotnull, pg_get_expr(d.adbin, d.adrelid) AS def, \
                (SELECT string_agg(quote_literal(e.enumlabel), ',' ORDER BY e.enumsortorder) FROM pg_enum e \
                 WHERE e.enumtypid = CASE WHEN t.typelem <> 0 THEN t.typelem ELSE t.oid END) AS labels \
              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
@@ -42,6 +43,7 @@ pub async fn catalog_columns(conn: &mut Connection, oid: u32) -> Result<Vec<Cata
             CatalogColumn {
                 name: field("attname").unwrap_or_default(),
                 type_name: field("typname").unwrap_or_default(),
+                type_oid: field("atttypid").and_then(|t| t.parse().ok()).unwrap_or_default(),
                 not_null: field("attnotnull").as_deref() == Some("t"),
                 default: field("def"),
                 enum_labels: field("labels").map(|l| split_labels(&l)),
@@ -86,13 +88,15 @@ pub fn table_schema(
         .iter()
         .zip(types)
         .map(|(column, pg_type)| {
-            let known = catalog.iter().find(|c| c.name == column.name);
+            // The catalog is of now and the message may be older: a column
+            // renamed or retyped since is not the one the catalog names.
+            let known = catalog.iter().find(|c| c.name == column.name && c.type_oid == column.type_oid);
             let labels = known.and_then(|c| c.enum_labels.clone());
             let ty = column_type(column.type_oid, column.type_modifier, labels);
             let default = known.and_then(|c| c.default.as_deref()).and_then(|d| constant_default(d, pg_type));
             ColumnSchema {
                 name: column.name.as_str().into(),
-                type_name: known.map_or("unknown", |c| c.type_name.as_str()).into(),
+                type_name: known.map_or_else(|| builtin_name(column.type_oid), |c| c.type_name.as_str()).into(),
                 ty,
                 nullable: !known.is_some_and(|c| c.not_null),
                 default,

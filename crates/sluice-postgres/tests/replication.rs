@@ -282,3 +282,57 @@ async fn status_updates_keep_the_connection_alive_while_sinks_are_slow() {
         sql("postgres", "SELECT count(*) AS n FROM pg_stat_replication WHERE usename = 'sluice_short_timeout'").await;
     assert_eq!(walsenders.first("n"), Some("1"), "the replication connection survived");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_change_is_an_event_with_the_new_columns_and_a_replay_repeats_it() {
+    fresh_database("t_ddl").await;
+    sql("t_ddl", "CREATE TABLE c (id int PRIMARY KEY, name text, age int, note varchar(10))").await;
+    let state = tempfile::tempdir().unwrap();
+    let source =
+        || sluice_postgres::PostgresSource::new(config("t_ddl", "ddl")).with_state_dir(state.path().to_path_buf());
+    let mut first = source();
+    first.start(None, AckWatermark::default()).await.expect("source starts");
+    sql("t_ddl", "INSERT INTO c VALUES (1, 'a', 30, 'n')").await;
+    sql(
+        "t_ddl",
+        "ALTER TABLE c RENAME name TO full_name; ALTER TABLE c ALTER note TYPE varchar(20); \
+         ALTER TABLE c DROP age; ALTER TABLE c ADD extra bigint NOT NULL DEFAULT 0; \
+         INSERT INTO c VALUES (2, 'b', 'm', 7); UPDATE c SET note = 'o' WHERE id = 1",
+    )
+    .await;
+    let events = collect(&mut first, 4).await;
+    drop(first);
+    let ops: Vec<Op> = events.iter().map(|e| e.op).collect();
+    assert_eq!(ops, [Op::Insert, Op::Schema, Op::Insert, Op::Update], "one event for the changes between rows");
+    assert!(events.windows(2).all(|w| w[0].position < w[1].position));
+    let change = &events[1];
+    assert_eq!(&*change.table, "public.c");
+    let column = |name: &str, ty: &str, nullable: bool, key: bool| json!({"name": name, "type": ty, "nullable": nullable, "key": key});
+    assert_eq!(
+        after_json(change),
+        json!({
+            "database": "t_ddl",
+            "ddl": null,
+            "columns": [
+                column("id", "int4", false, true),
+                column("full_name", "text", true, false),
+                column("note", "varchar(20)", true, false),
+                column("extra", "int8", false, false),
+            ],
+            "changes": [
+                {"change": "retyped", "column": "note", "from": "varchar(10)", "to": "varchar(20)"},
+                {"change": "renamed", "column": "full_name", "from": "name"},
+                {"change": "dropped", "column": "age"},
+                {"change": "added", "column": "extra"},
+            ],
+        })
+    );
+    // Nothing was acknowledged: a new start reads it all again, and the
+    // history makes the replayed schema change the same event, at the
+    // same place, while the session's first Relation message is none.
+    let mut again = source();
+    again.start(None, AckWatermark::default()).await.expect("source starts again");
+    let replayed = collect(&mut again, 4).await;
+    drop(again);
+    assert_eq!(replayed, events);
+}

@@ -99,6 +99,10 @@ fn a_password_in_a_statement_reaches_no_sink_and_ddl_literals_are_redacted() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), &current_pipeline(db, &format!("{db}.t"), ""));
     let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    // A row first, so the source knows the columns before the ALTER.
+    my_exec(&format!("INSERT INTO {db}.t VALUES (0, 'before')"));
+    let out = dir.path().join("out.jsonl");
+    wait_until(Duration::from_secs(60), "the row before the statements", || inserted_ids(&out) == [0]);
     // The statement of the issue, with the captured database as the default.
     my_exec(&format!("USE {db}; CREATE USER e2e_my_sec_u IDENTIFIED BY 'Leak TABLE t '"));
     my_exec(&format!(
@@ -106,8 +110,7 @@ fn a_password_in_a_statement_reaches_no_sink_and_ddl_literals_are_redacted() {
     ));
     my_exec(&format!("USE {db}; ALTER TABLE t ADD COLUMN c varchar(10) DEFAULT 'secret'"));
     my_exec(&format!("INSERT INTO {db}.t VALUES (1, 'after', 'plain')"));
-    let out = dir.path().join("out.jsonl");
-    wait_until(Duration::from_secs(60), "the row after the statements", || inserted_ids(&out) == [1]);
+    wait_until(Duration::from_secs(60), "the row after the statements", || inserted_ids(&out) == [0, 1]);
     my_exec("DROP USER e2e_my_sec_u");
     stop_cleanly(child, dir.path());
     let text = std::fs::read_to_string(&out).unwrap();
@@ -116,6 +119,12 @@ fn a_password_in_a_statement_reaches_no_sink_and_ddl_literals_are_redacted() {
     assert_eq!(schema.len(), 1, "only the ALTER TABLE is a schema event: {text}");
     assert_eq!(schema[0]["table"], format!("{db}.t"));
     assert_eq!(schema[0]["after"]["ddl"], "ALTER TABLE t ADD COLUMN c varchar(10) DEFAULT '?'");
+    assert_eq!(schema[0]["after"]["changes"], serde_json::json!([{"change": "added", "column": "c"}]));
+    let columns = schema[0]["after"]["columns"].as_array().unwrap();
+    let names: Vec<&str> = columns.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["id", "note", "c"]);
+    assert_eq!((&columns[0]["key"], &columns[0]["nullable"]), (&true.into(), &false.into()));
+    assert_eq!(columns[2], serde_json::json!({"name": "c", "type": "varchar(10)", "nullable": true, "key": false}));
     let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap();
     for secret in ["Leak", "secret"] {
         assert!(!text.contains(secret), "{secret} reached the sink: {text}");

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use mysql_async::binlog::events::{Event as BinlogEvent, EventData, RowsEventData, TableMapEvent};
 use sluice_config::DdlLiterals;
+use sluice_core::schema_change::{Before, change_row};
 use sluice_core::{BinlogPos, Columns, Event, Op, Origin, Position, Row, SourceError, Value};
 
 use super::{Reader, unreadable};
@@ -89,7 +90,6 @@ impl Reader {
             DdlLiterals::Redact => redact(sql, dialect),
             DdlLiterals::Keep => sql.to_string(),
         };
-        let columns: Columns = ["database", "ddl"].iter().map(|c| Arc::from(*c)).collect();
         // A truncate changes rows, not the schema: it is a truncate event
         // (`t`), as PostgreSQL's are.
         let truncate = sql.trim_start().get(..8).is_some_and(|w| w.eq_ignore_ascii_case("truncate"));
@@ -112,8 +112,21 @@ impl Reader {
                 self.emit(event, out);
                 continue;
             }
-            let after =
-                Row { columns: columns.clone(), values: vec![Value::Text(db.clone()), Value::Text(text.clone())] };
+            let before = self.history.before(&name, &position).map(|s| s.map(|s| s.entries()));
+            let words: Vec<String> = sql.split_whitespace().take(6).map(str::to_ascii_uppercase).collect();
+            let creates = words.first().is_some_and(|w| w == "CREATE")
+                && words.iter().any(|w| w == "TABLE")
+                && !words.iter().any(|w| w == "INDEX");
+            let old = match &before {
+                Some(Some(columns)) => Before::Columns(columns),
+                Some(None) => Before::Absent,
+                // First seen at this statement: a table it creates was
+                // not there; of any other, the columns before are unknown.
+                None if creates => Before::Absent,
+                None => Before::Unknown,
+            };
+            let now = self.history.at(&name, &position).map(|s| s.entries());
+            let after = change_row(&db, Some(text.clone()), old, now.as_deref());
             let images = Images { key: None, before: None, after: Some(after) };
             let event = self.next_event(Op::Schema, &db, &name, images, 0)?;
             self.emit(event, out);

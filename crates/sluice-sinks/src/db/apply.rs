@@ -2,7 +2,7 @@
 //! or, after a row failed one, event by event to find the row.
 
 use async_trait::async_trait;
-use sluice_core::{Event, SinkError};
+use sluice_core::{Event, Op, SinkError};
 
 use super::plan::{Encoding, Plan};
 
@@ -35,9 +35,11 @@ pub trait Applier: Send {
 /// Applies `events` in the open transaction. A row error in a set
 /// statement is transient and makes the next try careful; a row error in
 /// careful mode rejects that event, for the dead letter queue.
+/// Schema-change events are not rows: the target evolves from the row
+/// events' own schemas.
 pub async fn apply<A: Applier>(sink: &mut A, events: &[Event]) -> Result<(), SinkError> {
     if *sink.careful() {
-        for event in events {
+        for event in events.iter().filter(|e| e.op != Op::Schema) {
             let mut plan = Plan::default();
             sink.add(&mut plan, event).await?;
             if let Err((e, doing)) = sink.execute(&plan).await {
@@ -54,7 +56,7 @@ pub async fn apply<A: Applier>(sink: &mut A, events: &[Event]) -> Result<(), Sin
         return Ok(());
     }
     let mut plan = Plan::default();
-    for event in events {
+    for event in events.iter().filter(|e| e.op != Op::Schema) {
         sink.add(&mut plan, event).await?;
     }
     match sink.execute(&plan).await {

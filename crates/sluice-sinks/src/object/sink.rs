@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError, failpoint};
+use sluice_core::{Event, EventChunks, Guarantee, Op, Position, Sink, SinkError, failpoint};
 
 use super::avro::AvroFile;
 use super::jsonl::JsonlFile;
@@ -323,7 +323,10 @@ impl Sink for ObjectSink {
             for (at, event) in chunk.iter().enumerate() {
                 let table = event.route.as_ref().unwrap_or(&event.table);
                 let key: PartitionKey = (Arc::clone(table), event.commit_time_us.div_euclid(MICROS_PER_DAY));
-                if self.held(&key, event).await? {
+                // A Parquet file holds one table's rows; a schema change
+                // is not one, and the next row begins a file of its own.
+                let not_a_row = self.config.format.file == FileFormat::Parquet && event.op == Op::Schema;
+                if not_a_row || self.held(&key, event).await? {
                     self.accepted = Some(event.position.clone());
                     if self.open.is_empty() {
                         self.durable = self.accepted.clone();

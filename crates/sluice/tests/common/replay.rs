@@ -6,8 +6,11 @@ use std::time::Duration;
 
 use super::wait_until;
 
+/// The file's complete lines: a sink still writing may have left the last
+/// one half-written, and it is read on the next look.
 pub fn events(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    let text = std::fs::read_to_string(path).unwrap();
+    text.split_inclusive('\n').filter_map(|l| l.strip_suffix('\n')).map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 /// A value as the database's text of it; `None` for NULL.
