@@ -47,6 +47,7 @@ scripts/test-my-versions.sh
 # The short torture runs (README, "Torture"): workload through every sink
 # under kills, outages, cut connections and PostgreSQL restarts, compared
 # event by event, with the PostgreSQL pipeline on the newest and on the
-# oldest supported major. Debug builds: the pace suits them.
-cargo run --locked -p sluice-torture -- --minutes 2 --sluice target/debug/sluice --postgres-major 18
+# oldest supported major, the newest as a primary and standby that fail
+# over mid-run. Debug builds: the pace suits them.
+cargo run --locked -p sluice-torture -- --minutes 2 --sluice target/debug/sluice --postgres-major 18 --failover
 cargo run --locked -p sluice-torture -- --minutes 1 --sluice target/debug/sluice --postgres-major 13

@@ -193,10 +193,13 @@ impl Connection {
         }
         let name = ServerName::try_from(params.host.clone())
             .map_err(|_| tls_error(format!("{:?} is not a valid TLS server name", params.host)))?;
-        let tls = TlsConnector::from(config)
-            .connect(name, tcp)
-            .await
-            .map_err(|e| tls_error(format!("handshake failed: {e}")))?;
+        // rustls reports a refused certificate as invalid data; any other
+        // error is the connection's (a server starting up or going down
+        // closes it mid-handshake), and worth retrying.
+        let tls = TlsConnector::from(config).connect(name, tcp).await.map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => tls_error(format!("handshake failed: {e}")),
+            _ => io(e),
+        })?;
         Ok(Stream::Tls(Box::new(tls)))
     }
 

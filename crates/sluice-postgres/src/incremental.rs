@@ -218,7 +218,8 @@ impl ChunkReader for Reader {
 /// the table can be read by key, then writes the signal into the WAL,
 /// where the pipeline finds it (now, or when it next runs).
 pub async fn request(config: &PostgresConfig, table: &str) -> Result<Position, SourceError> {
-    let params = crate::connect_params(config);
+    // With failover_hosts, the request goes to the current primary.
+    let params = crate::hosts::primary(config, &crate::connect_params(config)).await?;
     let mut conn = Connection::connect(&params, false)
         .await
         .map_err(|e| source_error(&format!("connection to {} as {:?}", params.addr(), params.user), e))?;

@@ -9,12 +9,16 @@ use crate::source::connect_params;
 use crate::wire::Connection;
 
 pub async fn checks(config: &PostgresConfig) -> Vec<Check> {
-    let params = connect_params(config);
+    // With failover_hosts, the checks are of the host a run would read.
+    let params = match crate::hosts::primary(config, &connect_params(config)).await {
+        Ok(params) => params,
+        Err(e) => return vec![failed("connect", e)],
+    };
     let mut conn = match Connection::connect(&params, false).await {
         Ok(conn) => conn,
         Err(e) => return vec![failed("connect", catalog::source_error("cannot connect", e))],
     };
-    let mut checks = vec![Check::ok("connect", format!("{}:{} as {}", config.host, config.port, config.user))];
+    let mut checks = vec![Check::ok("connect", format!("{} as {}", params.addr(), config.user))];
     let server = match catalog::check_server(&mut conn, &config.user).await {
         Ok(version) => match catalog::check_features(config, version) {
             Ok(()) => crate::hosts::check_standby(&mut conn, config, version).await.map(|standby| (version, standby)),

@@ -1,6 +1,8 @@
 //! The random trouble: kill -9 and restart Sluice, pause a sink's server,
 //! cut or stall the connections through a proxy, restart PostgreSQL or
-//! MariaDB. And once per run, a slow spell of the optional webhook: its
+//! MariaDB. With a failover pair, once per run the primary crashes and the
+//! standby is promoted, as soon as the standby holds a synced copy of the
+//! slot (before, a failover loses the slot by design). And once per run, a slow spell of the optional webhook: its
 //! connections stall for 30 s while nothing else goes wrong, and by the end
 //! of it the required file sink must hold everything committed before it
 //! began. A quiet stretch comes first, so what earlier trouble left behind
@@ -10,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use crate::Env;
-use crate::db::Kind;
+use crate::db::{Db, Kind};
 use crate::pipeline::Setup;
 use crate::rng::Rng;
 
@@ -42,6 +44,11 @@ pub struct Chaos {
     slow: Option<(Instant, [usize; 2])>,
     /// What the spell showed; `None` while it has not ended.
     pub slow_outcome: Option<Result<String, String>>,
+    /// When the failover pair fails over, until it has.
+    failover_at: Option<Instant>,
+    /// When to look again whether the standby has synced the slot.
+    next_sync_check: Instant,
+    pub failovers: u64,
 }
 
 /// How long the optional webhook stays slow.
@@ -55,7 +62,7 @@ const SLOW_AFTER: Duration = Duration::from_secs(20);
 const QUIET_BEFORE_SLOW: Duration = Duration::from_secs(30);
 
 impl Chaos {
-    pub fn new(seed: u64, every_secs: u64) -> Self {
+    pub fn new(seed: u64, every_secs: u64, failover_at: Option<Instant>) -> Self {
         let every = Duration::from_secs(every_secs.max(1));
         Self {
             rng: Rng::new(seed),
@@ -71,7 +78,37 @@ impl Chaos {
             last_trouble: Instant::now(),
             slow: None,
             slow_outcome: None,
+            failover_at,
+            next_sync_check: Instant::now(),
+            failovers: 0,
         }
+    }
+
+    /// The failover, when it is due and the standby's copy of the slot has
+    /// synced: the primary crashes and the standby is promoted. True when
+    /// it happened, and the env names the new primary.
+    async fn maybe_fail_over(&mut self, env: &mut Env) -> anyhow::Result<bool> {
+        let (Some(at), Some(standby)) = (self.failover_at, env.postgres_standby_port()) else { return Ok(false) };
+        if Instant::now() < at || Instant::now() < self.next_sync_check || self.slow.is_some() {
+            return Ok(false);
+        }
+        self.next_sync_check = Instant::now() + Duration::from_secs(1);
+        // A synced slot stays temporary until the standby has caught up
+        // with it, and a promotion drops a temporary one.
+        let query = "SELECT count(*) FROM pg_replication_slots WHERE synced AND NOT temporary AND slot_name LIKE 'sluice_torture%'";
+        let synced = Db::postgres(env, standby, "postgres")?.value(query).await?;
+        if synced.as_deref() != Some("1") {
+            return Ok(false);
+        }
+        let script = crate::repo_root().join("scripts/services.sh");
+        let status = std::process::Command::new("bash").arg(script).arg("pg-pair-failover").status()?;
+        anyhow::ensure!(status.success(), "scripts/services.sh pg-pair-failover failed");
+        env.promoted();
+        self.failover_at = None;
+        self.failovers += 1;
+        self.last_trouble = Instant::now();
+        println!("torture: failed over: the standby on port {standby} is the primary");
+        Ok(true)
     }
 
     /// Starts, or judges at its end, the optional webhook's slow spell;
@@ -112,7 +149,8 @@ impl Chaos {
 
     /// `committed`: the changes each database (PostgreSQL, MariaDB) has
     /// committed so far.
-    pub fn maybe_act(&mut self, env: &Env, setup: &mut Setup, committed: [usize; 2]) -> anyhow::Result<()> {
+    /// True when the PostgreSQL source failed over to its standby.
+    pub async fn maybe_act(&mut self, env: &mut Env, setup: &mut Setup, committed: [usize; 2]) -> anyhow::Result<bool> {
         if let Some((pid_file, until)) = &self.paused
             && Instant::now() >= *until
         {
@@ -120,11 +158,11 @@ impl Chaos {
             self.paused = None;
             self.last_trouble = Instant::now();
         }
-        if self.slow_spell(setup, committed) {
-            return Ok(());
+        if self.maybe_fail_over(env).await? {
+            return Ok(true);
         }
-        if Instant::now() < self.next {
-            return Ok(());
+        if self.slow_spell(setup, committed) || Instant::now() < self.next {
+            return Ok(false);
         }
         self.last_trouble = Instant::now();
         let spread = self.every.as_millis() as u64;
@@ -159,7 +197,7 @@ impl Chaos {
                 self.my_restarts += 1;
             }
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Resumes whatever is paused; no more trouble after this.
@@ -174,8 +212,8 @@ impl Chaos {
 
     pub fn summary(&self) -> String {
         format!(
-            "{} pauses, {} cut, {} stalled, {} PostgreSQL restarts, {} MariaDB restarts",
-            self.pauses, self.cuts, self.stalls, self.pg_restarts, self.my_restarts
+            "{} pauses, {} cut, {} stalled, {} PostgreSQL restarts, {} MariaDB restarts, {} failovers",
+            self.pauses, self.cuts, self.stalls, self.pg_restarts, self.my_restarts, self.failovers
         )
     }
 }
@@ -184,7 +222,8 @@ impl Chaos {
 /// immediate mode (a crash), MariaDB with a clean shutdown.
 fn restart(action: &str, env: &Env) -> anyhow::Result<()> {
     let script = crate::repo_root().join("scripts/services.sh");
-    // The folder of the PostgreSQL server the run uses.
+    // The folder of the PostgreSQL server the run uses: the source's, or
+    // with a failover pair, the database sinks'.
     let socket = env.get("SLUICE_TEST_PG_SOCKET")?;
     let status =
         std::process::Command::new("bash").arg(script).arg(action).env("SLUICE_TEST_PG_SOCKET", socket).status()?;

@@ -50,18 +50,11 @@ pub enum Conn {
 }
 
 impl Db {
+    /// A database of the servers the sinks write to (and, without a
+    /// failover pair, the PostgreSQL source too).
     pub fn new(env: &Env, kind: Kind, database: &str) -> anyhow::Result<Self> {
         Ok(match kind {
-            Kind::Postgres => Db::Postgres(ConnectParams {
-                host: env.get("SLUICE_TEST_PG_HOST")?,
-                port: env.get("SLUICE_TEST_PG_PORT")?.parse()?,
-                database: database.into(),
-                user: env.get("SLUICE_TEST_PG_USER")?,
-                password: Secret::new(env.get("SLUICE_TEST_PG_PASSWORD")?),
-                ssl_mode: SslMode::Prefer,
-                ca_file: None,
-                connect_timeout: Duration::from_secs(5),
-            }),
+            Kind::Postgres => Self::postgres(env, env.get("SLUICE_TEST_PG_PORT")?.parse()?, database)?,
             Kind::MariaDb => Db::MariaDb(
                 mysql_async::OptsBuilder::default()
                     .ip_or_hostname(env.get("SLUICE_TEST_MY_HOST")?)
@@ -72,6 +65,30 @@ impl Db {
                     .into(),
             ),
         })
+    }
+
+    /// A database of the servers the workload writes to and the
+    /// pipelines read: for PostgreSQL, the current primary of the
+    /// failover pair when the run has one.
+    pub fn source(env: &Env, kind: Kind, database: &str) -> anyhow::Result<Self> {
+        match kind {
+            Kind::Postgres => Self::postgres(env, env.postgres_source_port()?, database),
+            Kind::MariaDb => Self::new(env, kind, database),
+        }
+    }
+
+    /// A database of the PostgreSQL server on `port`.
+    pub fn postgres(env: &Env, port: u16, database: &str) -> anyhow::Result<Self> {
+        Ok(Db::Postgres(ConnectParams {
+            host: env.get("SLUICE_TEST_PG_HOST")?,
+            port,
+            database: database.into(),
+            user: env.get("SLUICE_TEST_PG_USER")?,
+            password: Secret::new(env.get("SLUICE_TEST_PG_PASSWORD")?),
+            ssl_mode: SslMode::Prefer,
+            ca_file: None,
+            connect_timeout: Duration::from_secs(5),
+        }))
     }
 
     pub fn kind(&self) -> Kind {

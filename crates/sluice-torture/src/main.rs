@@ -53,6 +53,11 @@ struct Args {
     /// sinks write to): one the services script runs beside the main 15.
     #[arg(long)]
     postgres_major: Option<u32>,
+    /// The PostgreSQL pipeline reads a primary and a standby of
+    /// --postgres-major (17 or later), and the chaos promotes the standby
+    /// once, after its copy of the slot has synced.
+    #[arg(long, requires = "postgres_major")]
+    failover: bool,
 }
 
 /// The private services' settings, from the env file the services script writes.
@@ -78,7 +83,46 @@ impl Env {
         self.0.insert("SLUICE_TEST_PG_SOCKET".into(), folder.display().to_string());
         Ok(())
     }
+
+    /// The PostgreSQL pipeline reads a fresh primary and standby of
+    /// `major` (`services.sh pg-pair`), which the chaos fails over once;
+    /// the database sinks still write to the services' server.
+    fn use_postgres_pair(&mut self, major: u32) -> anyhow::Result<()> {
+        anyhow::ensure!(major >= 17, "--failover needs PostgreSQL 17 or later (failover slots), not {major}");
+        let script = repo_root().join("scripts/services.sh");
+        let output = std::process::Command::new("bash").arg(&script).args(["pg-pair", &major.to_string()]).output()?;
+        if !output.status.success() {
+            bail!("services.sh pg-pair {major} failed:\n{}", String::from_utf8_lossy(&output.stderr));
+        }
+        let ports = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        let (primary, standby) = ports.split_once(' ').with_context(|| format!("pg-pair printed {ports:?}"))?;
+        self.0.insert(SOURCE_PORT.into(), primary.into());
+        self.0.insert(STANDBY_PORT.into(), standby.into());
+        Ok(())
+    }
+
+    /// The port of the PostgreSQL server the workload writes to.
+    pub fn postgres_source_port(&self) -> anyhow::Result<u16> {
+        let port = self.0.get(SOURCE_PORT).cloned().map_or_else(|| self.get("SLUICE_TEST_PG_PORT"), Ok)?;
+        Ok(port.parse()?)
+    }
+
+    /// The standby of the failover pair, while it has not been promoted.
+    pub fn postgres_standby_port(&self) -> Option<u16> {
+        self.0.get(STANDBY_PORT).and_then(|p| p.parse().ok())
+    }
+
+    /// After the failover: the standby is the source's primary.
+    pub fn promoted(&mut self) {
+        if let Some(standby) = self.0.remove(STANDBY_PORT) {
+            self.0.insert(SOURCE_PORT.into(), standby);
+        }
+    }
 }
+
+/// Where the failover pair's primary and standby listen, when there is one.
+const SOURCE_PORT: &str = "TORTURE_PG_SOURCE_PORT";
+const STANDBY_PORT: &str = "TORTURE_PG_STANDBY_PORT";
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -138,7 +182,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let mut env = services()?;
     if let Some(major) = args.postgres_major {
         env.use_postgres_major(major)?;
-        println!("torture: the PostgreSQL pipeline reads PostgreSQL {major}");
+        if args.failover {
+            env.use_postgres_pair(major)?;
+        }
+        let pair = if args.failover { ", a primary and a standby it fails over to" } else { "" };
+        println!("torture: the PostgreSQL pipeline reads PostgreSQL {major}{pair}");
     }
     let run_id = format!("{}", seed % 1_000_000_000);
     let mut setup = pipeline::Setup::start(&env, &run_id, sluice).await?;
@@ -146,9 +194,12 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         (workload::Workload::new(&env, Kind::Postgres, db::DATABASE, seed)?, None),
         (workload::Workload::new(&env, Kind::MariaDb, db::DATABASE, seed ^ 0x3a1e)?, None),
     ];
-    let mut chaos = chaos::Chaos::new(seed ^ 0x5eed, args.chaos_every_secs);
     let started = Instant::now();
-    let end = started + Duration::from_secs_f64(args.minutes * 60.0);
+    let run = Duration::from_secs_f64(args.minutes * 60.0);
+    let end = started + run;
+    // The failover, a third of the way in: time for trouble before and after.
+    let failover_at = args.failover.then(|| started + run / 3);
+    let mut chaos = chaos::Chaos::new(seed ^ 0x5eed, args.chaos_every_secs, failover_at);
     let mut rng = rng::Rng::new(seed ^ 0xbeef);
     // Each database gets half the pace.
     let pace = args.changes_per_sec.max(2) as f64 / 2.0;
@@ -159,7 +210,12 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             }
         }
         let committed = [workloads[0].0.committed.len(), workloads[1].0.committed.len()];
-        chaos.maybe_act(&env, &mut setup, committed)?;
+        if chaos.maybe_act(&mut env, &mut setup, committed).await? {
+            // The old primary is gone: the workload writes to the new one.
+            let (pg, conn) = &mut workloads[0];
+            pg.retarget(&env)?;
+            *conn = None;
+        }
         setup.keep_running()?;
         tokio::time::sleep(Duration::from_millis(rng.range(1, 5))).await;
     }
@@ -189,6 +245,10 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let expected = [(Kind::Postgres, pg.committed), (Kind::MariaDb, my.committed)];
     let mut passed = report::print(&expected, &held);
     passed &= report::final_states(&finals, &states);
+    if args.failover && chaos.failovers == 0 {
+        println!("torture: FAILED: no failover: the standby never had a synced copy of the slot");
+        passed = false;
+    }
     match &chaos.slow_outcome {
         Some(Ok(shown)) => println!("torture: delivery went on through the slow spell: {shown}"),
         Some(Err(shown)) => {

@@ -89,7 +89,7 @@ fn sinks(env: &Env, run: &str, kind: Kind, port: impl Fn(&str) -> u16) -> anyhow
         config: {{ id: s3, bucket: {bucket}, endpoint: "http://127.0.0.1:{s3}", path_style: true, access_key_id: {access}, secret_access_key: {secret}, prefix: tt{run}{tag}, max_file_events: 20000, max_file_age_secs: 5, timeout_secs: 5 }}
 "#,
         brokers = env.get("SLUICE_TEST_KAFKA_BROKERS")?,
-        pg = port("postgres"),
+        pg = port("pg_sinks"),
         database = DATABASE,
         pg_user = env.get("SLUICE_TEST_PG_USER")?,
         pg_password = env.get("SLUICE_TEST_PG_PASSWORD")?,
@@ -172,12 +172,22 @@ impl Setup {
         // Heartbeats ride on logical decoding messages, which pgoutput
         // sends from 14 on.
         let pg_heartbeat = if pg_version >= 140_000 { ", heartbeat_secs: 1" } else { "" };
+        // The standby, reached directly: the failover does not go
+        // through the proxy, which keeps pointing at the old primary.
+        let pg_standby = env
+            .postgres_standby_port()
+            .map(|port| format!(", failover_hosts: [\"127.0.0.1:{port}\"]"))
+            .unwrap_or_default();
         let (binlog_file, binlog_offset) = crate::workload::prepare_mariadb(env, DATABASE).await?;
         let receiver = Receiver::start();
         let server =
             |host: &str, port: &str| -> anyhow::Result<String> { Ok(format!("{}:{}", env.get(host)?, env.get(port)?)) };
         let proxies = vec![
-            Proxy::start("postgres", server("SLUICE_TEST_PG_HOST", "SLUICE_TEST_PG_PORT")?).await?,
+            // The source's server, and the database sinks' (the same
+            // one unless the source is a failover pair).
+            Proxy::start("postgres", format!("{}:{}", env.get("SLUICE_TEST_PG_HOST")?, env.postgres_source_port()?))
+                .await?,
+            Proxy::start("pg_sinks", server("SLUICE_TEST_PG_HOST", "SLUICE_TEST_PG_PORT")?).await?,
             Proxy::start("mariadb", server("SLUICE_TEST_MY_HOST", "SLUICE_TEST_MY_PORT")?).await?,
             Proxy::start("redis", host_port(&env.get("SLUICE_TEST_REDIS_URL")?)).await?,
             Proxy::start("nats", host_port(&env.get("SLUICE_TEST_NATS_URL")?)).await?,
@@ -195,7 +205,7 @@ impl Setup {
   - name: torture{run_id}pg
     source:
       type: postgres
-      config: {{ id: {pg_id}, host: 127.0.0.1, port: {pg}, database: {DATABASE}, user: {pg_user}, password: "{pg_password}", ssl_mode: disable, status_interval_secs: 1{pg_heartbeat}, tables: [public.t1, public.t2, public.t3, public.tx_log] }}
+      config: {{ id: {pg_id}, host: 127.0.0.1, port: {pg}, database: {DATABASE}, user: {pg_user}, password: "{pg_password}", ssl_mode: disable, status_interval_secs: 1{pg_heartbeat}{pg_standby}, tables: [public.t1, public.t2, public.t3, public.tx_log] }}
     sink_batch_deadline_secs: 20
 {TRANSFORMS}{pg_sinks}  - name: torture{run_id}my
     source:
@@ -282,7 +292,7 @@ impl Setup {
     /// costs nothing, where reading every sink again and again took the CPU
     /// Sluice needed to catch up.
     pub async fn drain(&mut self, env: &Env, binlog_end: (String, u64), limit: Duration) -> anyhow::Result<()> {
-        let db = Db::new(env, Kind::Postgres, DATABASE)?;
+        let db = Db::source(env, Kind::Postgres, DATABASE)?;
         let end = db.value("SELECT pg_current_wal_lsn()").await?.context("no WAL position")?;
         let query = format!(
             "SELECT pg_wal_lsn_diff('{end}', confirmed_flush_lsn) FROM pg_replication_slots WHERE slot_name = 'sluice_{}'",

@@ -82,7 +82,14 @@ fn table_ddl(kind: Kind) -> String {
 /// slot (made before the first write, so nothing committed is missed).
 /// Returns the server's `server_version_num`.
 pub async fn prepare_postgres(env: &crate::Env, database: &str, source_id: &str) -> anyhow::Result<u32> {
-    let admin = Db::new(env, Kind::Postgres, "postgres")?;
+    if env.postgres_standby_port().is_some() {
+        // The source is the failover pair: the database sinks' server
+        // needs the database of its own.
+        let sinks = Db::new(env, Kind::Postgres, "postgres")?;
+        sinks.execute(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)")).await?;
+        sinks.execute(&format!("CREATE DATABASE {database}")).await?;
+    }
+    let admin = Db::source(env, Kind::Postgres, "postgres")?;
     admin
         .execute(&format!(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '{database}'"
@@ -95,12 +102,15 @@ pub async fn prepare_postgres(env: &crate::Env, database: &str, source_id: &str)
     // harness would expect changes that never happened. Here a commit
     // returns only once its WAL is written.
     admin.execute(&format!("ALTER DATABASE {database} SET synchronous_commit = on")).await?;
-    let db = Db::new(env, Kind::Postgres, database)?;
+    let db = Db::source(env, Kind::Postgres, database)?;
     let ddl = table_ddl(Kind::Postgres);
     // tx_log too: the pipelines' filter must drop its changes.
     db.execute(&format!("{ddl} CREATE PUBLICATION sluice_{source_id} FOR TABLE {}, tx_log", TABLES.join(", "))).await?;
     // A slot cannot be made in a transaction that wrote: its own statement.
-    db.execute(&format!("SELECT pg_create_logical_replication_slot('sluice_{source_id}', 'pgoutput')")).await?;
+    // On a failover pair, a failover slot (17+), which the standby syncs.
+    let failover = if env.postgres_standby_port().is_some() { ", false, false, true" } else { "" };
+    db.execute(&format!("SELECT pg_create_logical_replication_slot('sluice_{source_id}', 'pgoutput'{failover})"))
+        .await?;
     let version = admin.first_row("SHOW server_version_num").await?;
     let version = version.into_iter().next().flatten().unwrap_or_default();
     anyhow::Context::with_context(version.parse(), || format!("server_version_num {version:?}"))
@@ -128,7 +138,7 @@ pub async fn binlog_end(db: &Db) -> anyhow::Result<(String, u64)> {
 impl Workload {
     pub fn new(env: &crate::Env, kind: Kind, database: &str, seed: u64) -> anyhow::Result<Self> {
         Ok(Self {
-            db: Db::new(env, kind, database)?,
+            db: Db::source(env, kind, database)?,
             rng: Rng::new(seed),
             rows: vec![BTreeMap::new(); TABLES.len()],
             next_id: 1,
@@ -138,6 +148,14 @@ impl Workload {
             transactions: 0,
             in_doubt_resolved: 0,
         })
+    }
+
+    /// Writes to the source server the env names now (after a failover).
+    pub fn retarget(&mut self, env: &crate::Env) -> anyhow::Result<()> {
+        if let Db::Postgres(params) = &mut self.db {
+            params.port = env.postgres_source_port()?;
+        }
+        Ok(())
     }
 
     pub fn db(&self) -> &Db {

@@ -38,11 +38,9 @@ fn kill_9_and_server_restarts_leave_every_committed_row_once_in_the_file() {
             .collect();
         sql(db, &inserts);
         let target = (first + rows_per_round / 3) as usize;
-        wait_until(
-            Duration::from_secs(60),
-            &format!("rows to arrive (log: {})", dir.path().join("sluice.log").display()),
-            || inserted_ids(&out).len() >= target,
-        );
+        let arrived = wait_for(Duration::from_secs(60), || inserted_ids(&out).len() >= target);
+        let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+        assert!(arrived, "round {round}: {} of {target} rows arrived; log:\n{log}", inserted_ids(&out).len());
         if round == 2 {
             restart_postgres();
         } else {

@@ -334,3 +334,54 @@ fn when_needed_streams_on_from_now_and_re_reads_the_tables_after_the_binlog_is_p
     let table = format!("{db}.items");
     assert_eq!(replayed(&out, &table, "id", &["v", "note"]), table_state(&table, "id", &["v", "note"]));
 }
+
+#[test]
+fn tables_created_or_renamed_into_the_patterns_join_with_their_rows_and_no_other_table_is_re_read() {
+    let _turn = lock(&ONE_AT_A_TIME);
+    let db = "e2e_mynew";
+    let side = "e2e_mynew_side";
+    let (dir, out, config) = items_pipeline(db, 200, "never");
+    my_exec(&format!(
+        "DROP DATABASE IF EXISTS {side}; CREATE DATABASE {side}; USE {side}; \
+         CREATE TABLE {side}.moved (id bigint PRIMARY KEY, note varchar(20)); \
+         INSERT INTO {side}.moved SELECT seq, concat('m', seq) FROM seq_1_to_300"
+    ));
+    let args = ["run", "-c", config.to_str().unwrap()];
+    let child = spawn(&args, dir.path());
+    let log = || std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+    wait_until(Duration::from_secs(60), "streaming", || log().contains("binlog streaming started"));
+    // Created while streaming: every row is in the binlog after it.
+    my_exec(&format!(
+        "USE {db}; CREATE TABLE {db}.late (id bigint PRIMARY KEY, note varchar(20)); \
+         INSERT INTO {db}.late SELECT seq, concat('l', seq) FROM seq_1_to_100"
+    ));
+    // Renamed in from a database the patterns leave out: its rows are not.
+    my_exec(&format!("RENAME TABLE {side}.moved TO {db}.moved; INSERT INTO {db}.moved VALUES (1000, 'after')"));
+    marker_after_snapshot(dir.path(), || my_exec(&format!("INSERT INTO {db}.items VALUES (-1, 0, 'marker')")));
+    stop(child, dir.path());
+    // Created while Sluice is down: the binlog still holds it all.
+    my_exec(&format!(
+        "USE {db}; CREATE TABLE {db}.down (id bigint PRIMARY KEY, note varchar(20)); \
+         INSERT INTO {db}.down SELECT seq, concat('d', seq) FROM seq_1_to_50"
+    ));
+    let child = spawn(&args, dir.path());
+    my_exec(&format!("INSERT INTO {db}.items VALUES (-2, 0, 'end')"));
+    wait_until(Duration::from_secs(120), "the last row", || {
+        std::fs::read_to_string(&out).unwrap_or_default().contains("\"note\":\"end\"")
+    });
+    stop(child, dir.path());
+
+    for table in ["late", "moved", "down"] {
+        let table = format!("{db}.{table}");
+        assert_eq!(replayed(&out, &table, "id", &["note"]), table_state(&table, "id", &["note"]), "{table}");
+    }
+    let all = events(&out);
+    let reads = |table: &str| all.iter().filter(|e| e["op"] == "r" && e["table"] == format!("{db}.{table}")).count();
+    assert!(reads("moved") >= 300, "the renamed table's rows are read");
+    assert_eq!((reads("items"), reads("late"), reads("down")), (0, 0, 0), "no other table is read again");
+    let created = all.iter().find(|e| e["op"] == "s" && e["table"] == format!("{db}.late")).expect("a schema event");
+    assert_eq!(
+        created["after"]["changes"],
+        serde_json::json!([{"change": "added", "column": "id"}, {"change": "added", "column": "note"}])
+    );
+}

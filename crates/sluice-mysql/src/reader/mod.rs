@@ -12,11 +12,11 @@ use mysql_async::binlog::BinlogChecksumAlg;
 use mysql_async::binlog::events::{Event as BinlogEvent, GtidEvent, QueryEvent, RotateEvent, TransactionPayloadEvent};
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
-use sluice_config::{DdlLiterals, glob_match};
+use sluice_config::{DdlLiterals, MysqlConfig, glob_match};
 use sluice_core::source::ReaderHandle;
 use sluice_core::{BinlogPos, Event, LogStats, Position, SourceError};
 use tokio::sync::mpsc;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::conn::connect;
 use crate::ddl::Dialect;
@@ -53,6 +53,8 @@ pub(crate) struct Reader {
     pub(crate) source_id: Arc<str>,
     pub(crate) patterns: Vec<String>,
     pub(crate) ddl_literals: DdlLiterals,
+    /// The source's config when it has a signal table, for snapshot requests.
+    pub(crate) signals: Option<MysqlConfig>,
     pub(crate) events: mpsc::Sender<Result<Vec<Event>, SourceError>>,
     pub(crate) receive_timeout: Duration,
     pub(crate) file: Option<Arc<str>>,
@@ -300,6 +302,27 @@ impl Reader {
     fn matches(&self, table: &str) -> bool {
         self.patterns.iter().any(|p| glob_match(p, table))
     }
+
+    /// Asks for an incremental snapshot of `table`, renamed into the
+    /// captured tables with rows of its own, through the signal table
+    /// (as `sluice snapshot --table` does). Without a signal table, or if
+    /// the table cannot be read by key, the operator is told instead: the
+    /// stream goes on either way.
+    async fn read_arrival(&mut self, table: &str) {
+        let Some(config) = &self.signals else {
+            warn!(
+                table,
+                "a table renamed into the captured tables brings rows the binlog never showed; set signal_table and run `sluice snapshot --table` to read them"
+            );
+            return;
+        };
+        match crate::incremental::request(config, table).await {
+            Ok(_) => info!(table, "a table renamed into the captured tables: an incremental snapshot reads its rows"),
+            Err(e) => {
+                warn!(table, error = %e, "a table renamed into the captured tables cannot be read by an incremental snapshot")
+            }
+        }
+    }
 }
 
 /// Where the binlog stream starts.
@@ -368,6 +391,7 @@ impl MyStream {
             // and watermarks; they are taken out before the sinks.
             patterns: self.config.tables.iter().chain(&self.config.signal_table).cloned().collect(),
             ddl_literals: self.config.ddl_literals,
+            signals: self.config.signal_table.is_some().then(|| self.config.clone()),
             events: tx,
             receive_timeout: Duration::from_secs(self.config.heartbeat_secs * 3 + 5),
             file: (!file.is_empty()).then(|| Arc::from(file.as_str())),

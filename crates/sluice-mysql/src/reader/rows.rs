@@ -77,15 +77,20 @@ impl Reader {
         server_id: u32,
         out: &mut Vec<Event>,
     ) -> Result<(), SourceError> {
+        let named = ddl_targets(database, sql, dialect);
         let mut targets: Vec<(String, String)> = Vec::new();
-        for target in ddl_targets(database, sql, dialect) {
-            if self.matches(&format!("{}.{}", target.0, target.1)) && !targets.contains(&target) {
-                targets.push(target);
+        for target in &named {
+            if self.matches(&format!("{}.{}", target.0, target.1)) && !targets.contains(target) {
+                targets.push(target.clone());
             }
         }
         if targets.is_empty() {
             return Ok(());
         }
+        // A rename from a name the patterns leave out brings in a table
+        // whose rows the stream never showed.
+        let renames_in =
+            sql.split_whitespace().take(8).any(|w| w.eq_ignore_ascii_case("rename")) && named.len() > targets.len();
         let text = match self.ddl_literals {
             DdlLiterals::Redact => redact(sql, dialect),
             DdlLiterals::Keep => sql.to_string(),
@@ -101,6 +106,12 @@ impl Reader {
             // Recorded once, when first read; a replay keeps the recorded schema.
             if !self.history.has_entry_at(&name, &position) {
                 let schema = read_schema(&mut self.schema_conn, &db, &table).await?;
+                let known = matches!(self.history.before(&name, &position), Some(Some(_)));
+                // Asked before the history entry is written: a crash in
+                // between asks again, which re-reads, and loses nothing.
+                if renames_in && !known && schema.is_some() {
+                    self.read_arrival(&name).await;
+                }
                 self.history.record(&name, &position, schema)?;
             }
             if truncate {
@@ -120,9 +131,10 @@ impl Reader {
             let old = match &before {
                 Some(Some(columns)) => Before::Columns(columns),
                 Some(None) => Before::Absent,
-                // First seen at this statement: a table it creates was
-                // not there; of any other, the columns before are unknown.
-                None if creates => Before::Absent,
+                // First seen at this statement: a table it creates (or
+                // renames in) was not there under this name; of any other,
+                // the columns before are unknown.
+                None if creates || renames_in => Before::Absent,
                 None => Before::Unknown,
             };
             let now = self.history.at(&name, &position).map(|s| s.entries());

@@ -140,12 +140,21 @@ pub fn line_count(path: &Path) -> usize {
 }
 
 /// Polls a condition until it holds; panics after `limit`.
-pub fn wait_until(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+pub fn wait_until(limit: Duration, what: &str, condition: impl FnMut() -> bool) {
+    assert!(wait_for(limit, condition), "timed out waiting for {what}");
+}
+
+/// Whether `condition` came true within `limit`, for a caller that says
+/// more than [`wait_until`] can when it does not.
+pub fn wait_for(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
     while !condition() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        if start.elapsed() >= limit {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
+    true
 }
 
 /// A name of its own for every run, so topics, streams and checkpoint keys
