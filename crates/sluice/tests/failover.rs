@@ -13,16 +13,6 @@ use std::time::Duration;
 use common::pg::*;
 use common::*;
 
-fn insert(port: u16, db: &str, ids: std::ops::RangeInclusive<i64>) {
-    // One transaction per ten rows, so the failover lands between and
-    // inside the transactions Sluice reads.
-    let statements: String = ids
-        .step_by(10)
-        .map(|start| format!("INSERT INTO items SELECT g, 'n' || g FROM generate_series({start}, {}) g;", start + 9))
-        .collect();
-    psql_at(port, db, &statements).unwrap();
-}
-
 #[test]
 fn after_a_failover_the_pipeline_resumes_from_the_synced_slot_on_the_promoted_standby() {
     let (primary, standby) = pg_pair(17);
@@ -31,10 +21,7 @@ fn after_a_failover_the_pipeline_resumes_from_the_synced_slot_on_the_promoted_st
     psql_at(primary, db, "CREATE TABLE items (id bigint PRIMARY KEY, note text)").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("items.jsonl");
-    let text = format!(
-        "pipelines:\n  - name: failover\n    source:\n      type: postgres\n      config: {{ id: {db}, host: 127.0.0.1, port: {primary}, failover_hosts: [\"127.0.0.1:{standby}\"], database: {db}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", ssl_mode: disable, status_interval_secs: 1, tables: [public.items] }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: items.jsonl }}\n",
-        user = pg_env("SLUICE_TEST_PG_USER"),
-    );
+    let text = pair_pipeline("failover", db, primary, standby, "");
     let config = write_config(dir.path(), &text);
     let log = dir.path().join("sluice.log");
     let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
@@ -47,17 +34,17 @@ fn after_a_failover_the_pipeline_resumes_from_the_synced_slot_on_the_promoted_st
         )
         .is_ok_and(|v| v == "t")
     });
-    insert(primary, db, 1..=1000);
+    insert_items_at(primary, db, 1..=1000);
     wait_until(Duration::from_secs(60), "the first rows", || inserted_ids(&out).len() >= 1000);
     // The standby's copy of the slot: made by its slot sync worker.
     wait_until(Duration::from_secs(60), "the slot synced to the standby", || {
         let query = format!("SELECT synced AND NOT temporary FROM pg_replication_slots WHERE slot_name = '{slot}'");
         psql_at(standby, db, &query).is_ok_and(|v| v == "t")
     });
-    insert(primary, db, 1001..=3000);
+    insert_items_at(primary, db, 1001..=3000);
     wait_until(Duration::from_secs(60), "rows of the second batch", || inserted_ids(&out).len() >= 1500);
     services(&["pg-pair-failover"]);
-    insert(standby, db, 3001..=4000);
+    insert_items_at(standby, db, 3001..=4000);
     wait_until(Duration::from_secs(120), &format!("every row (log: {})", log.display()), || {
         inserted_ids(&out).len() >= 4000
     });

@@ -15,19 +15,8 @@ use common::pg::*;
 use common::replay::replayed;
 use common::*;
 
-fn insert(port: u16, db: &str, ids: std::ops::RangeInclusive<i64>) {
-    let statements: String = ids
-        .step_by(10)
-        .map(|start| format!("INSERT INTO items SELECT g, 'n' || g FROM generate_series({start}, {}) g;", start + 9))
-        .collect();
-    psql_at(port, db, &statements).unwrap();
-}
-
 fn config(db: &str, primary: u16, standby: u16, mode: &str) -> String {
-    format!(
-        "pipelines:\n  - name: lost\n    source:\n      type: postgres\n      config: {{ id: {db}, host: 127.0.0.1, port: {primary}, failover_hosts: [\"127.0.0.1:{standby}\"], database: {db}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", ssl_mode: disable, status_interval_secs: 1, tables: [public.items], snapshot: {{ mode: {mode} }} }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: items.jsonl }}\n",
-        user = pg_env("SLUICE_TEST_PG_USER"),
-    )
+    pair_pipeline("lost", db, primary, standby, &format!(", snapshot: {{ mode: {mode} }}"))
 }
 
 #[test]
@@ -46,11 +35,11 @@ fn before_17_a_failover_that_loses_the_slot_stops_the_pipeline_and_when_needed_r
         psql_at(primary, db, &format!("SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}'"))
             .is_ok_and(|v| v == "t")
     });
-    insert(primary, db, 1..=1000);
+    insert_items_at(primary, db, 1..=1000);
     wait_until(Duration::from_secs(60), "the first rows", || inserted_ids(&out).len() >= 1000);
-    insert(primary, db, 1001..=2000);
+    insert_items_at(primary, db, 1001..=2000);
     services(&["pg-pair-failover"]);
-    insert(standby, db, 2001..=2500);
+    insert_items_at(standby, db, 2001..=2500);
     let status = child.wait_exit(Duration::from_secs(120));
     let text = std::fs::read_to_string(&log).unwrap();
     assert_eq!(status.code(), Some(1), "{text}");
@@ -67,7 +56,7 @@ fn before_17_a_failover_that_loses_the_slot_stops_the_pipeline_and_when_needed_r
     // The operator's other answer: re-read what the lost log held.
     write_config(dir.path(), &config(db, primary, standby, "when_needed"));
     let child = spawn(&["run", "-c", path.to_str().unwrap()], dir.path());
-    insert(standby, db, 2501..=2600);
+    insert_items_at(standby, db, 2501..=2600);
     let expected: BTreeMap<String, Vec<Option<String>>> =
         (1..=2600).map(|id| (id.to_string(), vec![Some(format!("n{id}"))])).collect();
     wait_until(Duration::from_secs(120), "every row, re-read or streamed", || {

@@ -98,15 +98,20 @@ impl Reader {
         // A truncate changes rows, not the schema: it is a truncate event
         // (`t`), as PostgreSQL's are.
         let truncate = sql.trim_start().get(..8).is_some_and(|w| w.eq_ignore_ascii_case("truncate"));
+        let words: Vec<String> = sql.split_whitespace().take(6).map(str::to_ascii_uppercase).collect();
+        let creates = words.first().is_some_and(|w| w == "CREATE")
+            && words.iter().any(|w| w == "TABLE")
+            && !words.iter().any(|w| w == "INDEX");
         // One event per captured table the statement changes (both names
         // of a rename), each recording that table's schema after it.
         for (db, table) in targets {
             let name = format!("{db}.{table}");
             let position = self.peek_position()?;
+            let before = self.history.before(&name, &position).map(|s| s.map(|s| s.entries()));
             // Recorded once, when first read; a replay keeps the recorded schema.
             if !self.history.has_entry_at(&name, &position) {
                 let schema = read_schema(&mut self.schema_conn, &db, &table).await?;
-                let known = matches!(self.history.before(&name, &position), Some(Some(_)));
+                let known = matches!(before, Some(Some(_)));
                 // Asked before the history entry is written: a crash in
                 // between asks again, which re-reads, and loses nothing.
                 if renames_in && !known && schema.is_some() {
@@ -123,11 +128,6 @@ impl Reader {
                 self.emit(event, out);
                 continue;
             }
-            let before = self.history.before(&name, &position).map(|s| s.map(|s| s.entries()));
-            let words: Vec<String> = sql.split_whitespace().take(6).map(str::to_ascii_uppercase).collect();
-            let creates = words.first().is_some_and(|w| w == "CREATE")
-                && words.iter().any(|w| w == "TABLE")
-                && !words.iter().any(|w| w == "INDEX");
             let old = match &before {
                 Some(Some(columns)) => Before::Columns(columns),
                 Some(None) => Before::Absent,

@@ -175,3 +175,23 @@ pub fn psql_at(port: u16, db: &str, query: &str) -> Result<String, String> {
         Err(String::from_utf8_lossy(&output.stderr).to_string())
     }
 }
+
+/// Inserts rows `ids` into `items` (id, note 'n' || id) on the server at
+/// `port`, ten rows per transaction, so a failover lands between and
+/// inside the transactions Sluice reads.
+pub fn insert_items_at(port: u16, db: &str, ids: std::ops::RangeInclusive<i64>) {
+    let statements: String = ids
+        .step_by(10)
+        .map(|start| format!("INSERT INTO items SELECT g, 'n' || g FROM generate_series({start}, {}) g;", start + 9))
+        .collect();
+    psql_at(port, db, &statements).unwrap();
+}
+
+/// A pipeline `name` of `public.items` on a pg-pair (`failover_hosts`
+/// naming the standby) into `items.jsonl`; `extra` goes into the source config.
+pub fn pair_pipeline(name: &str, db: &str, primary: u16, standby: u16, extra: &str) -> String {
+    format!(
+        "pipelines:\n  - name: {name}\n    source:\n      type: postgres\n      config: {{ id: {db}, host: 127.0.0.1, port: {primary}, failover_hosts: [\"127.0.0.1:{standby}\"], database: {db}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", ssl_mode: disable, status_interval_secs: 1, tables: [public.items]{extra} }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: items.jsonl }}\n",
+        user = pg_env("SLUICE_TEST_PG_USER"),
+    )
+}
