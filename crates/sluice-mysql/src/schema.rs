@@ -12,8 +12,8 @@
 
 use mysql_async::prelude::Queryable;
 use serde::{Deserialize, Serialize};
-use sluice_core::SourceError;
 use sluice_core::schema_change::ColumnEntry;
+use sluice_core::{Position, SourceError};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct ColumnInfo {
@@ -169,6 +169,26 @@ pub fn labels(column_type: &str) -> Vec<String> {
         labels.push(label);
     }
     labels
+}
+
+/// Records `schemas` at `at`, where a stream begins: a table's first
+/// row may come after an `ALTER` the reader has not reached yet, and the
+/// schema read live then would be the later one. `all` replaces what the
+/// history knows (a stream that skipped ahead); otherwise only tables it
+/// never saw are recorded.
+pub(crate) fn record_at_start(
+    state_dir: &std::path::Path,
+    at: &Position,
+    schemas: Vec<(String, TableSchema)>,
+    all: bool,
+) -> Result<(), SourceError> {
+    let mut history = SchemaHistory::open(state_dir.join("schema_history.jsonl"))?;
+    for (name, schema) in schemas {
+        if (all || !history.knows(&name)) && !history.has_entry_at(&name, at) {
+            history.record(&name, at, Some(schema))?;
+        }
+    }
+    Ok(())
 }
 
 /// A stable fingerprint of a table's columns, as the event's schema version.

@@ -18,6 +18,7 @@ use crate::conn::connect;
 use crate::errors::mysql_error;
 use crate::incremental;
 use crate::reader::Start;
+use crate::schema::{TableSchema, record_at_start};
 use crate::snapshot;
 use crate::source::{MyStream, MysqlSource};
 
@@ -189,7 +190,12 @@ impl MyStream {
     ) -> Result<ReaderHandle, SourceError> {
         let start = match self.start_at(server, from.as_ref(), recover)? {
             Some(start) => start,
-            None => current(&mut conn).await?,
+            None => {
+                let ((file, offset), schemas) = head_with_schemas(&mut conn, &self.config.tables).await?;
+                let at = Position::Mysql(BinlogPos { file: file.as_str().into(), offset, seq: 0, gtid_before: None });
+                record_at_start(&self.state_dir, &at, schemas, recover)?;
+                Start::File { file, offset }
+            }
         };
         if recover && let Some(Position::Mysql(pos)) = &from {
             warn!(
@@ -244,6 +250,22 @@ impl MyStream {
                 return Err(SourceError::transient("a resumed snapshot has no binlog position to stream from"));
             }
         };
+        if resume.is_none() {
+            // Read before the point and again after it: the same columns
+            // held at the point, where the stream's history must begin.
+            let again = snapshot::plan_tables(&mut conn, &self.config.tables).await?;
+            let schemas: Vec<(String, TableSchema)> =
+                again.into_iter().map(|plan| (plan.name.to_string(), plan.schema)).collect();
+            let read: Vec<(&str, &TableSchema)> = plans.iter().map(|plan| (&*plan.name, &plan.schema)).collect();
+            let signal = self.config.signal_table.as_deref();
+            if !schemas.iter().filter(|(name, _)| Some(name.as_str()) != signal).map(|(n, s)| (n.as_str(), s)).eq(read)
+            {
+                return Err(SourceError::transient(
+                    "a captured table was created, dropped or altered while the snapshot point was taken; taking it again",
+                ));
+            }
+            record_at_start(&self.state_dir, &Position::Mysql(stream_from.clone()), schemas, false)?;
+        }
         let _ = conn.disconnect().await;
         let stream_file = stream_from.file.to_string();
         let stream_from = Position::Mysql(stream_from);
@@ -289,13 +311,33 @@ impl MyStream {
     }
 }
 
+/// The server's binlog head, with each captured table's schema there:
+/// read before and after the head, and the same both times.
+async fn head_with_schemas(
+    conn: &mut Conn,
+    patterns: &[String],
+) -> Result<((String, u64), Vec<(String, TableSchema)>), SourceError> {
+    let read = async |conn: &mut Conn| -> Result<Vec<(String, TableSchema)>, SourceError> {
+        let plans = snapshot::plan_tables(conn, patterns).await?;
+        Ok(plans.into_iter().map(|plan| (plan.name.to_string(), plan.schema)).collect())
+    };
+    for _ in 0..5 {
+        let before = read(conn).await?;
+        let head = current(conn).await?;
+        if read(conn).await? == before {
+            return Ok((head, before));
+        }
+    }
+    Err(SourceError::transient("the captured tables kept changing while the stream's start was taken"))
+}
+
 /// The server's binlog head.
-async fn current(conn: &mut Conn) -> Result<Start, SourceError> {
+async fn current(conn: &mut Conn) -> Result<(String, u64), SourceError> {
     let status: Option<mysql_async::Row> =
         conn.query_first("SHOW MASTER STATUS").await.map_err(|e| mysql_error("server check", e))?;
     let status = status
         .ok_or_else(|| SourceError::permanent("SHOW MASTER STATUS returned nothing", "enable log_bin on the server"))?;
-    Ok(Start::File { file: status.get(0).unwrap_or_default(), offset: status.get(1).unwrap_or(4) })
+    Ok((status.get(0).unwrap_or_default(), status.get(1).unwrap_or(4)))
 }
 
 /// Checks that the server logs row changes in full; gives its server_id

@@ -134,6 +134,63 @@ fn a_password_in_a_statement_reaches_no_sink_and_ddl_literals_are_redacted() {
     }
 }
 
+/// A table whose first row the stream reaches only after an `ALTER` the
+/// server already ran (here while Sluice was stopped) is read with the
+/// columns the row was written with: the source recorded every captured
+/// table's schema where its stream began.
+fn first_rows_behind_an_alter_read_with_their_own_columns(mode: &str) {
+    let db = format!("e2e_my_first_{mode}");
+    my_exec(&format!(
+        "DROP DATABASE IF EXISTS {db}; CREATE DATABASE {db}; \
+         CREATE TABLE {db}.t (id int PRIMARY KEY, note varchar(20)); CREATE TABLE {db}.u (id int PRIMARY KEY)"
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "pipelines:\n  - name: my\n    source:\n      type: mysql\n      config: {{ id: {db}, host: 127.0.0.1, port: {port}, user: {user}, password: \"${{SLUICE_TEST_MY_PASSWORD}}\", tables: [{db}.*], heartbeat_secs: 1, snapshot: {{ mode: {mode} }} }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: out.jsonl }}\n",
+        port = env("SLUICE_TEST_MY_PORT"),
+        user = env("SLUICE_TEST_MY_USER"),
+    );
+    let config = write_config(dir.path(), &text);
+    let out = dir.path().join("out.jsonl");
+    let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    // A streamed row of the other table: the stream has begun, past any snapshot.
+    let mut next = 0;
+    wait_until(Duration::from_secs(60), "a streamed row of u", || {
+        next += 1;
+        my_exec(&format!("INSERT INTO {db}.u VALUES ({next})"));
+        !inserted_ids(&out).is_empty()
+    });
+    stop_cleanly(child, dir.path());
+    my_exec(&format!(
+        "INSERT INTO {db}.t VALUES (1, 'old'); ALTER TABLE {db}.t ADD COLUMN c int; INSERT INTO {db}.t VALUES (2, 'new', 7)"
+    ));
+    let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());
+    let rows_of_t = || -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        text.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|e| e["table"] == format!("{db}.t"))
+            .collect()
+    };
+    wait_until(Duration::from_secs(60), "both rows of t", || rows_of_t().len() == 3);
+    stop_cleanly(child, dir.path());
+    let events = rows_of_t();
+    assert_eq!(events[0]["after"], serde_json::json!({"id": 1, "note": "old"}), "{events:?}");
+    assert_eq!(events[1]["op"], "s");
+    assert_eq!(events[1]["after"]["changes"], serde_json::json!([{"change": "added", "column": "c"}]));
+    assert_eq!(events[2]["after"], serde_json::json!({"id": 2, "note": "new", "c": 7}), "{events:?}");
+}
+
+#[test]
+fn a_first_row_behind_an_alter_is_read_with_its_own_columns_after_a_snapshot() {
+    first_rows_behind_an_alter_read_with_their_own_columns("initial");
+}
+
+#[test]
+fn a_first_row_behind_an_alter_is_read_with_its_own_columns_from_the_head() {
+    first_rows_behind_an_alter_read_with_their_own_columns("never");
+}
+
 fn stop_cleanly(child: Running, dir: &std::path::Path) {
     let status = child.terminate();
     let log = std::fs::read_to_string(dir.join("sluice.log")).unwrap_or_default();
