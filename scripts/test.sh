@@ -41,8 +41,12 @@ lane=$!
 SLUICE_TEST_PG_RESTARTS=no scripts/test-pg-versions.sh 14 17
 wait "$lane"
 scripts/test-pg-versions.sh --restarts-only
-# The MySQL-source core suite on MariaDB 11.4 (10.11 ran the whole suite).
-scripts/test-my-versions.sh
+# The MySQL-source core suite on MariaDB 11.4 and MySQL 8.0 (10.11 ran
+# the whole suite), side by side: separate servers.
+scripts/test-my-versions.sh mariadb-11 &
+lane=$!
+scripts/test-my-versions.sh mysql-80
+wait "$lane"
 
 # The short torture runs (README, "Torture"): workload through every sink
 # under kills, outages, cut connections and PostgreSQL restarts, compared

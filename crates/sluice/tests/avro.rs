@@ -143,11 +143,10 @@ fn my_database_rows(db: &str) -> BTreeMap<i64, Value> {
 
 #[test]
 fn confluent_kafka_reads_the_mariadb_type_zoo_as_mariadb_holds_it() {
-    use common::my::{my_exec, my_sql};
+    use common::my::my_exec;
     let db = "avro_my";
     my_exec(&format!("DROP DATABASE IF EXISTS {db}; CREATE DATABASE {db}; USE {db}; {MY_ZOO}"));
-    let (file, offset): (String, u64) =
-        my_sql("SHOW MASTER STATUS").map(|(f, o, _, _): (String, u64, String, String)| (f, o)).unwrap();
+    let (file, offset): (String, u64) = common::my::binlog_head();
     let prefix = unique("avm");
     let topic = format!("{prefix}.{db}.zoo");
     create_topics(std::slice::from_ref(&topic));

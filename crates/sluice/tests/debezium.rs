@@ -112,8 +112,7 @@ fn the_mariadb_debezium_envelope_matches_debezium_field_by_field() {
     my_exec(&format!("DROP DATABASE IF EXISTS {db}"));
     my_exec(&format!("CREATE DATABASE {db}"));
     my_exec(&format!("USE {db}; {MY_SETUP}"));
-    let (file, offset): (String, u64) =
-        my_sql("SHOW MASTER STATUS").map(|(f, o, _, _): (String, u64, String, String)| (f, o)).unwrap();
+    let (file, offset): (String, u64) = common::my::binlog_head();
     let gtid: String = my_sql("SELECT @@gtid_binlog_pos").unwrap();
     // One connection, so the workload's START TRANSACTION … COMMIT holds.
     my_exec(&format!("USE {db}; {MY_WORKLOAD}"));

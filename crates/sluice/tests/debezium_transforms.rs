@@ -158,8 +158,7 @@ fn mariadb_unwrap_and_outbox_match_debeziums_transforms() {
     my_exec(&format!("DROP DATABASE IF EXISTS {db}"));
     my_exec(&format!("CREATE DATABASE {db}"));
     my_exec(&format!("USE {db}; {MY_SETUP}"));
-    let (file, offset): (String, u64) =
-        my_sql("SHOW MASTER STATUS").map(|(f, o, _, _): (String, u64, String, String)| (f, o)).unwrap();
+    let (file, offset): (String, u64) = common::my::binlog_head();
     let gtid: String = my_sql("SELECT @@gtid_binlog_pos").unwrap();
     my_exec(&format!("USE {db}; {MY_WORKLOAD}"));
     let dir = tempfile::tempdir().unwrap();

@@ -16,8 +16,7 @@ fn kill_and_resume(gtid: bool) {
     my_exec(&format!("DROP DATABASE IF EXISTS {db}"));
     my_exec(&format!("CREATE DATABASE {db}"));
     my_exec(&format!("CREATE TABLE {db}.items (id bigint PRIMARY KEY, note varchar(20))"));
-    let (file, offset): (String, u64) =
-        my_sql("SHOW MASTER STATUS").map(|(f, o, _, _): (String, u64, String, String)| (f, o)).unwrap();
+    let (file, offset): (String, u64) = common::my::binlog_head();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("items.jsonl");
     let config = write_config(dir.path(), &items_pipeline(db, gtid, &file, offset));
@@ -80,8 +79,7 @@ fn kill_9_resuming_by_gtid_leaves_every_row_once() {
 /// A pipeline of `tables` into a file sink, from the server's current
 /// position; `extra` goes into the source config.
 fn current_pipeline(id: &str, tables: &str, extra: &str) -> String {
-    let (file, offset): (String, u64) =
-        my_sql("SHOW MASTER STATUS").map(|(f, o, _, _): (String, u64, String, String)| (f, o)).unwrap();
+    let (file, offset): (String, u64) = common::my::binlog_head();
     format!(
         "pipelines:\n  - name: my\n    source:\n      type: mysql\n      config: {{ id: {id}, host: 127.0.0.1, port: {port}, user: {user}, password: \"${{SLUICE_TEST_MY_PASSWORD}}\", tables: [{tables}], start: {{ file: {file}, offset: {offset} }}, heartbeat_secs: 1{extra} }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: out.jsonl }}\n",
         port = env("SLUICE_TEST_MY_PORT"),

@@ -152,8 +152,7 @@ fn mariadb_into_postgres_mirrors_the_source_table() {
          qty int, price decimal(10,3), flag tinyint(1), label varchar(30), body text, kind enum('a','b'), at datetime(6), \
          day date, raw varbinary(8), doc json)"
     ));
-    let (file, offset): (String, u64) =
-        my_sql("SHOW MASTER STATUS").map(|(f, o, _, _): (String, u64, String, String)| (f, o)).unwrap();
+    let (file, offset): (String, u64) = common::my::binlog_head();
     my_exec(&format!(
         "INSERT INTO {source}.items VALUES (1, 5, 12.5, 1, 'it''s', 'multi\\nline', 'a', '2026-12-03 10:11:12.123456', '2024-02-29', X'00ff', '{{\"k\": [1, 2]}}'),
          (2, NULL, NULL, 0, NULL, NULL, 'b', '1999-01-01 00:00:00', NULL, NULL, NULL), (3, 7, 0.001, 1, 'x', 'y', 'a', NULL, '2000-01-01', X'', '[]');

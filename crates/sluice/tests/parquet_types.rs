@@ -146,15 +146,14 @@ fn pyarrow_reads_declared_types_and_the_values_postgres_holds_and_a_type_change_
 
 #[test]
 fn mariadb_declared_types_reach_parquet_from_the_schema_history() {
-    use common::my::{my_exec, my_rows, my_sql};
+    use common::my::{my_exec, my_rows};
     let db = "parquet_my";
     my_exec(&format!(
         "DROP DATABASE IF EXISTS {db}; CREATE DATABASE {db}; USE {db}; \
          CREATE TABLE t (id int PRIMARY KEY, tiny tinyint, amount decimal(12,2), dt datetime(3), ts timestamp(6) NULL, \
          e enum('calm','glad'))"
     ));
-    let (file, offset): (String, u64) =
-        my_sql("SHOW MASTER STATUS").map(|(f, o, _, _): (String, u64, String, String)| (f, o)).unwrap();
+    let (file, offset): (String, u64) = common::my::binlog_head();
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
         "pipelines:\n  - name: my\n    source:\n      type: mysql\n      config: {{ id: {db}, host: 127.0.0.1, port: {port}, user: {user}, password: \"${{SLUICE_TEST_MY_PASSWORD}}\", tables: [{db}.*], start: {{ file: {file}, offset: {offset} }}, heartbeat_secs: 1 }}\n    sinks:\n      - type: s3\n        config: {{ id: lake, local: lake, max_file_age_secs: 1 }}\n",

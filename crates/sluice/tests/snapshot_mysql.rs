@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::my::{my_exec, my_rows, my_sql};
+use common::my::{my_exec, my_rows, my_sql, numbers};
 use common::replay::*;
 use common::*;
 
@@ -40,7 +40,8 @@ fn big_table_pipeline(
         database,
         &format!(
             "CREATE TABLE big (id bigint PRIMARY KEY, note varchar(40)); \
-             INSERT INTO big SELECT seq, md5(seq) FROM seq_1_to_{rows}"
+             INSERT INTO big SELECT seq, md5(seq) FROM {nums}",
+            nums = numbers(rows)
         ),
     );
     let dir = tempfile::tempdir().unwrap();
@@ -78,10 +79,10 @@ fn purge_all_but_the_current_binlog() {
             == Some(0)
     });
     my_exec("FLUSH BINARY LOGS");
-    let current: String = my_sql::<(String, u64, String, String)>("SHOW MASTER STATUS").unwrap().0;
+    let current: String = common::my::binlog_head().0;
     wait_until(Duration::from_secs(120), "the older binlogs to be purged", || {
         my_exec(&format!("PURGE BINARY LOGS TO '{current}'"));
-        my_rows::<(String, u64)>("SHOW BINARY LOGS").len() == 1
+        my_rows::<mysql_async::Row>("SHOW BINARY LOGS").len() == 1
     });
 }
 
@@ -92,7 +93,8 @@ fn items_pipeline(database: &str, rows: u32, mode: &str) -> (tempfile::TempDir, 
         database,
         &format!(
             "CREATE TABLE items (id bigint PRIMARY KEY, v int NOT NULL, note varchar(20)); \
-             INSERT INTO items SELECT seq, 0, concat('n', seq) FROM seq_1_to_{rows}"
+             INSERT INTO items SELECT seq, 0, concat('n', seq) FROM {nums}",
+            nums = numbers(rows)
         ),
     );
     let dir = tempfile::tempdir().unwrap();
@@ -110,15 +112,21 @@ fn a_snapshot_under_writes_ends_in_the_database_state_with_each_later_change_onc
     let db = "e2e_mysnap";
     fresh_database(
         db,
-        "CREATE TABLE items (id bigint PRIMARY KEY, note varchar(40), amount int, at datetime(3), paid decimal(10,2)); \
-         INSERT INTO items SELECT seq, concat('item ', seq), seq, '2026-01-02 03:04:05.678', seq / 4 FROM seq_1_to_20000; \
-         CREATE TABLE tags (name varchar(20) PRIMARY KEY, n int) COLLATE utf8mb4_general_ci; \
-         INSERT INTO tags SELECT concat('tag-', lpad(seq, 5, '0')), seq FROM seq_1_to_3000; \
-         INSERT INTO tags VALUES ('it''s', -1), ('Zebra', -2), ('äpfel', -3), ('', -4), ('apple', -5), ('a\\\\b', -6); \
-         CREATE TABLE pairs (a int, b varchar(10), v int, PRIMARY KEY (b, a)); \
-         INSERT INTO pairs SELECT seq % 7, concat('k', seq % 13), seq FROM seq_1_to_91; \
-         CREATE TABLE logs (msg varchar(40), n int); \
-         INSERT INTO logs SELECT concat('log ', seq), seq FROM seq_1_to_5000",
+        &format!(
+            "CREATE TABLE items (id bigint PRIMARY KEY, note varchar(40), amount int, at datetime(3), paid decimal(10,2)); \
+             INSERT INTO items SELECT seq, concat('item ', seq), seq, '2026-01-02 03:04:05.678', seq / 4 FROM {}; \
+             CREATE TABLE tags (name varchar(20) PRIMARY KEY, n int) COLLATE utf8mb4_general_ci; \
+             INSERT INTO tags SELECT concat('tag-', lpad(seq, 5, '0')), seq FROM {}; \
+             INSERT INTO tags VALUES ('it''s', -1), ('Zebra', -2), ('äpfel', -3), ('', -4), ('apple', -5), ('a\\\\b', -6); \
+             CREATE TABLE pairs (a int, b varchar(10), v int, PRIMARY KEY (b, a)); \
+             INSERT INTO pairs SELECT seq % 7, concat('k', seq % 13), seq FROM {}; \
+             CREATE TABLE logs (msg varchar(40), n int); \
+             INSERT INTO logs SELECT concat('log ', seq), seq FROM {}",
+            numbers(20000),
+            numbers(3000),
+            numbers(91),
+            numbers(5000)
+        ),
     );
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.jsonl");
@@ -204,7 +212,9 @@ fn a_kill_mid_snapshot_resumes_after_the_last_row_every_sink_holds() {
     marker_after_snapshot(dir.path(), || my_exec(&format!("INSERT INTO {db}.big VALUES (-1, 'marker')")));
     stop(child, dir.path());
     let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
-    assert!(log.contains("lock=\"none\""), "{log}");
+    // MySQL takes the point under FLUSH TABLES WITH READ LOCK even then.
+    let lock = if common::my::is_mariadb() { "none" } else { "FLUSH TABLES WITH READ LOCK" };
+    assert!(log.contains(&format!("lock=\"{lock}\"")), "{log}");
     assert!(log.contains(&format!("resume_after={db}.big")), "{log}");
     let all = events(&out);
     let reads: Vec<i64> = all.iter().filter(|e| e["op"] == "r").map(|e| e["after"]["id"].as_i64().unwrap()).collect();
@@ -344,7 +354,8 @@ fn tables_created_or_renamed_into_the_patterns_join_with_their_rows_and_no_other
     my_exec(&format!(
         "DROP DATABASE IF EXISTS {side}; CREATE DATABASE {side}; USE {side}; \
          CREATE TABLE {side}.moved (id bigint PRIMARY KEY, note varchar(20)); \
-         INSERT INTO {side}.moved SELECT seq, concat('m', seq) FROM seq_1_to_300"
+         INSERT INTO {side}.moved SELECT seq, concat('m', seq) FROM {}",
+        numbers(300)
     ));
     let args = ["run", "-c", config.to_str().unwrap()];
     let child = spawn(&args, dir.path());
@@ -353,7 +364,8 @@ fn tables_created_or_renamed_into_the_patterns_join_with_their_rows_and_no_other
     // Created while streaming: every row is in the binlog after it.
     my_exec(&format!(
         "USE {db}; CREATE TABLE {db}.late (id bigint PRIMARY KEY, note varchar(20)); \
-         INSERT INTO {db}.late SELECT seq, concat('l', seq) FROM seq_1_to_100"
+         INSERT INTO {db}.late SELECT seq, concat('l', seq) FROM {}",
+        numbers(100)
     ));
     // Renamed in from a database the patterns leave out: its rows are not.
     my_exec(&format!("RENAME TABLE {side}.moved TO {db}.moved; INSERT INTO {db}.moved VALUES (1000, 'after')"));
@@ -362,7 +374,8 @@ fn tables_created_or_renamed_into_the_patterns_join_with_their_rows_and_no_other
     // Created while Sluice is down: the binlog still holds it all.
     my_exec(&format!(
         "USE {db}; CREATE TABLE {db}.down (id bigint PRIMARY KEY, note varchar(20)); \
-         INSERT INTO {db}.down SELECT seq, concat('d', seq) FROM seq_1_to_50"
+         INSERT INTO {db}.down SELECT seq, concat('d', seq) FROM {}",
+        numbers(50)
     ));
     let child = spawn(&args, dir.path());
     my_exec(&format!("INSERT INTO {db}.items VALUES (-2, 0, 'end')"));

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::my::{my_exec, my_rows, my_sql};
+use common::my::{my_exec, my_rows};
 use common::pg::{pg_env, sql, wait_for_slot};
 use common::*;
 use serde_json::Value;
@@ -136,8 +136,7 @@ fn mariadb_events_are_filtered_and_masked() {
         "CREATE DATABASE {db}; CREATE TABLE {db}.cards (id INT PRIMARY KEY, number VARCHAR(32), kind VARCHAR(16)); \
          CREATE TABLE {db}.noise (id INT PRIMARY KEY)"
     ));
-    let (file, offset): (String, u64) =
-        my_sql("SHOW MASTER STATUS").map(|(f, o, _, _): (String, u64, String, String)| (f, o)).unwrap();
+    let (file, offset): (String, u64) = common::my::binlog_head();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.jsonl");
     let config = format!(

@@ -152,10 +152,10 @@ impl Reader {
                 let rotate: RotateEvent<'_> = event.read_event().map_err(|e| unreadable("rotate event", e))?;
                 let raw = rotate.name_raw();
                 // The rotate the server sends first comes before the format
-                // description, so the reader cannot know to strip its
-                // 4-byte checksum; it is still there.
-                let raw = match (self.format_seen, self.checksum, raw.len().checked_sub(4)) {
-                    (false, true, Some(len)) => &raw[..len],
+                // description, so the reader cannot know to strip a
+                // checksum: MariaDB's carries one, MySQL's does not.
+                let raw = match (self.format_seen, raw.len().checked_sub(4)) {
+                    (false, Some(len)) if self.checksum && ends_in_checksum(&event) => &raw[..len],
                     _ => raw,
                 };
                 let name = std::str::from_utf8(raw)
@@ -408,6 +408,22 @@ impl MyStream {
         };
         Ok(ReaderHandle::new(rx, tokio::spawn(reader.run())))
     }
+}
+
+/// Whether the event's last 4 bytes are the CRC32 of its header and the
+/// rest of its body.
+fn ends_in_checksum(event: &BinlogEvent) -> bool {
+    let (header, data) = (event.header(), event.data());
+    let Some(body) = data.len().checked_sub(4) else { return false };
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&header.timestamp().to_le_bytes());
+    hasher.update(&[header.event_type_raw()]);
+    hasher.update(&header.server_id().to_le_bytes());
+    hasher.update(&header.event_size().to_le_bytes());
+    hasher.update(&header.log_pos().to_le_bytes());
+    hasher.update(&header.flags_raw().to_le_bytes());
+    hasher.update(&data[..body]);
+    data[body..] == hasher.finalize().to_le_bytes()
 }
 
 /// MariaDB's GTID event body: sequence (8 bytes), domain (4), flags (1).

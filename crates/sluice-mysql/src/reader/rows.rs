@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use mysql_async::binlog::events::{Event as BinlogEvent, EventData, RowsEventData, TableMapEvent};
+use mysql_async::prelude::Queryable;
 use sluice_config::DdlLiterals;
 use sluice_core::schema_change::{Before, change_row};
 use sluice_core::{BinlogPos, Columns, Event, Op, Origin, Position, Row, SourceError, Value};
@@ -10,6 +11,7 @@ use sluice_core::{BinlogPos, Columns, Event, Op, Origin, Position, Row, SourceEr
 use super::{Reader, unreadable};
 use crate::ddl::{Dialect, ddl_targets, redact};
 use crate::schema::{TableSchema, read_schema, schema_fingerprint};
+use crate::snapshot::quote_ident;
 use crate::values::convert;
 
 /// The rows an event carries.
@@ -110,6 +112,13 @@ impl Reader {
             let before = self.history.before(&name, &position).map(|s| s.map(|s| s.entries()));
             // Recorded once, when first read; a replay keeps the recorded schema.
             if !self.history.has_entry_at(&name, &position) {
+                // MySQL sends a statement once it is in the binlog, before
+                // it commits: information_schema may still show the columns
+                // before it. The statement holds the table's lock until it
+                // commits, and this read waits for it (its error, for a
+                // table that is gone, says nothing the read below misses).
+                let wait = format!("SELECT 1 FROM {}.{} LIMIT 0", quote_ident(&db), quote_ident(&table));
+                let _ = self.schema_conn.query_drop(wait).await;
                 let schema = read_schema(&mut self.schema_conn, &db, &table).await?;
                 let known = matches!(before, Some(Some(_)));
                 // Asked before the history entry is written: a crash in

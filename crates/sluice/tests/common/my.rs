@@ -30,6 +30,37 @@ pub fn my_rows<T: FromRow + Send + 'static>(statements: &str) -> Vec<T> {
     })
 }
 
+/// The server's binlog head: file and offset. MySQL's `SHOW MASTER
+/// STATUS` has a fifth column that MariaDB's lacks.
+#[allow(dead_code)]
+pub fn binlog_head() -> (String, u64) {
+    let row: mysql_async::Row = my_sql("SHOW MASTER STATUS").expect("the binlog is on");
+    (row.get(0).unwrap(), row.get(1).unwrap())
+}
+
+/// Whether the server is MariaDB (else MySQL).
+#[allow(dead_code)]
+pub fn is_mariadb() -> bool {
+    my_sql::<String>("SELECT VERSION()").is_some_and(|v| v.contains("MariaDB"))
+}
+
+/// `FROM` text for a derived table `seq` of the numbers 1 to `n`
+/// (up to 10 to the power of its digits, so n + 1 may be read as well;
+/// `HAVING` drops those): MariaDB's `seq_1_to_n` tables, for MySQL too.
+#[allow(dead_code)]
+pub fn numbers(n: u32) -> String {
+    let digits = "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 \
+                  UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)";
+    let count = n.max(1).ilog10() + 1;
+    let places: Vec<String> = (0..count).map(|i| format!("{digits} p{i}")).collect();
+    let value: Vec<String> = (0..count).map(|i| format!("p{i}.d * {}", 10u32.pow(i))).collect();
+    format!(
+        "(SELECT {} + 1 AS seq FROM {} HAVING seq <= {n} ORDER BY seq) AS numbers",
+        value.join(" + "),
+        places.join(" CROSS JOIN ")
+    )
+}
+
 /// Runs statements that return nothing.
 pub fn my_exec(statements: &str) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
