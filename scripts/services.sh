@@ -298,28 +298,22 @@ run_mariadb() {
   cp "$my/mariadbd.pid" "$my/pid"
 }
 
-# A MariaDB server in folder $1 on a port from $2 up, with the server and
-# the install script $3 and $4 (and basedir $5 for a build outside /usr);
-# prints its port.
-init_mariadb() {
-  local my=$1 port server=$3 install=$4 basedir=${5:-}
-  port=$(free_port "$2")
-  mkdir -p "$my/data" "$my/binlog"
-  echo "$server" > "$my/server"
-  cat > "$my/my.cnf" <<CNF
-[mariadbd]
-datadir = $my/data
-port = $port
+# The settings every MySQL-protocol server here shares, for folder $1,
+# port $2, binlog base name $3 and server id $4: a row binlog with full
+# images, loopback only, and lazy flushing (a clean stop writes it all).
+binlog_server_cnf() {
+  cat <<CNF
+datadir = $1/data
+port = $2
 bind-address = 127.0.0.1
-socket = $my/mariadbd.sock
-pid-file = $my/mariadbd.pid
-log-error = $my/error.log
-log-bin = $my/binlog/mariadb-bin
+socket = $1/mariadbd.sock
+pid-file = $1/mariadbd.pid
+log-error = $1/error.log
+log-bin = $1/binlog/$3
 binlog_format = ROW
 binlog_row_image = FULL
 binlog_checksum = CRC32
-server_id = 4242
-gtid_domain_id = 0
+server_id = $4
 skip-name-resolve
 innodb_flush_log_at_trx_commit = 2
 sync_binlog = 0
@@ -329,16 +323,32 @@ max_binlog_size = 256M
 # with a certificate of its own.
 skip-ssl
 CNF
+}
+
+# The tests' users, through client $1 on socket $2.
+create_test_users() {
+  "$1" --socket="$2" -uroot -e "
+    CREATE USER '$PG_USER'@'127.0.0.1' IDENTIFIED BY '$PG_PASSWORD';
+    GRANT ALL PRIVILEGES ON *.* TO '$PG_USER'@'127.0.0.1' WITH GRANT OPTION;
+    CREATE USER 'sluice_noslave'@'127.0.0.1' IDENTIFIED BY '$PG_PASSWORD';
+    GRANT SELECT ON *.* TO 'sluice_noslave'@'127.0.0.1';"
+}
+
+# A MariaDB server in folder $1 on a port from $2 up, with the server and
+# the install script $3 and $4 (and basedir $5 for a build outside /usr);
+# prints its port.
+init_mariadb() {
+  local my=$1 port server=$3 install=$4 basedir=${5:-}
+  port=$(free_port "$2")
+  mkdir -p "$my/data" "$my/binlog"
+  echo "$server" > "$my/server"
+  { echo "[mariadbd]"; binlog_server_cnf "$my" "$port" mariadb-bin 4242; echo "gtid_domain_id = 0"; } > "$my/my.cnf"
   [ -z "$basedir" ] || echo "basedir = $basedir" >> "$my/my.cnf"
   chown -R mysql:mysql "$my"
   "$install" --defaults-file="$my/my.cnf" ${basedir:+--basedir="$basedir"} --user=mysql \
     --auth-root-authentication-method=socket --skip-test-db >/dev/null 2>&1
   run_mariadb "$my"
-  mariadb --socket="$my/mariadbd.sock" -uroot -e "
-    CREATE USER '$PG_USER'@'127.0.0.1' IDENTIFIED BY '$PG_PASSWORD';
-    GRANT ALL PRIVILEGES ON *.* TO '$PG_USER'@'127.0.0.1' WITH GRANT OPTION;
-    CREATE USER 'sluice_noslave'@'127.0.0.1' IDENTIFIED BY '$PG_PASSWORD';
-    GRANT SELECT ON *.* TO 'sluice_noslave'@'127.0.0.1';"
+  create_test_users mariadb "$my/mariadbd.sock"
   echo "$port"
 }
 
@@ -421,40 +431,19 @@ start_mysql_versions() {
   mkdir -p "$my/data" "$my/binlog"
   echo "$home/bin/mysqld" > "$my/server"
   echo "$home/bin/mysql" > "$my/client"
-  cat > "$my/my.cnf" <<CNF
-[mysqld]
-basedir = $home
-datadir = $my/data
-port = $port
-bind-address = 127.0.0.1
-socket = $my/mariadbd.sock
-pid-file = $my/mariadbd.pid
-log-error = $my/error.log
-# The X protocol would take port 33060 on every interface.
-mysqlx = OFF
-log-bin = $my/binlog/mysql-bin
-binlog_format = ROW
-binlog_row_image = FULL
-binlog_checksum = CRC32
-server_id = 4343
-gtid_mode = ON
-enforce_gtid_consistency = ON
-skip-name-resolve
-innodb_flush_log_at_trx_commit = 2
-sync_binlog = 0
-innodb_buffer_pool_size = 256M
-max_binlog_size = 256M
-# Without TLS, as tests/mysql.rs expects.
-skip-ssl
-CNF
+  {
+    echo "[mysqld]"
+    echo "basedir = $home"
+    binlog_server_cnf "$my" "$port" mysql-bin 4343
+    # The X protocol would take port 33060 on every interface.
+    echo "mysqlx = OFF"
+    echo "gtid_mode = ON"
+    echo "enforce_gtid_consistency = ON"
+  } > "$my/my.cnf"
   chown -R mysql:mysql "$my"
   runuser -u mysql -- "$home/bin/mysqld" --defaults-file="$my/my.cnf" --initialize-insecure >/dev/null 2>&1
   run_mariadb "$my"
-  "$home/bin/mysql" --socket="$my/mariadbd.sock" -uroot -e "
-    CREATE USER '$PG_USER'@'127.0.0.1' IDENTIFIED BY '$PG_PASSWORD';
-    GRANT ALL PRIVILEGES ON *.* TO '$PG_USER'@'127.0.0.1' WITH GRANT OPTION;
-    CREATE USER 'sluice_noslave'@'127.0.0.1' IDENTIFIED BY '$PG_PASSWORD';
-    GRANT SELECT ON *.* TO 'sluice_noslave'@'127.0.0.1';"
+  create_test_users "$home/bin/mysql" "$my/mariadbd.sock"
   cat >> "$DIR/env" <<ENV
 export SLUICE_TEST_MY80_PORT=$port
 export SLUICE_TEST_MY80_SOCKET=$my/mariadbd.sock
