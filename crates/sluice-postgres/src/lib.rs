@@ -6,6 +6,7 @@ pub mod decode;
 mod hosts;
 pub mod incremental;
 mod new_tables;
+mod partition_watch;
 pub mod pgoutput;
 pub mod preflight;
 mod reader;

@@ -31,6 +31,7 @@ use tracing::{debug, info};
 use crate::catalog::{self, quote_ident, quote_literal, source_error};
 use crate::decode::{DecodeError, Decoder};
 use crate::new_tables::NewTables;
+use crate::partition_watch::PartitionWatch;
 use crate::pgoutput::{self, Frame, HEARTBEAT_PREFIX, Message};
 use crate::source::{PgStream, SourceStats};
 use crate::wire::{Backend, Connection};
@@ -113,6 +114,10 @@ impl PgStream {
             last_emitted: from,
             last_received: Instant::now(),
             new_tables: self.watches_new_tables(version).then(|| NewTables::new(config)),
+            partitions: {
+                let (renew, reread) = (version < 150_000, self.rereads_partitions(version));
+                (renew || reread).then(|| PartitionWatch::new(config, self.state_dir.clone(), renew, reread))
+            },
         };
         Ok(ReaderHandle::new(rx, tokio::spawn(reader.run())))
     }
@@ -142,6 +147,9 @@ struct Reader {
     /// Publishes tables created while streaming, when Sluice manages the
     /// publication and incremental snapshots are on.
     new_tables: Option<NewTables>,
+    /// Reads the partitions attached to a captured table, and before 15
+    /// renews the publication after partitions come or go.
+    partitions: Option<PartitionWatch>,
 }
 
 impl Reader {
@@ -180,6 +188,9 @@ impl Reader {
                     self.measure_log().await;
                     if let Some(new_tables) = &mut self.new_tables {
                         new_tables.check(&mut self.sql).await;
+                    }
+                    if let Some(partitions) = &mut self.partitions {
+                        partitions.check(&mut self.sql).await;
                     }
                 }
                 _ = heartbeat.tick(), if self.heartbeat.is_some() => {

@@ -126,7 +126,14 @@ impl PgStream {
     /// snapshots, which need 14 and a state dir and cannot run on a
     /// standby, are on.
     pub(crate) fn watches_new_tables(&self, version: u32) -> bool {
-        self.config.create_publication && version >= 140_000 && self.state_dir.is_some() && !self.on_standby
+        self.config.create_publication && self.rereads_partitions(version)
+    }
+
+    /// A partition attached to a captured table is read by an incremental
+    /// snapshot (partition_watch.rs): they need 14 and a state dir, and
+    /// cannot run on a standby.
+    pub(crate) fn rereads_partitions(&self, version: u32) -> bool {
+        version >= 140_000 && self.state_dir.is_some() && !self.on_standby
     }
 
     /// The incremental snapshots of this start, when there is a state dir.
