@@ -10,6 +10,10 @@ cd "$(dirname "$0")/.."
 if ! pkg-config --exists openssl libcurl 2>/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libssl-dev libcurl4-openssl-dev pkg-config
 fi
+# tests/cli.rs renders the manual pages with groff.
+if ! command -v groff >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq groff-base
+fi
 
 # A clean clone gains nothing from incremental artifacts, and they double
 # the size of target/.

@@ -406,6 +406,8 @@ pub struct SlotState {
     /// WAL the server may still write before it invalidates the slot;
     /// `None` when `max_slot_wal_keep_size` does not limit it.
     pub safe_wal_bytes: Option<i64>,
+    /// The position the slot's client last confirmed.
+    pub confirmed: Option<sluice_core::Lsn>,
 }
 
 impl SlotState {
@@ -429,7 +431,7 @@ pub async fn slot_state(conn: &mut Connection, name: &str, database: &str) -> Re
         .await
         .map_err(query_error)?;
     if rows.rows.is_empty() {
-        return Ok(SlotState { exists: false, lost: false, safe_wal_bytes: None });
+        return Ok(SlotState { exists: false, lost: false, safe_wal_bytes: None, confirmed: None });
     }
     let plugin = rows.first("plugin").unwrap_or_default();
     let slot_database = rows.first("database").unwrap_or_default();
@@ -445,6 +447,7 @@ pub async fn slot_state(conn: &mut Connection, name: &str, database: &str) -> Re
         exists: true,
         lost: rows.first("wal_status") == Some("lost"),
         safe_wal_bytes: rows.first("safe_wal_size").and_then(|v| v.parse().ok()),
+        confirmed: rows.first("confirmed_flush_lsn").and_then(|v| v.parse().ok()),
     })
 }
 

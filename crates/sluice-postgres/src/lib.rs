@@ -12,6 +12,7 @@ pub mod preflight;
 mod reader;
 mod schema;
 pub mod schema_change;
+mod slot_record;
 mod snapshot;
 mod source;
 mod start;

@@ -33,6 +33,7 @@ use crate::decode::{DecodeError, Decoder};
 use crate::new_tables::NewTables;
 use crate::partition_watch::PartitionWatch;
 use crate::pgoutput::{self, Frame, HEARTBEAT_PREFIX, Message};
+use crate::slot_record::SlotRecord;
 use crate::source::{PgStream, SourceStats};
 use crate::wire::{Backend, Connection};
 
@@ -59,6 +60,8 @@ pub(crate) struct Handoff {
     pub version: u32,
     pub acked: AckWatermark,
     pub tables: usize,
+    /// Raised before each position the reader confirms, with a state dir.
+    pub record: Option<SlotRecord>,
 }
 
 impl PgStream {
@@ -70,7 +73,7 @@ impl PgStream {
         handoff: Handoff,
         from: Option<Position>,
     ) -> Result<ReaderHandle, SourceError> {
-        let Handoff { mut replication, sql, start_lsn, version, acked, tables } = handoff;
+        let Handoff { mut replication, sql, start_lsn, version, acked, tables, record } = handoff;
         let config = &self.config;
         let (slot, publication) = (config.slot_name(), config.publication_name());
         let mut names = quote_ident(&publication);
@@ -113,6 +116,7 @@ impl PgStream {
             sent_through: Lsn(0),
             last_emitted: from,
             last_received: Instant::now(),
+            record,
             new_tables: self.watches_new_tables(version).then(|| NewTables::new(config)),
             partitions: {
                 let (renew, reread) = (version < 150_000, self.rereads_partitions(version));
@@ -144,6 +148,7 @@ struct Reader {
     sent_through: Lsn,
     last_emitted: Option<Position>,
     last_received: Instant,
+    record: Option<SlotRecord>,
     /// Publishes tables created while streaming, when Sluice manages the
     /// publication and incremental snapshots are on.
     new_tables: Option<NewTables>,
@@ -319,6 +324,9 @@ impl Reader {
 
     async fn send_status(&mut self, nothing_ready: bool) -> Result<(), SourceError> {
         self.flushed = self.flushed.max(self.flush_position(nothing_ready));
+        if let Some(record) = &mut self.record {
+            record.raise(self.flushed)?;
+        }
         let update = pgoutput::status_update(self.flushed.0, sluice_core::time::now_us(), false);
         self.conn.send_copy_data(&update).await.map_err(|e| source_error("standby status update", e))?;
         self.stats.flushed_lsn.store(self.flushed.0, Ordering::Relaxed);

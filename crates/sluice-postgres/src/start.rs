@@ -13,6 +13,7 @@ use tracing::{info, warn};
 
 use crate::catalog::{self, Matched, SlotState, quote_ident, quote_literal, source_error};
 use crate::reader::Handoff;
+use crate::slot_record::SlotRecord;
 use crate::snapshot;
 use crate::source::{PgStream, PostgresSource};
 use crate::wire::Connection;
@@ -54,7 +55,9 @@ impl PostgresSource {
             !self.stream.on_standby && self.stream.config.failover_slot.unwrap_or(version >= 170_000);
         let tables = self.stream.settle_tables(&mut sql, version).await?;
         let state = catalog::slot_state(&mut sql, &slot, &self.stream.config.database).await?;
-        let log = match (state.lost, state.exists) {
+        let mut record = self.stream.state_dir.clone().map(|dir| SlotRecord::open(dir, &slot));
+        let moved = moved_past(&state, record.as_ref(), from.as_ref());
+        let log = match (state.lost || moved.is_some(), state.exists) {
             (true, _) => LogState::Lost,
             (false, false) => LogState::Missing,
             (false, true) => LogState::Held,
@@ -67,13 +70,16 @@ impl PostgresSource {
             started_once: self.stream.started_once,
             log,
         })
-        .map_err(|r| refused(r, &slot))?;
+        .map_err(|r| match (r, moved) {
+            (Refusal::LogLost, Some((found, known))) => SlotRecord::moved_error(&slot, found, known),
+            (r, _) => refused(r, &slot),
+        })?;
         plan.notices.iter().for_each(plan::Notice::log);
         let mut replication = self.stream.connect(true).await?;
         if plan.recover {
             warn!(
                 slot,
-                "the slot no longer holds the changes since the checkpoints (dropped or invalidated); snapshot.mode when_needed: streaming from a new slot and re-reading every table"
+                "the slot no longer holds the changes since the checkpoints (dropped, invalidated, or moved past them by another client); snapshot.mode when_needed: streaming from a new slot and re-reading every table"
             );
             if state.exists {
                 drop_slot(&mut replication, &slot).await?;
@@ -84,12 +90,13 @@ impl PostgresSource {
         }
         self.stream.started_once = true;
         let fresh = plan.snapshot == InitialSnapshot::Fresh;
-        let exported = self.stream.settle_slot(&mut replication, state.exists && !plan.recover, fresh).await?;
+        let exported =
+            self.stream.settle_slot(&mut replication, state.exists && !plan.recover, fresh, record.as_mut()).await?;
         let start_lsn = match (&plan.stream_from, plan.recover) {
             (Some(Position::Postgres { commit_lsn, .. }), false) => *commit_lsn,
             _ => Lsn(0),
         };
-        let handoff = Handoff { replication, sql, start_lsn, version, acked, tables: tables.len() };
+        let handoff = Handoff { replication, sql, start_lsn, version, acked, tables: tables.len(), record };
         self.act(plan, exported, handoff, &tables, from).await
     }
 
@@ -141,6 +148,19 @@ impl PostgresSource {
     }
 }
 
+/// The slot's confirmed position and the most Sluice knows of (its record
+/// of what it confirmed, or the checkpoint), when the slot is past both.
+fn moved_past(state: &SlotState, record: Option<&SlotRecord>, from: Option<&Position>) -> Option<(Lsn, Lsn)> {
+    let found = state.confirmed?;
+    let recorded = record?.confirmed()?;
+    let checkpoint = match from?.base() {
+        Position::Postgres { commit_lsn, .. } => *commit_lsn,
+        _ => Lsn(0),
+    };
+    let known = recorded.max(checkpoint);
+    (found > known).then_some((found, known))
+}
+
 async fn drop_slot(replication: &mut Connection, slot: &str) -> Result<(), SourceError> {
     replication
         .simple_query(&format!("DROP_REPLICATION_SLOT {} WAIT", quote_ident(slot)))
@@ -182,6 +202,7 @@ impl PgStream {
         replication: &mut Connection,
         mut exists: bool,
         fresh: bool,
+        record: Option<&mut SlotRecord>,
     ) -> Result<Option<(String, String)>, SourceError> {
         let config = &self.config;
         let slot = config.slot_name();
@@ -230,10 +251,13 @@ impl PgStream {
             .await
             .map_err(|e| source_error(&format!("cannot create replication slot {slot:?}"), e))?;
         info!(slot, failover = self.failover_slot, "replication slot created");
+        let field = |name: &str| created.first(name).map(str::to_string);
+        if let (Some(record), Some(point)) = (record, field("consistent_point").and_then(|p| p.parse().ok())) {
+            record.raise(point)?;
+        }
         if !fresh {
             return Ok(None);
         }
-        let field = |name: &str| created.first(name).map(str::to_string);
         match (field("consistent_point"), field("snapshot_name")) {
             (Some(point), Some(name)) => Ok(Some((point, name))),
             _ => Err(SourceError::transient("CREATE_REPLICATION_SLOT returned no snapshot")),

@@ -88,6 +88,9 @@ pub async fn prepare_postgres(env: &crate::Env, database: &str, source_id: &str)
         let sinks = Db::new(env, Kind::Postgres, "postgres")?;
         sinks.execute(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)")).await?;
         sinks.execute(&format!("CREATE DATABASE {database}")).await?;
+        // Restarted in immediate mode too: a commit the database sinks
+        // were told of must survive it, as below for the source.
+        sinks.execute(&format!("ALTER DATABASE {database} SET synchronous_commit = on")).await?;
     }
     let admin = Db::source(env, Kind::Postgres, "postgres")?;
     admin

@@ -8,9 +8,17 @@ pub const DEFAULT_DATA_DIR: &str = "./sluice-data";
 /// exposed beyond the host until an operator says so.
 pub const DEFAULT_API_ADDR: &str = "127.0.0.1:8080";
 
+/// `--version`: the crate version and the git commit it was built from
+/// (build.rs).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("SLUICE_GIT_COMMIT"), ")");
+
 /// Sluice: change data capture with a checkpoint per sink.
 #[derive(Debug, Parser)]
-#[command(name = "sluice", version, about)]
+#[command(
+    name = "sluice",
+    version = VERSION,
+    about = "Change data capture from PostgreSQL and MySQL/MariaDB into many sinks, with a checkpoint per sink"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -44,6 +52,22 @@ pub enum Command {
     Snapshot(SnapshotArgs),
     /// Act on the sinks of a running `sluice run` through its API.
     Sinks(SinksArgs),
+    /// Print the completion script for a shell, e.g.
+    /// `sluice completions bash > /etc/bash_completion.d/sluice`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page, or write one page per command into a folder.
+    Man(ManArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write `sluice.1` and a `sluice-<command>.1` for each command here,
+    /// instead of printing `sluice.1`.
+    #[arg(long)]
+    pub out_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -9,6 +9,7 @@ mod cli;
 mod connect;
 mod dlq;
 mod logging;
+mod man;
 mod remote;
 mod run;
 mod snapshot;
@@ -50,6 +51,8 @@ fn main() -> ExitCode {
         Command::Dlq(args) => dlq::dlq(args),
         Command::Snapshot(args) => snapshot::snapshot(args),
         Command::Sinks(args) => status_cli::sinks(args),
+        Command::Completions { shell } => man::completions(shell),
+        Command::Man(args) => man::man(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

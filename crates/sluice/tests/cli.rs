@@ -283,3 +283,77 @@ fn the_generators_events_go_out_in_debeziums_envelope_with_their_declared_types(
         );
     }
 }
+
+#[test]
+fn version_names_the_git_commit_it_was_built_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(&["--version"], dir.path());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let head = String::from_utf8(head.stdout).unwrap();
+    let expected = format!("sluice {} (commit {})\n", env!("CARGO_PKG_VERSION"), head.trim());
+    assert_eq!(String::from_utf8_lossy(&output.stdout), expected);
+}
+
+/// The bash script loads in a real bash, and its function completes the
+/// commands and a command's flags.
+#[test]
+fn bash_completion_loads_and_completes_commands_and_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(&["completions", "bash"], dir.path());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let script = dir.path().join("sluice.bash");
+    std::fs::write(&script, &output.stdout).unwrap();
+    let complete = |words: &str| {
+        let line = format!(
+            "source {script}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); COMP_LINE='{words}'; COMP_POINT=${{#COMP_LINE}}; \
+             _sluice sluice \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            script = script.display()
+        );
+        let output = std::process::Command::new("bash").args(["-c", &line]).output().unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let commands = complete("sluice che");
+    assert_eq!(commands.trim(), "checkpoints", "{commands}");
+    let flags = complete("sluice validate --con");
+    assert!(flags.lines().any(|l| l == "--connect"), "{flags}");
+}
+
+/// One page per command, each of which groff renders without a warning,
+/// and the main page lists every command.
+#[test]
+fn the_manual_pages_render_cleanly_and_name_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let pages = dir.path().join("man");
+    let output = run(&["man", "--out-dir", pages.to_str().unwrap()], dir.path());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let mut names: Vec<String> =
+        std::fs::read_dir(&pages).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    let commands = ["checkpoints", "completions", "dlq", "man", "run", "sinks", "snapshot", "status", "validate"];
+    let mut expected: Vec<String> = commands.iter().map(|c| format!("sluice-{c}.1")).collect();
+    expected.push("sluice.1".into());
+    expected.sort();
+    assert_eq!(names, expected);
+    for name in &names {
+        let output = std::process::Command::new("groff")
+            .args(["-man", "-ww", "-z"])
+            .arg(pages.join(name))
+            .output()
+            .expect("groff (Debian's groff-base) renders the pages");
+        assert!(output.status.success() && output.stderr.is_empty(), "{name}: {}", stderr(&output));
+    }
+    let rendered =
+        std::process::Command::new("groff").args(["-man", "-Tutf8"]).arg(pages.join("sluice.1")).output().unwrap();
+    let text = String::from_utf8_lossy(&rendered.stdout).replace(['\u{8}', '_'], "");
+    for command in commands {
+        assert!(text.contains(command), "{command} missing from sluice(1):\n{text}");
+    }
+    let printed = run(&["man"], dir.path());
+    assert_eq!(printed.stdout, std::fs::read(pages.join("sluice.1")).unwrap(), "printed and written pages differ");
+}

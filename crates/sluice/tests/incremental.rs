@@ -349,3 +349,53 @@ fn a_partition_attached_while_streaming_ends_in_the_table_state() {
     let renewed = log_has(dir.path(), &format!("renewed={}", version < 150_000));
     assert!(renewed, "the publication is renewed before 15 only");
 }
+
+/// A slot made anew under the same name while Sluice was stopped (as after
+/// a failover before PostgreSQL 17), or advanced by another client, is
+/// confirmed past anything Sluice confirmed: the changes in between are
+/// gone from it. The restart refuses it, naming the slot, and
+/// `when_needed` repairs it: a new slot, and every table read again.
+#[test]
+fn a_slot_made_anew_or_advanced_by_another_client_is_refused_and_when_needed_repairs_it() {
+    let db = "e2e_inc_anew";
+    let slot = format!("sluice_{db}");
+    let (dir, _) = setup(db, 100, 50);
+    let initial = streaming_pipeline(db, 50)
+        .replace("snapshot: { chunk_size: 50 }", "snapshot: { mode: initial, chunk_size: 50 }");
+    let config = write_config(dir.path(), &initial);
+    let out = dir.path().join("out.jsonl");
+    let args = ["run", "-c", config.to_str().unwrap()];
+    let child = spawn(&args, dir.path());
+    wait_until(Duration::from_secs(60), "the initial snapshot", || log_has(dir.path(), "snapshot done"));
+    sql(db, "INSERT INTO items VALUES (-2, 0, 'first')");
+    wait_until(Duration::from_secs(60), "the first row", || {
+        replayed(&out, "public.items", "id", &["v"]).contains_key("-2")
+    });
+    stop(child, dir.path());
+    let refused = |what: &str| {
+        // The log of this run alone.
+        let _ = std::fs::remove_file(dir.path().join("sluice.log"));
+        let mut child = spawn(&args, dir.path());
+        let status = child.wait_exit(Duration::from_secs(60));
+        let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
+        assert_eq!(status.code(), Some(1), "{what}: {log}");
+        assert!(log.contains(&format!("replication slot \"{slot}\" is confirmed to")), "{what}: {log}");
+        assert!(log.contains("snapshot.mode: when_needed"), "{what}: {log}");
+    };
+    sql(db, &format!("SELECT pg_drop_replication_slot('{slot}')"));
+    sql(db, "UPDATE items SET v = 7 WHERE id % 10 = 0");
+    sql(db, &format!("SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput')"));
+    refused("a slot made anew");
+    let repair = initial.replace("mode: initial", "mode: when_needed");
+    write_config(dir.path(), &repair);
+    let child = spawn(&args, dir.path());
+    wait_until(Duration::from_secs(120), "the re-read", || log_has(dir.path(), "incremental snapshot done"));
+    sql(db, "INSERT INTO items VALUES (-1, 0, 'marker')");
+    wait_until(Duration::from_secs(60), "the marker row", || has_marker(&out));
+    stop(child, dir.path());
+    assert_eq!(replayed(&out, "public.items", "id", &["v", "note"]), items_state(db), "replayed rows differ");
+    write_config(dir.path(), &initial);
+    sql(db, "UPDATE items SET v = 8 WHERE id % 10 = 1");
+    sql(db, &format!("SELECT pg_replication_slot_advance('{slot}', pg_current_wal_lsn())"));
+    refused("a slot advanced by another client");
+}
