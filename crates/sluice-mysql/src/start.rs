@@ -253,9 +253,7 @@ impl MyStream {
         if resume.is_none() {
             // Read before the point and again after it: the same columns
             // held at the point, where the stream's history must begin.
-            let again = snapshot::plan_tables(&mut conn, &self.config.tables).await?;
-            let schemas: Vec<(String, TableSchema)> =
-                again.into_iter().map(|plan| (plan.name.to_string(), plan.schema)).collect();
+            let schemas = captured_schemas(&mut conn, &self.config.tables).await?;
             let read: Vec<(&str, &TableSchema)> = plans.iter().map(|plan| (&*plan.name, &plan.schema)).collect();
             let signal = self.config.signal_table.as_deref();
             if !schemas.iter().filter(|(name, _)| Some(name.as_str()) != signal).map(|(n, s)| (n.as_str(), s)).eq(read)
@@ -311,20 +309,22 @@ impl MyStream {
     }
 }
 
+/// Each table the patterns match, by name, with its schema now.
+async fn captured_schemas(conn: &mut Conn, patterns: &[String]) -> Result<Vec<(String, TableSchema)>, SourceError> {
+    let plans = snapshot::plan_tables(conn, patterns).await?;
+    Ok(plans.into_iter().map(|plan| (plan.name.to_string(), plan.schema)).collect())
+}
+
 /// The server's binlog head, with each captured table's schema there:
 /// read before and after the head, and the same both times.
 async fn head_with_schemas(
     conn: &mut Conn,
     patterns: &[String],
 ) -> Result<((String, u64), Vec<(String, TableSchema)>), SourceError> {
-    let read = async |conn: &mut Conn| -> Result<Vec<(String, TableSchema)>, SourceError> {
-        let plans = snapshot::plan_tables(conn, patterns).await?;
-        Ok(plans.into_iter().map(|plan| (plan.name.to_string(), plan.schema)).collect())
-    };
     for _ in 0..5 {
-        let before = read(conn).await?;
+        let before = captured_schemas(conn, patterns).await?;
         let head = current(conn).await?;
-        if read(conn).await? == before {
+        if captured_schemas(conn, patterns).await? == before {
             return Ok((head, before));
         }
     }

@@ -80,8 +80,14 @@ fn kill_9_resuming_by_gtid_leaves_every_row_once() {
 /// position; `extra` goes into the source config.
 fn current_pipeline(id: &str, tables: &str, extra: &str) -> String {
     let (file, offset): (String, u64) = common::my::binlog_head();
+    file_pipeline(id, tables, &format!(", start: {{ file: {file}, offset: {offset} }}{extra}"))
+}
+
+/// A pipeline of `tables` into a file sink; `extra` goes into the source
+/// config.
+fn file_pipeline(id: &str, tables: &str, extra: &str) -> String {
     format!(
-        "pipelines:\n  - name: my\n    source:\n      type: mysql\n      config: {{ id: {id}, host: 127.0.0.1, port: {port}, user: {user}, password: \"${{SLUICE_TEST_MY_PASSWORD}}\", tables: [{tables}], start: {{ file: {file}, offset: {offset} }}, heartbeat_secs: 1{extra} }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: out.jsonl }}\n",
+        "pipelines:\n  - name: my\n    source:\n      type: mysql\n      config: {{ id: {id}, host: 127.0.0.1, port: {port}, user: {user}, password: \"${{SLUICE_TEST_MY_PASSWORD}}\", tables: [{tables}], heartbeat_secs: 1{extra} }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: out.jsonl }}\n",
         port = env("SLUICE_TEST_MY_PORT"),
         user = env("SLUICE_TEST_MY_USER"),
     )
@@ -143,11 +149,7 @@ fn first_rows_behind_an_alter_read_with_their_own_columns(mode: &str) {
          CREATE TABLE {db}.t (id int PRIMARY KEY, note varchar(20)); CREATE TABLE {db}.u (id int PRIMARY KEY)"
     ));
     let dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        "pipelines:\n  - name: my\n    source:\n      type: mysql\n      config: {{ id: {db}, host: 127.0.0.1, port: {port}, user: {user}, password: \"${{SLUICE_TEST_MY_PASSWORD}}\", tables: [{db}.*], heartbeat_secs: 1, snapshot: {{ mode: {mode} }} }}\n    sinks:\n      - type: file\n        config: {{ id: file, path: out.jsonl }}\n",
-        port = env("SLUICE_TEST_MY_PORT"),
-        user = env("SLUICE_TEST_MY_USER"),
-    );
+    let text = file_pipeline(&db, &format!("{db}.*"), &format!(", snapshot: {{ mode: {mode} }}"));
     let config = write_config(dir.path(), &text);
     let out = dir.path().join("out.jsonl");
     let child = spawn(&["run", "-c", config.to_str().unwrap()], dir.path());

@@ -21,12 +21,36 @@ pub fn my_sql<T: FromRow + Send + 'static>(statements: &str) -> Option<T> {
 
 /// Every row of a query's result (of its last statement).
 pub fn my_rows<T: FromRow + Send + 'static>(statements: &str) -> Vec<T> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
+    bounded(statements, async {
         let mut conn = mysql_async::Conn::from_url(url()).await.expect("test connection");
         let rows = conn.query(statements).await.unwrap_or_else(|e| panic!("{statements}: {e}"));
         conn.disconnect().await.unwrap();
         rows
+    })
+}
+
+/// A test statement that waits on a lock fails within two minutes, with
+/// the server's process list, rather than hanging the suite.
+fn bounded<T>(statements: &str, work: impl std::future::Future<Output = T>) -> T {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        match tokio::time::timeout(std::time::Duration::from_secs(120), work).await {
+            Ok(value) => value,
+            Err(_) => {
+                let list: Vec<mysql_async::Row> = match mysql_async::Conn::from_url(url()).await {
+                    Ok(mut conn) => conn.query("SHOW FULL PROCESSLIST").await.unwrap_or_default(),
+                    Err(_) => Vec::new(),
+                };
+                let list: Vec<String> = list
+                    .into_iter()
+                    .map(|row| {
+                        let column = |i: usize| row.get_opt::<Option<String>, _>(i).and_then(Result::ok).flatten();
+                        format!("{:?} {:?} {:?}", column(4), column(6), column(7))
+                    })
+                    .collect();
+                panic!("{statements}: still waiting after 120 s; the server's processes:\n{}", list.join("\n"))
+            }
+        }
     })
 }
 
@@ -63,8 +87,7 @@ pub fn numbers(n: u32) -> String {
 
 /// Runs statements that return nothing.
 pub fn my_exec(statements: &str) {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
+    bounded(statements, async {
         let mut conn = mysql_async::Conn::from_url(url()).await.expect("test connection");
         conn.query_drop(statements).await.unwrap_or_else(|e| panic!("{statements}: {e}"));
         conn.disconnect().await.unwrap();
