@@ -9,6 +9,7 @@ mod pipeline;
 mod postgres;
 mod snapshot;
 mod sources;
+mod store;
 mod target;
 mod validate;
 
@@ -34,6 +35,7 @@ pub use sluice_sinks::{
     DEFAULT_REQUIRED, FileSinkConfig, NullSinkConfig, SINK_TYPES, SinkConfig, SinkSettings, StdoutSinkConfig,
 };
 pub use snapshot::*;
+pub use store::*;
 pub use target::shared_target;
 pub use validate::validate;
 
@@ -46,10 +48,22 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 /// [`load`] with a chosen variable lookup, for tests.
 pub fn load_with(path: &Path, lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
     let files = config_files(path)?;
-    let mut merged = Config { pipelines: Vec::new() };
+    let mut merged = Config { store: None, pipelines: Vec::new() };
+    let mut store_file: Option<PathBuf> = None;
     for file in files {
         let text = std::fs::read_to_string(&file).map_err(|cause| ConfigError::Read { path: file.clone(), cause })?;
         let config = parse(&file, &text, &lookup)?;
+        if config.store.is_some() {
+            if let Some(first) = &store_file {
+                return Err(ConfigError::Invalid(sluice_core::settings::Invalid::new(
+                    "store",
+                    format!("is set in both {} and {}", first.display(), file.display()),
+                    "set the store in one file of the folder",
+                )));
+            }
+            store_file = Some(file.clone());
+            merged.store = config.store;
+        }
         merged.pipelines.extend(config.pipelines);
     }
     validate(&merged)?;

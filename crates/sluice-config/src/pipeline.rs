@@ -43,7 +43,17 @@ pub const DEFAULT_GENERATOR_TABLE: &str = "orders";
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// Where checkpoints and state are kept; the embedded store if unset.
+    /// One file of a folder may set it.
+    #[serde(default)]
+    pub store: Option<crate::store::StoreConfig>,
     pub pipelines: Vec<PipelineConfig>,
+}
+
+impl Config {
+    pub fn store(&self) -> crate::store::StoreConfig {
+        self.store.clone().unwrap_or_default()
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -93,6 +93,7 @@ fn every_config_field_is_in_the_configuration_reference() {
             Some(("sink", kind)) => {
                 format!("{}{}", intro("## Sinks"), section_in(section("## Sinks"), &format!("### `{kind}`")))
             }
+            Some(("store", _)) => section("## Checkpoint store").to_string(),
             Some((_, kind)) => {
                 format!("{}{}", intro("## Sources"), section_in(section("## Sources"), &format!("### `{kind}`")))
             }
@@ -197,6 +198,7 @@ impl Walk {
     fn owner(&self) -> String {
         match self.owners.last() {
             Some((name, Some(variant))) if name.starts_with("Sink") => format!("sink {variant}"),
+            Some(("StoreConfig", Some(variant))) => format!("store {variant}"),
             Some((_, Some(variant))) => format!("source {variant}"),
             _ => "pipeline".to_string(),
         }
@@ -217,6 +219,9 @@ impl<'de> de::Deserializer<'de> for &mut Walk {
             "format" => visitor.visit_str("jsonl"),
             // `true`, `false` or `read_back`.
             "exactly_once" => visitor.visit_bool(false),
+            // The content of a `{ type, config }` variant without settings
+            // (the embedded store).
+            "config" => visitor.visit_unit(),
             _ => visitor.visit_str("current"),
         }
     }

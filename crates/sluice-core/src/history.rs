@@ -7,14 +7,15 @@
 //! written once, when a position is first read.
 
 use std::collections::HashMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::{Position, SourceError};
+use crate::{Position, SourceError, StateDir};
+
+/// The history's name in its source's state.
+pub const HISTORY_NAME: &str = "schema_history.jsonl";
 
 #[derive(Serialize, Deserialize)]
 struct Entry<S> {
@@ -29,29 +30,25 @@ type Timeline<S> = Vec<(Position, Option<Arc<S>>)>;
 
 /// Schemas of type `S` by table.
 pub struct SchemaHistory<S> {
-    path: PathBuf,
+    state: StateDir,
     entries: HashMap<String, Timeline<S>>,
 }
 
-fn history_error(path: &Path, detail: impl std::fmt::Display) -> SourceError {
+fn history_error(state: &StateDir, detail: impl std::fmt::Display) -> SourceError {
     SourceError::permanent(
-        format!("schema history {}: {detail}", path.display()),
-        "check the disk of --data-dir; if the file is damaged, move it away and reset this source's checkpoints",
+        format!("schema history {}: {detail}", state.locate(HISTORY_NAME)),
+        "check the checkpoint store (the disk of --data-dir, or the store's database); if the history is damaged, move it away and reset this source's checkpoints",
     )
 }
 
 impl<S: Serialize + DeserializeOwned + Clone> SchemaHistory<S> {
-    pub fn open(path: PathBuf) -> Result<Self, SourceError> {
-        let mut history = SchemaHistory { path, entries: HashMap::new() };
-        let text = match std::fs::read_to_string(&history.path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => return Err(history_error(&history.path, e)),
-        };
-        for line in text.lines() {
-            // A torn last line from a crash is dropped; it is written again.
+    pub fn open(state: StateDir) -> Result<Self, SourceError> {
+        let bytes = state.read(HISTORY_NAME).map_err(|e| history_error(&state, e))?.unwrap_or_default();
+        let mut history = SchemaHistory { state, entries: HashMap::new() };
+        for line in String::from_utf8_lossy(&bytes).lines() {
+            // A torn line from a crash is dropped; it is written again.
             let Ok(entry) = serde_json::from_str::<Entry<S>>(line) else { continue };
-            let position: Position = entry.position.parse().map_err(|e| history_error(&history.path, e))?;
+            let position: Position = entry.position.parse().map_err(|e| history_error(&history.state, e))?;
             history.insert(entry.table, position, entry.schema);
         }
         Ok(history)
@@ -88,17 +85,8 @@ impl<S: Serialize + DeserializeOwned + Clone> SchemaHistory<S> {
     /// Appends a schema (or its absence: a dropped table) from `position` on.
     pub fn record(&mut self, table: &str, position: &Position, schema: Option<S>) -> Result<(), SourceError> {
         let entry = Entry { position: position.to_string(), table: table.to_string(), schema };
-        let mut line = serde_json::to_vec(&entry).map_err(|e| history_error(&self.path, e))?;
-        line.push(b'\n');
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| history_error(&self.path, e))?;
-        }
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
-            .map_err(|e| history_error(&self.path, e))?;
-        file.write_all(&line).and_then(|()| file.sync_data()).map_err(|e| history_error(&self.path, e))?;
+        let line = serde_json::to_vec(&entry).map_err(|e| history_error(&self.state, e))?;
+        self.state.append_line(HISTORY_NAME, &line).map_err(|e| history_error(&self.state, e))?;
         self.insert(table.to_string(), position.clone(), entry.schema);
         Ok(())
     }

@@ -177,12 +177,12 @@ pub fn labels(column_type: &str) -> Vec<String> {
 /// history knows (a stream that skipped ahead); otherwise only tables it
 /// never saw are recorded.
 pub(crate) fn record_at_start(
-    state_dir: &std::path::Path,
+    state_dir: &sluice_core::StateDir,
     at: &Position,
     schemas: Vec<(String, TableSchema)>,
     all: bool,
 ) -> Result<(), SourceError> {
-    let mut history = SchemaHistory::open(state_dir.join("schema_history.jsonl"))?;
+    let mut history = SchemaHistory::open(state_dir.clone())?;
     for (name, schema) in schemas {
         if (all || !history.knows(&name)) && !history.has_entry_at(&name, at) {
             history.record(&name, at, Some(schema))?;
@@ -234,13 +234,18 @@ mod tests {
     #[test]
     fn history_answers_by_position_and_survives_reopening() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("h/schema.jsonl");
-        let mut history = SchemaHistory::open(path.clone()).unwrap();
+        let state = sluice_core::StateDir::files(dir.path().join("h"));
+        let mut history = SchemaHistory::open(state.clone()).unwrap();
         history.record("db.t", &at(100), Some(schema("a"))).unwrap();
         history.record("db.t", &at(500), Some(schema("b"))).unwrap();
         history.record("db.t", &at(900), None).unwrap();
-        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"{\"torn").unwrap();
-        let history = SchemaHistory::open(path).unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.path().join("h").join(sluice_core::history::HISTORY_NAME))
+            .unwrap()
+            .write_all(b"{\"torn")
+            .unwrap();
+        let history = SchemaHistory::open(state).unwrap();
         assert!(history.at("db.t", &at(50)).is_none());
         assert_eq!(history.at("db.t", &at(100)).unwrap().columns[0].name, "a");
         assert_eq!(history.at("db.t", &at(499)).unwrap().columns[0].name, "a");

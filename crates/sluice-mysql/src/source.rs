@@ -18,7 +18,6 @@
 //! ([`crate::start`]). The reader task is in [`crate::reader`]; the phases
 //! after start are [`Driver`]'s.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -38,7 +37,7 @@ pub struct MysqlSource {
 pub(crate) struct MyStream {
     pub config: MysqlConfig,
     /// Keeps the schema history and the server identity.
-    pub state_dir: PathBuf,
+    pub state_dir: sluice_core::StateDir,
     /// `snapshot.mode: always` re-reads the tables once per process.
     pub started_once: bool,
     /// The tables are to be queued for re-reading when streaming starts.
@@ -48,7 +47,7 @@ pub(crate) struct MyStream {
 
 impl MysqlSource {
     /// `state_dir` keeps the schema history and the server identity.
-    pub fn new(config: MysqlConfig, state_dir: PathBuf) -> Self {
+    pub fn new(config: MysqlConfig, state_dir: sluice_core::StateDir) -> Self {
         let stream = MyStream { config, state_dir, started_once: false, reread: false, log: Arc::default() };
         Self { stream, driver: Driver::new("mysql", "binlog reader") }
     }
@@ -62,8 +61,7 @@ impl MyStream {
     ) -> Result<Option<Incremental<incremental::Reader>>, SourceError> {
         let Some(table) = &self.config.signal_table else { return Ok(None) };
         let reader = incremental::Reader::new(self.config.clone(), table.clone());
-        let path = self.state_dir.join("incremental_snapshot.json");
-        Ok(Some(Incremental::open(reader, &self.config.id, path, from)?))
+        Ok(Some(Incremental::open(reader, &self.config.id, self.state_dir.clone(), from)?))
     }
 }
 

@@ -287,24 +287,24 @@ impl MyStream {
     }
 
     fn check_identity(&self, identity: &str, has_checkpoint: bool) -> Result<(), SourceError> {
-        let path = self.state_dir.join("server_identity");
-        let io = |e: std::io::Error| {
-            SourceError::permanent(format!("{}: {e}", path.display()), "check the disk of --data-dir")
+        const NAME: &str = "server_identity";
+        let io = |e: sluice_core::StoreError| {
+            SourceError::permanent(
+                format!("{}: {e}", self.state_dir.locate(NAME)),
+                "check the checkpoint store (the disk of --data-dir, or the store's database)",
+            )
         };
-        match std::fs::read_to_string(&path) {
-            Ok(stored) if stored.trim() == identity => Ok(()),
-            Ok(stored) if has_checkpoint => Err(SourceError::permanent(
+        let stored = self.state_dir.read(NAME).map_err(io)?.map(|b| String::from_utf8_lossy(&b).into_owned());
+        match stored {
+            Some(stored) if stored.trim() == identity => Ok(()),
+            Some(stored) if has_checkpoint => Err(SourceError::permanent(
                 format!(
                     "the server is now {identity:?}, but the checkpoints were taken on {:?}: its binlog positions mean nothing here",
                     stored.trim()
                 ),
                 "point the source back at the original server, or reset this source's checkpoints and take a new snapshot",
             )),
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(e)),
-            _ => {
-                std::fs::create_dir_all(&self.state_dir).map_err(io)?;
-                std::fs::write(&path, identity).map_err(io)
-            }
+            _ => self.state_dir.write(NAME, identity.as_bytes()).map_err(io),
         }
     }
 }

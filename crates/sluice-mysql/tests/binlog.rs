@@ -122,7 +122,7 @@ async fn a_purged_checkpoint_or_another_server_stops_with_the_fix() {
     let Position::Mysql(pos) = events[0].position.clone() else { panic!() };
     // Another server: same file names, different identity.
     std::fs::write(state.path().join("server_identity"), "mariadb server_id=1").unwrap();
-    let mut other = MysqlSource::new(config("m_purge"), state.path().to_path_buf());
+    let mut other = MysqlSource::new(config("m_purge"), sluice_core::StateDir::files(state.path()));
     let err = other.start(Some(events[0].position.clone()), AckWatermark::default()).await.expect_err("must refuse");
     assert!(!err.is_transient());
     assert!(err.to_string().contains("checkpoints were taken on \"mariadb server_id=1\""), "{err}");
@@ -130,7 +130,7 @@ async fn a_purged_checkpoint_or_another_server_stops_with_the_fix() {
     // The checkpoint's binlog file purged while Sluice was stopped.
     let mut purged = pos.clone();
     purged.file = "mariadb-bin.000000".into();
-    let mut gone = MysqlSource::new(config("m_purge"), state.path().to_path_buf());
+    let mut gone = MysqlSource::new(config("m_purge"), sluice_core::StateDir::files(state.path()));
     let err = gone.start(Some(Position::Mysql(purged)), AckWatermark::default()).await.expect_err("must refuse");
     assert!(!err.is_transient());
     let message = err.to_string();
@@ -146,7 +146,7 @@ async fn a_user_without_replication_rights_is_told_what_to_grant() {
     let state = tempfile::tempdir().unwrap();
     let mut cfg = config("m_rights");
     cfg.user = "sluice_noslave".into();
-    let mut source = MysqlSource::new(cfg, state.path().to_path_buf());
+    let mut source = MysqlSource::new(cfg, sluice_core::StateDir::files(state.path()));
     let err = source.start(None, AckWatermark::default()).await.expect_err("must refuse");
     assert!(!err.is_transient(), "{err}");
     assert!(err.to_string().contains("REPLICATION"), "{err}");

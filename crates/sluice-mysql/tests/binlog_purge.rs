@@ -70,7 +70,7 @@ async fn purge_binary_logs_past_the_checkpoint_is_reported() {
         conn.query_map("SHOW BINARY LOGS", |row: mysql_async::Row| row.get::<String, usize>(0).unwrap()).await.unwrap()
     };
     assert!(!logs.iter().any(|l| *l == *pos.file), "PURGE kept {} ({logs:?})", pos.file);
-    let mut gone = MysqlSource::new(config("m_purge2"), state.path().to_path_buf());
+    let mut gone = MysqlSource::new(config("m_purge2"), sluice_core::StateDir::files(state.path()));
     let err = gone.start(Some(events[0].position.clone()), AckWatermark::default()).await.expect_err("must refuse");
     assert!(err.to_string().contains(&format!("{} is gone from the server (purged)", pos.file)), "{err}");
 }

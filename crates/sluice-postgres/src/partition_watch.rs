@@ -19,15 +19,17 @@
 //! it brought and the changes written before the renewal.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use sluice_config::PostgresConfig;
-use sluice_core::SourceError;
+use sluice_core::{SourceError, StateDir};
 use tracing::{info, warn};
 
 use crate::catalog::{self, Matched, quote_ident, quote_literal, source_error};
 use crate::wire::Connection;
+
+/// The last known partitions' name in the source's state.
+const NAME: &str = "partitions.json";
 
 const CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -44,17 +46,17 @@ pub(crate) struct PartitionWatch {
     /// Incremental snapshots run: a partition that joined is read again.
     reread: bool,
     /// Where the last known partitions are kept, when there is a state dir.
-    path: Option<PathBuf>,
+    state: Option<StateDir>,
     known: Option<Trees>,
     last: Option<Instant>,
 }
 
 impl PartitionWatch {
-    pub(crate) fn new(config: &PostgresConfig, state_dir: Option<PathBuf>, renew: bool, reread: bool) -> Self {
-        let path = state_dir.map(|dir| dir.join("partitions.json"));
-        // A file from an earlier run is the baseline; a damaged one is
-        // none, and the first check sets it again.
-        let known = path.as_ref().and_then(|p| std::fs::read(p).ok()).and_then(|b| serde_json::from_slice(&b).ok());
+    pub(crate) fn new(config: &PostgresConfig, state: Option<StateDir>, renew: bool, reread: bool) -> Self {
+        // A record from an earlier run is the baseline; a damaged or
+        // unreadable one is none, and the first check sets it again.
+        let known =
+            state.as_ref().and_then(|s| s.read(NAME).ok().flatten()).and_then(|b| serde_json::from_slice(&b).ok());
         Self {
             patterns: config.tables.clone(),
             publication: config.publication_name(),
@@ -62,7 +64,7 @@ impl PartitionWatch {
             chunk_size: config.snapshot.chunk_size,
             renew,
             reread,
-            path,
+            state,
             known,
             last: None,
         }
@@ -140,14 +142,11 @@ impl PartitionWatch {
     }
 
     fn keep(&mut self, now: Trees) -> Result<(), SourceError> {
-        if let Some(path) = &self.path
+        if let Some(state) = &self.state
             && self.known.as_ref() != Some(&now)
         {
-            let io = |e: std::io::Error| SourceError::transient(format!("{}: {e}", path.display()));
             let text = serde_json::to_vec(&now).map_err(|e| SourceError::transient(e.to_string()))?;
-            let temporary = path.with_extension("json.tmp");
-            path.parent().map_or(Ok(()), std::fs::create_dir_all).map_err(io)?;
-            std::fs::write(&temporary, text).and_then(|()| std::fs::rename(&temporary, path)).map_err(io)?;
+            state.write(NAME, &text).map_err(|e| SourceError::transient(e.to_string()))?;
         }
         self.known = Some(now);
         Ok(())

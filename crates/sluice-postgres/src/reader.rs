@@ -96,7 +96,7 @@ impl PgStream {
         let mut decoder = Decoder::new(&config.id, &config.database, config.tables.clone(), config.emit_messages());
         decoder.exclude(self.skipped.clone());
         if let Some(dir) = &self.state_dir {
-            decoder.keep_history(crate::schema_change::ColumnHistory::open(dir.join("schema_history.jsonl"))?);
+            decoder.keep_history(crate::schema_change::ColumnHistory::open(dir.clone())?);
         }
         let reader = Reader {
             conn: replication,

@@ -9,30 +9,32 @@
 //! or advanced by hand. Its changes in between never reach the sinks, and
 //! starting from it would hide that.
 
-use std::io::Write;
-use std::path::PathBuf;
+use sluice_core::{Lsn, SourceError, StateDir};
 
-use sluice_core::{Lsn, SourceError};
+const NAME: &str = "slot_confirmed";
 
 pub(crate) struct SlotRecord {
-    path: PathBuf,
+    state: StateDir,
     slot: String,
     confirmed: Option<Lsn>,
 }
 
-fn record_error(path: &std::path::Path, detail: impl std::fmt::Display) -> SourceError {
-    SourceError::permanent(format!("{}: {detail}", path.display()), "check the disk of --data-dir")
+fn record_error(detail: impl std::fmt::Display) -> SourceError {
+    SourceError::permanent(
+        format!("the slot record: {detail}"),
+        "check the checkpoint store (the disk of --data-dir, or the store's database)",
+    )
 }
 
 impl SlotRecord {
     /// The record of `slot` in `dir`; a record of another slot name, or
     /// none, knows nothing yet.
-    pub(crate) fn open(dir: PathBuf, slot: &str) -> Self {
-        let path = dir.join("slot_confirmed");
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
+    pub(crate) fn open(state: StateDir, slot: &str) -> Result<Self, SourceError> {
+        let bytes = state.read(NAME).map_err(record_error)?.unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
         let confirmed =
             text.split_once(' ').filter(|(name, _)| *name == slot).and_then(|(_, lsn)| lsn.trim().parse().ok());
-        Self { path, slot: slot.to_string(), confirmed }
+        Ok(Self { state, slot: slot.to_string(), confirmed })
     }
 
     pub(crate) fn confirmed(&self) -> Option<Lsn> {
@@ -45,17 +47,7 @@ impl SlotRecord {
         if self.confirmed.is_some_and(|known| known >= lsn) {
             return Ok(());
         }
-        let temporary = self.path.with_extension("tmp");
-        let write = || -> std::io::Result<()> {
-            if let Some(dir) = self.path.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            let mut file = std::fs::File::create(&temporary)?;
-            writeln!(file, "{} {lsn}", self.slot)?;
-            file.sync_all()?;
-            std::fs::rename(&temporary, &self.path)
-        };
-        write().map_err(|e| record_error(&self.path, e))?;
+        self.state.write(NAME, format!("{} {lsn}\n", self.slot).as_bytes()).map_err(record_error)?;
         self.confirmed = Some(lsn);
         Ok(())
     }
@@ -79,11 +71,12 @@ mod tests {
     #[test]
     fn a_record_rises_only_and_belongs_to_its_slot() {
         let dir = tempfile::tempdir().unwrap();
-        let mut record = SlotRecord::open(dir.path().to_path_buf(), "s");
+        let state = || StateDir::files(dir.path());
+        let mut record = SlotRecord::open(state(), "s").unwrap();
         assert_eq!(record.confirmed(), None);
         record.raise(Lsn(200)).unwrap();
         record.raise(Lsn(100)).unwrap();
-        assert_eq!(SlotRecord::open(dir.path().to_path_buf(), "s").confirmed(), Some(Lsn(200)));
-        assert_eq!(SlotRecord::open(dir.path().to_path_buf(), "other").confirmed(), None);
+        assert_eq!(SlotRecord::open(state(), "s").unwrap().confirmed(), Some(Lsn(200)));
+        assert_eq!(SlotRecord::open(state(), "other").unwrap().confirmed(), None);
     }
 }

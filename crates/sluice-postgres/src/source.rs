@@ -11,7 +11,6 @@
 //! snapshot; [`reader`](crate::reader) owns the replication connection and
 //! says what the slot may release; [`Driver`] runs the phases after start.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
@@ -69,7 +68,7 @@ pub(crate) struct PgStream {
     pub stats: Arc<SourceStats>,
     pub log: Arc<LogStats>,
     /// Where incremental snapshot state is kept; without it signals are refused.
-    pub state_dir: Option<PathBuf>,
+    pub state_dir: Option<sluice_core::StateDir>,
     /// `snapshot.mode: always` re-reads the tables once per process.
     pub started_once: bool,
     /// Matched tables left out by `keyless_tables: skip`.
@@ -101,9 +100,10 @@ impl PostgresSource {
         Self { stream, driver: Driver::new("postgres", "replication reader") }
     }
 
-    /// Keeps incremental snapshot state in `dir`, which turns on
-    /// `sluice snapshot --table` for this source.
-    pub fn with_state_dir(mut self, dir: PathBuf) -> Self {
+    /// Keeps the source's state (incremental snapshots, which turn on
+    /// `sluice snapshot --table`, the schema history, the slot record and
+    /// the known partitions) in `dir`.
+    pub fn with_state_dir(mut self, dir: sluice_core::StateDir) -> Self {
         self.stream.state_dir = Some(dir);
         self
     }
@@ -145,7 +145,7 @@ impl PgStream {
         let config = &self.config;
         let reader =
             incremental::Reader::new(self.params.clone(), &config.id, &config.database, config.snapshot.chunk_size);
-        Ok(Some(Incremental::open(reader, &config.id, dir.join("incremental_snapshot.json"), from)?))
+        Ok(Some(Incremental::open(reader, &config.id, dir.clone(), from)?))
     }
 }
 

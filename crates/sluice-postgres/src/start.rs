@@ -55,7 +55,7 @@ impl PostgresSource {
             !self.stream.on_standby && self.stream.config.failover_slot.unwrap_or(version >= 170_000);
         let tables = self.stream.settle_tables(&mut sql, version).await?;
         let state = catalog::slot_state(&mut sql, &slot, &self.stream.config.database).await?;
-        let mut record = self.stream.state_dir.clone().map(|dir| SlotRecord::open(dir, &slot));
+        let mut record = self.stream.state_dir.clone().map(|dir| SlotRecord::open(dir, &slot)).transpose()?;
         let moved = moved_past(&state, record.as_ref(), from.as_ref());
         let log = match (state.lost || moved.is_some(), state.exists) {
             (true, _) => LogState::Lost,

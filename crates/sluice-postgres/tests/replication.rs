@@ -288,8 +288,10 @@ async fn a_schema_change_is_an_event_with_the_new_columns_and_a_replay_repeats_i
     fresh_database("t_ddl").await;
     sql("t_ddl", "CREATE TABLE c (id int PRIMARY KEY, name text, age int, note varchar(10))").await;
     let state = tempfile::tempdir().unwrap();
-    let source =
-        || sluice_postgres::PostgresSource::new(config("t_ddl", "ddl")).with_state_dir(state.path().to_path_buf());
+    let source = || {
+        sluice_postgres::PostgresSource::new(config("t_ddl", "ddl"))
+            .with_state_dir(sluice_core::StateDir::files(state.path()))
+    };
     let mut first = source();
     first.start(None, AckWatermark::default()).await.expect("source starts");
     sql("t_ddl", "INSERT INTO c VALUES (1, 'a', 30, 'n')").await;

@@ -71,7 +71,7 @@ pub struct PipelineSettings {
     pub slo: SloConfig,
     /// Where sinks detached for pinning the source's log are marked; a
     /// marked sink stays detached until `sluice checkpoints reset` clears it.
-    pub detach_dir: PathBuf,
+    pub detach_marks: sluice_core::StateDir,
     /// Run on every batch as it is cut, before any sink gets it.
     pub transforms: Arc<sluice_transform::Transforms>,
 }
@@ -127,9 +127,10 @@ fn sink_infos(sinks: &[SinkSpec]) -> Vec<SinkInfo> {
         .collect()
 }
 
-/// The mark file of a sink detached for pinning the source's log.
-pub fn detach_mark(detach_dir: &std::path::Path, sink_id: &str) -> PathBuf {
-    detach_dir.join(format!("{sink_id}.json"))
+/// The mark's name, in the pipeline's detach marks, of a sink detached
+/// for pinning the source's log.
+pub fn detach_mark(sink_id: &str) -> String {
+    format!("{sink_id}.json")
 }
 
 /// What the pipeline learned from the store and the detach marks before
@@ -343,16 +344,20 @@ fn released_by_marks(
 ) -> Result<Vec<bool>, MarkedRequired> {
     let mut released = vec![false; sinks.len()];
     for (index, spec) in sinks.iter().enumerate() {
-        let mark = detach_mark(&settings.detach_dir, &spec.id);
-        let Ok(text) = std::fs::read_to_string(&mark) else { continue };
+        let name = detach_mark(&spec.id);
+        let mark = settings.detach_marks.locate(&name);
+        // An unreadable mark is none: the sink then stays attached, as it
+        // was before it was marked.
+        let Some(text) = settings.detach_marks.read(&name).ok().flatten() else { continue };
+        let text = String::from_utf8_lossy(&text).into_owned();
         if spec.required {
-            return Err(MarkedRequired { sink: spec.id.clone(), mark: mark.display().to_string() });
+            return Err(MarkedRequired { sink: spec.id.clone(), mark });
         }
         let reason = serde_json::from_str::<serde_json::Value>(&text)
             .ok()
             .and_then(|v| v["reason"].as_str().map(str::to_string))
             .unwrap_or(text);
-        error!(sink = %spec.id, %reason, mark = %mark.display(),
+        error!(sink = %spec.id, %reason, %mark,
             "sink stays DETACHED: it was cut off for pinning the source's log and needs a resync; \
              `sluice checkpoints reset --sink` clears the mark");
         status.sinks[index].detach(Detachment { reason, needs_resync: true });
@@ -417,7 +422,8 @@ impl WriterParts<'_> {
                 retain_dir: settings.spill_dir.join(format!("retained-{index}")),
                 status: self.handle.status.clone(),
                 control: self.handle.control.connect(index),
-                detach_mark: detach_mark(&settings.detach_dir, &sink_id),
+                detach_marks: settings.detach_marks.clone(),
+                detach_mark: detach_mark(&sink_id),
                 metrics: SinkMetrics::new(&settings.name, &sink_id),
                 generation: self.generation,
                 transforms: self.handle.status.sinks[index].transforms(),

@@ -106,8 +106,10 @@ pub(crate) struct SinkWriter {
     pub status: Arc<PipelineStatus>,
     pub control: mpsc::Receiver<Control>,
     /// Where a sink detached for pinning the log is marked, so it stays
-    /// detached until an operator resyncs it.
-    pub detach_mark: PathBuf,
+    /// detached until an operator resyncs it: the pipeline's detach marks,
+    /// and this sink's mark's name there.
+    pub detach_marks: sluice_core::StateDir,
+    pub detach_mark: String,
     pub metrics: SinkMetrics,
     /// The source's log generation: what a sink holds of an older one
     /// says nothing about the log read now.
@@ -188,7 +190,7 @@ impl SinkWriter {
                 error!(
                     %reason,
                     durable = %or_start(state.durable.as_ref()),
-                    mark = %self.detach_mark.display(),
+                    mark = %self.detach_marks.locate(&self.detach_mark),
                     "optional sink DETACHED so it stops pinning the source's log; it now misses events and needs a resync: \
                      reset its checkpoint (`sluice checkpoints reset --sink`) and re-read its tables"
                 );
@@ -242,10 +244,10 @@ impl SinkWriter {
             }
             Control::Detach { reason } => {
                 let mark = serde_json::json!({ "sink": self.sink_id, "reason": reason, "at_us": now_us() });
-                if let Err(e) = write_mark(&self.detach_mark, &mark.to_string()) {
+                if let Err(e) = self.detach_marks.write(&self.detach_mark, mark.to_string().as_bytes()) {
                     // Without the mark a restart would let the sink pin the
                     // log again; keep it attached rather than half-detached.
-                    error!(error = %e, mark = %self.detach_mark.display(), "cannot record the sink's detachment; it stays attached");
+                    error!(error = %e, mark = %self.detach_marks.locate(&self.detach_mark), "cannot record the sink's detachment; it stays attached");
                     return Ok(false);
                 }
                 self.report(Report::Released { sink: self.index }).await;
@@ -538,17 +540,6 @@ impl SinkWriter {
             Err(err) => warn!(sink = %self.sink_id, error = %err, "sink close failed"),
         }
     }
-}
-
-/// Writes the detachment mark durably: a restart must find it.
-fn write_mark(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut file = std::fs::File::create(path)?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()
 }
 
 /// Logs the run's latency, if any event was measured: a source with

@@ -42,6 +42,11 @@ impl EmbeddedStore {
         Ok(store)
     }
 
+    /// The folder the store file is in, which keeps the named state too.
+    pub fn data_dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
+    }
+
     fn error(&self, detail: &str, cause: impl Into<sluice_core::BoxError>) -> StoreError {
         io_error(&self.path, detail, cause)
     }

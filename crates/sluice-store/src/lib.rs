@@ -2,15 +2,48 @@
 
 mod embedded;
 mod memory;
+mod postgres;
 
 pub use embedded::{EmbeddedStore, STORE_FILE_NAME};
 pub use memory::MemoryStore;
+pub use postgres::{PgStore, PgStoreOptions, preflight as pg_preflight};
+
+use sluice_core::{CheckpointStore, DeadLetterQueue, StateDir};
+
+/// Everything a running Sluice keeps: the checkpoints, the dead letters and
+/// the sources' and pipelines' named state, in one place.
+pub trait Store: CheckpointStore + DeadLetterQueue {
+    /// The root of the named state.
+    fn state(&self) -> StateDir;
+    /// Where the store is, for messages (a path, or a server and schema).
+    fn describe(&self) -> String;
+}
+
+impl Store for EmbeddedStore {
+    fn state(&self) -> StateDir {
+        StateDir::files(self.data_dir())
+    }
+
+    fn describe(&self) -> String {
+        self.data_dir().display().to_string()
+    }
+}
 
 #[cfg(test)]
 mod tests {
-    use sluice_core::{CheckpointKey, CheckpointStore, Position, StoreError};
+    use sluice_core::{CheckpointKey, CheckpointStore, Position, StateDir, StoreError};
 
     use super::*;
+
+    pub(crate) fn contract_of(store: &dyn CheckpointStore) {
+        contract(store)
+    }
+    pub(crate) fn dead_letter_contract_of(queue: &dyn sluice_core::DeadLetterQueue) {
+        dead_letter_contract(queue)
+    }
+    pub(crate) fn state_contract_of(dir: &StateDir) {
+        state_contract(dir)
+    }
 
     fn at(tx: u64) -> Position {
         Position::Generator { tx, seq: 0 }
@@ -96,6 +129,32 @@ mod tests {
         let store = EmbeddedStore::open(dir.path()).unwrap();
         assert!(sluice_core::DeadLetterQueue::letters(&store).unwrap().is_empty());
         dead_letter_contract(&store);
+    }
+
+    /// The contract of the named state every store keeps.
+    fn state_contract(dir: &StateDir) {
+        let part = dir.child("source").child("a");
+        assert_eq!(part.read("x").unwrap(), None);
+        part.write("x", b"one").unwrap();
+        part.write("x", b"it's \\ \x00 two").unwrap();
+        assert_eq!(part.read("x").unwrap().as_deref(), Some(&b"it's \\ \x00 two"[..]));
+        part.append_line("log", b"first").unwrap();
+        part.append_line("log", b"second").unwrap();
+        assert_eq!(part.read("log").unwrap().as_deref(), Some(&b"first\nsecond\n"[..]));
+        assert_eq!(part.list().unwrap(), ["log", "x"]);
+        assert!(part.remove("x").unwrap());
+        assert!(!part.remove("x").unwrap());
+        assert_eq!(part.list().unwrap(), ["log"]);
+        assert!(dir.child("source").child("b").list().unwrap().is_empty());
+        assert!(dir.child("source").list().unwrap().is_empty(), "only names one level down");
+    }
+
+    #[test]
+    fn embedded_state_keeps_the_contract_in_the_data_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        state_contract(&store.state());
+        assert!(dir.path().join("source/a/log").is_file(), "names are paths under the data dir");
     }
 
     #[test]

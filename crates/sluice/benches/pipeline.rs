@@ -128,7 +128,7 @@ fn run_pipeline_with(
     let pipeline = Pipeline {
         settings: PipelineSettings {
             slo: Default::default(),
-            detach_dir: data_dir.join("detached"),
+            detach_marks: sluice_core::StateDir::files(data_dir.join("detached")),
             name: "bench".into(),
             batch: BatchConfig::default(),
             commit_policy: CommitPolicy::default(),

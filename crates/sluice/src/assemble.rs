@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::anyhow;
+use sluice_config::StoreConfig;
 use sluice_config::{Config, PipelineConfig, SourceConfig};
 use sluice_core::Source;
 use sluice_generator::GeneratorSource;
@@ -12,7 +13,7 @@ use sluice_mysql::MysqlSource;
 use sluice_postgres::PostgresSource;
 use sluice_runtime::{Pipeline, PipelineSettings, SinkSpec};
 use sluice_sinks::SinkContext;
-use sluice_store::EmbeddedStore;
+use sluice_store::{EmbeddedStore, PgStore, PgStoreOptions, Store};
 
 use crate::Failure;
 
@@ -35,19 +36,52 @@ pub fn load(path: &Path) -> Result<Config, Failure> {
     Ok(config)
 }
 
-pub fn open_store(data_dir: &Path) -> Result<Arc<EmbeddedStore>, Failure> {
-    let store = EmbeddedStore::open(data_dir)
-        .map_err(|e| Failure::bad_input(anyhow!("--data-dir {}: {e}", data_dir.display())))?;
-    Ok(Arc::new(store))
+/// The config's store, held by this process until it ends: the embedded
+/// one in the data dir, or the PostgreSQL store.
+pub fn open_store(config: &Config, data_dir: &Path) -> Result<Arc<dyn Store>, Failure> {
+    open(config, data_dir).map_err(|e| store_failure(config, data_dir, e))
 }
 
-/// The store, or `None` when a running `sluice run` holds it open (the
-/// caller then asks that process's API).
-pub fn open_store_unless_running(data_dir: &Path) -> Result<Option<Arc<EmbeddedStore>>, Failure> {
-    match EmbeddedStore::open(data_dir) {
-        Ok(store) => Ok(Some(Arc::new(store))),
+/// The store, or `None` when a running `sluice run` holds it (the caller
+/// then asks that process's API).
+pub fn open_store_unless_running(config: &Config, data_dir: &Path) -> Result<Option<Arc<dyn Store>>, Failure> {
+    match open(config, data_dir) {
+        Ok(store) => Ok(Some(store)),
         Err(sluice_core::StoreError::InUse { .. }) => Ok(None),
-        Err(e) => Err(Failure::bad_input(anyhow!("--data-dir {}: {e}", data_dir.display()))),
+        Err(e) => Err(store_failure(config, data_dir, e)),
+    }
+}
+
+fn open(config: &Config, data_dir: &Path) -> Result<Arc<dyn Store>, sluice_core::StoreError> {
+    match config.store() {
+        StoreConfig::Embedded => Ok(Arc::new(EmbeddedStore::open(data_dir)?)),
+        StoreConfig::Postgres(c) => Ok(Arc::new(PgStore::open(PgStoreOptions {
+            params: store_params(&c),
+            schema: c.schema.clone(),
+            outage: Duration::from_secs(c.outage_secs),
+            hold: true,
+        })?)),
+    }
+}
+
+/// How to reach the PostgreSQL store.
+pub fn store_params(c: &sluice_config::PostgresStoreConfig) -> sluice_postgres::wire::ConnectParams {
+    sluice_postgres::wire::ConnectParams {
+        host: c.host.clone(),
+        port: c.port,
+        database: c.database.clone(),
+        user: c.user.clone(),
+        password: c.password.clone(),
+        ssl_mode: c.ssl_mode,
+        ca_file: c.ca_file.clone(),
+        connect_timeout: Duration::from_secs(c.connect_timeout_secs),
+    }
+}
+
+fn store_failure(config: &Config, data_dir: &Path, e: sluice_core::StoreError) -> Failure {
+    match config.store() {
+        StoreConfig::Embedded => Failure::bad_input(anyhow!("--data-dir {}: {e}", data_dir.display())),
+        StoreConfig::Postgres(_) => Failure::bad_input(anyhow!("store.config: {e}")),
     }
 }
 
@@ -70,14 +104,16 @@ fn on_disk(path: &Path) -> std::path::PathBuf {
     absolute
 }
 
-/// Spill files of pipeline `name` live in `<data dir>/spill/<name>`.
-pub fn pipeline(config: &PipelineConfig, store: Arc<EmbeddedStore>, data_dir: &Path) -> Result<Pipeline, Failure> {
+/// Spill files of pipeline `name` live in `<data dir>/spill/<name>`, on
+/// local disk whatever the store: they only last one run.
+pub fn pipeline(config: &PipelineConfig, store: Arc<dyn Store>, data_dir: &Path) -> Result<Pipeline, Failure> {
+    let state = store.state();
     let source: Box<dyn Source> = match &config.source {
         SourceConfig::Generator(c) => Box::new(GeneratorSource::new(c.clone())),
         SourceConfig::Postgres(c) => {
-            Box::new(PostgresSource::new(c.clone()).with_state_dir(data_dir.join("postgres").join(&c.id)))
+            Box::new(PostgresSource::new(c.clone()).with_state_dir(state.child("postgres").child(&c.id)))
         }
-        SourceConfig::Mysql(c) => Box::new(MysqlSource::new(c.clone(), data_dir.join("mysql").join(&c.id))),
+        SourceConfig::Mysql(c) => Box::new(MysqlSource::new(c.clone(), state.child("mysql").child(&c.id))),
     };
     let context = SinkContext {
         pipeline: config.name.clone(),
@@ -109,7 +145,7 @@ pub fn pipeline(config: &PipelineConfig, store: Arc<EmbeddedStore>, data_dir: &P
     Ok(Pipeline {
         settings: PipelineSettings {
             slo: config.slo.clone(),
-            detach_dir: data_dir.join("detached").join(&config.name),
+            detach_marks: state.child("detached").child(&config.name),
             name: config.name.clone(),
             batch: config.batch.clone(),
             commit_policy: config.commit_policy.clone(),

@@ -1,11 +1,10 @@
 //! `sluice checkpoints list|reset`.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 
 use anyhow::anyhow;
 use sluice_config::SourceConfig;
-use sluice_core::{CheckpointKey, CheckpointStore};
+use sluice_core::{CheckpointKey, StateDir};
 
 use crate::cli::{CheckpointsAction, CheckpointsArgs, ResetArgs, RunArgs};
 use crate::validate::table;
@@ -20,7 +19,7 @@ pub fn checkpoints(args: CheckpointsArgs) -> Result<(), Failure> {
 
 fn list(args: RunArgs, api_addr: &str) -> Result<(), Failure> {
     let config = assemble::load(&args.config.config)?;
-    let Some(store) = assemble::open_store_unless_running(&args.data_dir)? else {
+    let Some(store) = assemble::open_store_unless_running(&config, &args.data_dir)? else {
         crate::remote::announce(api_addr);
         return crate::remote::checkpoints_list(api_addr, &config);
     };
@@ -48,8 +47,9 @@ struct Reset {
     keys: Vec<CheckpointKey>,
     /// Every sink of the pipeline: the source starts a new log generation.
     whole_source: bool,
-    /// The MySQL source's schema history, which only holds for the old log.
-    schema_history: Option<PathBuf>,
+    /// The MySQL source's state, whose schema history only holds for the
+    /// old log.
+    schema_history: Option<String>,
 }
 
 fn reset(args: ResetArgs) -> Result<(), Failure> {
@@ -64,8 +64,7 @@ fn reset(args: ResetArgs) -> Result<(), Failure> {
         for sink in &pipeline.sinks {
             if args.sink.as_ref().is_none_or(|s| s == sink.id()) {
                 keys.push(CheckpointKey::new(pipeline.source.id(), sink.id()));
-                let dir = args.run.data_dir.join("detached").join(&pipeline.name);
-                marks.push(sluice_runtime::detach_mark(&dir, sink.id()));
+                marks.push((pipeline.name.clone(), sluice_runtime::detach_mark(sink.id())));
             }
         }
         if keys.is_empty() {
@@ -73,9 +72,7 @@ fn reset(args: ResetArgs) -> Result<(), Failure> {
         }
         let whole_source = args.sink.is_none();
         let schema_history = match &pipeline.source {
-            SourceConfig::Mysql(c) if whole_source => {
-                Some(args.run.data_dir.join("mysql").join(&c.id).join("schema_history.jsonl"))
-            }
+            SourceConfig::Mysql(c) if whole_source => Some(c.id.clone()),
             _ => None,
         };
         resets.push(Reset { source_id: pipeline.source.id().to_string(), keys, whole_source, schema_history });
@@ -98,7 +95,8 @@ fn reset(args: ResetArgs) -> Result<(), Failure> {
             "this deletes {count} checkpoint(s){generation}, and sinks that do not store their own position will receive their events again; hint: add --yes to confirm"
         )));
     }
-    let store = assemble::open_store(&args.run.data_dir)?;
+    let store = assemble::open_store(&config, &args.run.data_dir)?;
+    let state = store.state();
     for reset in &resets {
         if reset.whole_source {
             let (removed, generation) = store.reset_source(&reset.source_id, &reset.keys).map_err(Failure::pipeline)?;
@@ -111,17 +109,18 @@ fn reset(args: ResetArgs) -> Result<(), Failure> {
             let removed = store.remove(&reset.keys).map_err(Failure::pipeline)?;
             println!("removed {removed} checkpoint(s)");
         }
-        if let Some(history) = &reset.schema_history {
-            archive(history)?;
+        if let Some(source) = &reset.schema_history {
+            archive(&state.child("mysql").child(source))?;
         }
     }
     // A detached sink whose checkpoint is reset starts over, so it no
     // longer needs the resync its mark asks for.
-    for mark in marks {
-        match std::fs::remove_file(&mark) {
-            Ok(()) => println!("cleared the detachment mark {}", mark.display()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Failure::pipeline(anyhow!("cannot remove {}: {e}", mark.display()))),
+    for (pipeline, mark) in marks {
+        let marks = state.child("detached").child(&pipeline);
+        match marks.remove(&mark) {
+            Ok(true) => println!("cleared the detachment mark {}", marks.locate(&mark)),
+            Ok(false) => {}
+            Err(e) => return Err(Failure::pipeline(anyhow!("cannot remove {}: {e}", marks.locate(&mark)))),
         }
     }
     Ok(())
@@ -130,19 +129,18 @@ fn reset(args: ResetArgs) -> Result<(), Failure> {
 /// Moves the schema history aside (kept, not deleted, for whoever wants to
 /// see what it held): its positions are of the old log, so the source
 /// reads each table's schema again the first time it sees the table.
-fn archive(history: &Path) -> Result<(), Failure> {
-    let mut aside = history.as_os_str().to_owned();
-    aside.push(format!(".before-reset-{}", sluice_core::time::now_us()));
-    let aside = PathBuf::from(aside);
-    match std::fs::rename(history, &aside) {
-        Ok(()) => {
-            println!("moved the schema history {} to {}", history.display(), aside.display());
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Failure::pipeline(anyhow!(
+fn archive(state: &StateDir) -> Result<(), Failure> {
+    use sluice_core::history::HISTORY_NAME;
+    let aside = format!("{HISTORY_NAME}.before-reset-{}", sluice_core::time::now_us());
+    let failed = |e: sluice_core::StoreError| {
+        Failure::pipeline(anyhow!(
             "cannot move the schema history {} aside: {e}; hint: move it away by hand before the next `sluice run`",
-            history.display()
-        ))),
-    }
+            state.locate(HISTORY_NAME)
+        ))
+    };
+    let Some(history) = state.read(HISTORY_NAME).map_err(failed)? else { return Ok(()) };
+    state.write(&aside, &history).map_err(failed)?;
+    state.remove(HISTORY_NAME).map_err(failed)?;
+    println!("moved the schema history {} to {}", state.locate(HISTORY_NAME), state.locate(&aside));
+    Ok(())
 }

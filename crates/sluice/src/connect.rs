@@ -21,6 +21,11 @@ pub fn check(config: &Config) -> Result<(), Failure> {
         .build()
         .map_err(|e| Failure::pipeline(anyhow!("cannot start the async runtime: {e}")))?;
     let mut failed = 0;
+    if let sluice_config::StoreConfig::Postgres(store) = config.store() {
+        let params = crate::assemble::store_params(&store);
+        let checks = runtime.block_on(within(sluice_store::pg_preflight::checks(&params, &store.schema)));
+        failed += show(&format!("store: postgres, schema {}", store.schema), &checks);
+    }
     for pipeline in &config.pipelines {
         let source = &pipeline.source;
         let checks = runtime.block_on(within(source_checks(source)));
@@ -34,7 +39,7 @@ pub fn check(config: &Config) -> Result<(), Failure> {
     if failed > 0 {
         return Err(Failure::bad_input(anyhow!("{failed} check(s) failed; a first run would stop at them")));
     }
-    println!("every source and sink answered as a first run needs");
+    println!("every source, sink and store answered as a first run needs");
     Ok(())
 }
 

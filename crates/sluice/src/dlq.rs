@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use sluice_config::Config;
-use sluice_core::{DeadLetter, DeadLetterQueue, Sink, SinkError};
+use sluice_core::{DeadLetter, Sink, SinkError};
 use sluice_sinks::SinkContext;
 
 use crate::cli::{ApiArgs, DlqAction, DlqArgs, RunArgs};
@@ -16,8 +16,8 @@ use crate::{Failure, assemble, remote};
 pub fn dlq(args: DlqArgs) -> Result<(), Failure> {
     match args.action {
         DlqAction::List { run, api } => {
-            assemble::load(&run.config.config)?;
-            let Some(store) = assemble::open_store_unless_running(&run.data_dir)? else {
+            let config = assemble::load(&run.config.config)?;
+            let Some(store) = assemble::open_store_unless_running(&config, &run.data_dir)? else {
                 remote::announce(&api.api_addr);
                 return remote::dlq_list(&api.api_addr);
             };
@@ -32,8 +32,8 @@ pub fn dlq(args: DlqArgs) -> Result<(), Failure> {
             Ok(())
         }
         DlqAction::Show { run, api, key } => {
-            assemble::load(&run.config.config)?;
-            let Some(store) = assemble::open_store_unless_running(&run.data_dir)? else {
+            let config = assemble::load(&run.config.config)?;
+            let Some(store) = assemble::open_store_unless_running(&config, &run.data_dir)? else {
                 remote::announce(&api.api_addr);
                 return remote::dlq_show(&api.api_addr, &key);
             };
@@ -54,14 +54,14 @@ pub fn dlq(args: DlqArgs) -> Result<(), Failure> {
         }
         DlqAction::Retry { run, api, key, all } => retry_letters(run, api, key, all),
         DlqAction::Purge { run, api, key, all, yes } => {
-            assemble::load(&run.config.config)?;
+            let config = assemble::load(&run.config.config)?;
             if key.is_empty() != all {
                 return Err(Failure::bad_input(anyhow!("name the keys to purge, or pass --all (not both)")));
             }
             if !yes {
                 return Err(Failure::bad_input(anyhow!("purged events are gone for good; hint: add --yes to confirm")));
             }
-            let Some(store) = assemble::open_store_unless_running(&run.data_dir)? else {
+            let Some(store) = assemble::open_store_unless_running(&config, &run.data_dir)? else {
                 remote::announce(&api.api_addr);
                 return remote::dlq_purge(&api.api_addr, key, all);
             };
@@ -83,7 +83,7 @@ fn retry_letters(run: RunArgs, api: ApiArgs, key: Vec<String>, all: bool) -> Res
     if key.is_empty() != all {
         return Err(Failure::bad_input(anyhow!("name the keys to retry, or pass --all (not both)")));
     }
-    let Some(store) = assemble::open_store_unless_running(&run.data_dir)? else {
+    let Some(store) = assemble::open_store_unless_running(&config, &run.data_dir)? else {
         remote::announce(&api.api_addr);
         return remote::dlq_retry(&api.api_addr, key, all);
     };

@@ -1,5 +1,5 @@
 //! `sluice dlq` and `sluice checkpoints list` through the running
-//! instance's API, for when its `sluice run` holds the data dir's store.
+//! instance's API, for when its `sluice run` holds the checkpoint store.
 
 use anyhow::anyhow;
 use reqwest::Method;
@@ -13,7 +13,7 @@ use crate::validate::table;
 /// Says on stderr where the answers come from, so no one mistakes them
 /// for a read of the store.
 pub fn announce(api_addr: &str) {
-    eprintln!("the data dir is in use by a running sluice; asking its API at {api_addr}");
+    eprintln!("the store is in use by a running sluice; asking its API at {api_addr}");
 }
 
 fn url(api_addr: &str, path: &str) -> String {

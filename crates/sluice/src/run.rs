@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::anyhow;
 use sluice_config::PipelineConfig;
 use sluice_runtime::{Pipeline, RunReport, Shutdown};
-use sluice_store::EmbeddedStore;
+use sluice_store::Store;
 use tracing::{error, info, warn};
 
 use crate::cli::ServeArgs;
@@ -20,7 +20,7 @@ pub fn run(serve: ServeArgs) -> Result<(), Failure> {
     // a mistyped flag leaves nothing behind.
     let hosts = api::AllowedHosts::parse(&serve.api_allowed_hosts).map_err(Failure::bad_input)?;
     let listener = if api_on { Some(api::bind(&serve.api_addr).map_err(Failure::bad_input)?) } else { None };
-    let store = assemble::open_store(&args.data_dir)?;
+    let store = assemble::open_store(&config, &args.data_dir)?;
     let metrics = if api_on { Some(api::install_metrics(&config).map_err(Failure::bad_input)?) } else { None };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -98,7 +98,7 @@ pub fn run(serve: ServeArgs) -> Result<(), Failure> {
 /// What it takes to build a pipeline again.
 struct Again {
     config: PipelineConfig,
-    store: Arc<EmbeddedStore>,
+    store: Arc<dyn Store>,
     data_dir: PathBuf,
 }
 

@@ -196,3 +196,38 @@ fn detaching_sinks_needs_a_policy_that_can_leave_one_behind() {
 mod limits;
 mod sinks;
 mod sources;
+
+#[test]
+fn the_store_defaults_to_embedded_and_its_postgres_settings_are_checked() {
+    assert!(matches!(check(EXAMPLE).unwrap().store(), StoreConfig::Embedded));
+    let with = |config: &str| format!("store:\n  type: postgres\n  config: {config}\n{EXAMPLE}");
+    let config = check(&with("{ host: db, database: d, user: u, password: p }")).unwrap();
+    let StoreConfig::Postgres(store) = config.store() else { panic!("not the postgres store") };
+    assert_eq!(
+        (store.port, store.schema.as_str(), store.outage_secs, store.ssl_mode),
+        (5432, DEFAULT_STORE_SCHEMA, DEFAULT_STORE_OUTAGE_SECS, DEFAULT_SSL_MODE)
+    );
+    for (config, field) in [
+        ("{ host: db, database: d, user: u, schema: Bad-Name }", "store.config.schema"),
+        ("{ host: '', database: d, user: u }", "store.config.host"),
+        ("{ host: db, database: d, user: u, ssl_mode: verify-full }", "store.config.ca_file"),
+        ("{ host: db, database: d, user: u, outage_secs: 0 }", "store.config.outage_secs"),
+    ] {
+        let message = error_text(&with(config));
+        assert!(message.starts_with(field) && message.contains("hint"), "{config}: {message}");
+    }
+    assert!(error_text(&with("{ host: db, database: d, user: u, url: x }")).contains("unknown field `url`"));
+}
+
+#[test]
+fn one_file_of_a_folder_may_set_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = "store: { type: postgres, config: { host: db, database: d, user: u } }\n";
+    std::fs::write(dir.path().join("a.yaml"), format!("{store}{EXAMPLE}")).unwrap();
+    let second = EXAMPLE.replace("orders", "orders2").replace("gen1", "gen2");
+    std::fs::write(dir.path().join("b.yaml"), &second).unwrap();
+    assert!(matches!(load_with(dir.path(), no_env).unwrap().store(), StoreConfig::Postgres(_)));
+    std::fs::write(dir.path().join("b.yaml"), format!("{store}{second}")).unwrap();
+    let message = load_with(dir.path(), no_env).unwrap_err().to_string();
+    assert!(message.contains("a.yaml") && message.contains("b.yaml") && message.contains("one file"), "{message}");
+}

@@ -28,7 +28,6 @@
 //! file next to the checkpoints), at new positions further on.
 
 use std::collections::{HashSet, VecDeque};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -153,17 +152,21 @@ pub struct Incremental<R> {
     /// Keeps this source's progress entry while tables are queued.
     shown: Option<progress::Shown>,
     source_id: String,
-    path: PathBuf,
+    /// The source's state, which keeps [`STATE_NAME`].
+    store: crate::StateDir,
     state: State,
     active: Option<Active>,
     /// The latest transactions handed on, newest last.
     handed_on: VecDeque<Arc<str>>,
 }
 
-fn state_error(path: &Path, detail: impl std::fmt::Display) -> SourceError {
+/// The progress's name in its source's state.
+pub const STATE_NAME: &str = "incremental_snapshot.json";
+
+fn state_error(store: &crate::StateDir, detail: impl std::fmt::Display) -> SourceError {
     SourceError::permanent(
-        format!("incremental snapshot state {}: {detail}", path.display()),
-        "check the disk of --data-dir; if the file is damaged, move it away (the snapshots it lists stop)",
+        format!("incremental snapshot state {}: {detail}", store.locate(STATE_NAME)),
+        "check the checkpoint store (the disk of --data-dir, or the store's database); if the state is damaged, move it away (the snapshots it lists stop)",
     )
 }
 
@@ -182,13 +185,17 @@ pub fn text_at(event: &Event, column: usize) -> Option<&str> {
 }
 
 impl<R: ChunkReader> Incremental<R> {
-    /// Loads the state at `path`; `acked` is where the stream restarts
-    /// (the lowest checkpoint), so chunks past it are read again.
-    pub fn open(reader: R, source_id: &str, path: PathBuf, acked: Option<&Position>) -> Result<Self, SourceError> {
-        let mut state: State = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| state_error(&path, e))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => State::default(),
-            Err(e) => return Err(state_error(&path, e)),
+    /// Loads the progress kept in `store`; `acked` is where the stream
+    /// restarts (the lowest checkpoint), so chunks past it are read again.
+    pub fn open(
+        reader: R,
+        source_id: &str,
+        store: crate::StateDir,
+        acked: Option<&Position>,
+    ) -> Result<Self, SourceError> {
+        let mut state: State = match store.read(STATE_NAME).map_err(|e| state_error(&store, e))? {
+            Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| state_error(&store, e))?,
+            None => State::default(),
         };
         if let Some(table) = state.queue.front_mut() {
             let held = |chunk: &(String, String)| {
@@ -212,7 +219,7 @@ impl<R: ChunkReader> Incremental<R> {
             tables_done: 0,
             shown: None,
             source_id: source_id.to_string(),
-            path,
+            store,
             state,
             active: None,
             handed_on: VecDeque::new(),
@@ -220,18 +227,8 @@ impl<R: ChunkReader> Incremental<R> {
     }
 
     fn save(&self) -> Result<(), SourceError> {
-        let bytes = serde_json::to_vec(&self.state).map_err(|e| state_error(&self.path, e))?;
-        let tmp = self.path.with_extension("tmp");
-        let write = || -> std::io::Result<()> {
-            if let Some(dir) = self.path.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            let mut file = std::fs::File::create(&tmp)?;
-            std::io::Write::write_all(&mut file, &bytes)?;
-            file.sync_all()?;
-            std::fs::rename(&tmp, &self.path)
-        };
-        write().map_err(|e| state_error(&self.path, e))
+        let bytes = serde_json::to_vec(&self.state).map_err(|e| state_error(&self.store, e))?;
+        self.store.write(STATE_NAME, &bytes).map_err(|e| state_error(&self.store, e))
     }
 
     /// Queues `tables` for re-reading, as a signal would (the source asks
@@ -336,7 +333,7 @@ impl<R: ChunkReader> Incremental<R> {
         while let Some(table) = self.state.queue.front().cloned() {
             let after = match table.chunks.last() {
                 Some((_, key)) => Some(unhex(key).ok_or_else(|| {
-                    state_error(&self.path, format!("the key of {}'s last chunk is not hex", table.name))
+                    state_error(&self.store, format!("the key of {}'s last chunk is not hex", table.name))
                 })?),
                 None => None,
             };

@@ -106,7 +106,7 @@ fn ids(events: &[Event]) -> Vec<(Op, i64)> {
 async fn a_row_changed_before_the_low_watermark_by_a_transaction_the_read_did_not_see_is_left_out() {
     let dir = tempfile::tempdir().unwrap();
     let fake = Fake { unseen_tx: "late", ..Fake::new(2) };
-    let mut incremental = Incremental::open(fake, "src", dir.path().join("state.json"), None).unwrap();
+    let mut incremental = Incremental::open(fake, "src", crate::StateDir::files(dir.path()), None).unwrap();
     let mut out = Vec::new();
     let signal = marked("signal", r#"{"source":"src","table":"public.t"}"#, 10);
     incremental.filter(vec![signal], &mut out, mark).await.unwrap();
@@ -120,7 +120,7 @@ async fn a_row_changed_before_the_low_watermark_by_a_transaction_the_read_did_no
 #[tokio::test]
 async fn each_read_first_waits_to_see_the_transactions_already_handed_on() {
     let dir = tempfile::tempdir().unwrap();
-    let mut incremental = Incremental::open(Fake::new(4), "src", dir.path().join("state.json"), None).unwrap();
+    let mut incremental = Incremental::open(Fake::new(4), "src", crate::StateDir::files(dir.path()), None).unwrap();
     let mut out = Vec::new();
     let early = Event { tx_id: "early".into(), ..row("public.other", Op::Insert, 9, 9) };
     let signal = marked("signal", r#"{"source":"src","table":"public.t"}"#, 10);
@@ -135,9 +135,9 @@ async fn each_read_first_waits_to_see_the_transactions_already_handed_on() {
 #[tokio::test]
 async fn a_row_changed_between_the_watermarks_is_left_out_and_a_restart_reads_unheld_chunks_again() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.json");
+    let state = crate::StateDir::files(dir.path());
     let fake = Fake::new(3);
-    let mut incremental = Incremental::open(fake, "src", path.clone(), None).unwrap();
+    let mut incremental = Incremental::open(fake, "src", state.clone(), None).unwrap();
     let mut out = Vec::new();
     let signal = marked("signal", r#"{"source":"src","table":"public.t"}"#, 10);
     incremental.filter(vec![signal.clone()], &mut out, mark).await.unwrap();
@@ -170,14 +170,14 @@ async fn a_row_changed_between_the_watermarks_is_left_out_and_a_restart_reads_un
     // A restart whose sinks hold nothing of the first chunk reads it again.
     let fake = Fake::new(3);
     let mut again =
-        Incremental::open(fake, "src", path.clone(), Some(&Position::Postgres { commit_lsn: Lsn(13), seq: 0 }))
+        Incremental::open(fake, "src", state.clone(), Some(&Position::Postgres { commit_lsn: Lsn(13), seq: 0 }))
             .unwrap();
     again.filter(Vec::new(), &mut out, mark).await.unwrap();
     assert_eq!(again.reader.next, 3, "read from row 1 again, two rows");
     // One whose sinks hold it goes on after it.
     let fake = Fake::new(3);
     let mut on =
-        Incremental::open(fake, "src", path, Some(&Position::Postgres { commit_lsn: Lsn(14), seq: 0 })).unwrap();
+        Incremental::open(fake, "src", state, Some(&Position::Postgres { commit_lsn: Lsn(14), seq: 0 })).unwrap();
     on.filter(Vec::new(), &mut out, mark).await.unwrap();
     assert_eq!(on.reader.next, 4, "read on from row 3");
 }
@@ -187,7 +187,8 @@ async fn a_running_incremental_snapshot_shows_its_rows_and_its_end_removes_it() 
     let dir = tempfile::tempdir().unwrap();
     let shown =
         || crate::snapshot::progress::running().into_iter().find(|p| &*p.source == "progress-src" && p.incremental);
-    let mut incremental = Incremental::open(Fake::new(3), "progress-src", dir.path().join("state.json"), None).unwrap();
+    let mut incremental =
+        Incremental::open(Fake::new(3), "progress-src", crate::StateDir::files(dir.path()), None).unwrap();
     let mut out = Vec::new();
     let signal = marked("signal", r#"{"source":"progress-src","table":"public.t"}"#, 10);
     incremental.filter(vec![signal], &mut out, mark).await.unwrap();

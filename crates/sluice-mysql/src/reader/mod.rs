@@ -380,7 +380,7 @@ impl MyStream {
         let stream = conn.get_binlog_stream(request).await.map_err(q)?;
         let by = if matches!(start, Start::Gtid(_)) { "gtid" } else { "file" };
         info!(by, file, offset, gtid = %maria_state, server_id = self.config.replica_server_id(), "binlog streaming started");
-        let history = SchemaHistory::open(self.state_dir.join("schema_history.jsonl"))?;
+        let history = SchemaHistory::open(self.state_dir.clone())?;
         let (tx, rx) = mpsc::channel(CHUNK_QUEUE);
         let reader = Reader {
             stream,

@@ -56,7 +56,7 @@ pub async fn fresh(database: &str, ddl: &str) {
 }
 
 pub async fn started(config: MysqlConfig, state: &Path, from: Option<Position>) -> MysqlSource {
-    let mut source = MysqlSource::new(config, state.to_path_buf());
+    let mut source = MysqlSource::new(config, sluice_core::StateDir::files(state));
     source.start(from, AckWatermark::default()).await.expect("source starts");
     source
 }

@@ -153,7 +153,7 @@ impl World {
         let pipeline = Pipeline {
             settings: PipelineSettings {
                 slo: sluice_config::SloConfig::default(),
-                detach_dir: self.spill_dir.path().join("detached"),
+                detach_marks: sluice_core::StateDir::files(self.spill_dir.path().join("detached")),
                 name: "test".into(),
                 batch: self.scenario.batch.clone(),
                 commit_policy: self.scenario.policy.clone(),

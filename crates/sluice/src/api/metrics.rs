@@ -12,7 +12,6 @@ use axum::response::IntoResponse;
 use metrics::{counter, gauge};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use sluice_config::Config;
-use sluice_core::DeadLetterQueue;
 use sluice_runtime::status::SinkState;
 
 use super::Api;

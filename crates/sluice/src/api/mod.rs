@@ -22,7 +22,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sluice_config::Config;
 use sluice_runtime::{PipelineHandle, PipelineStatus};
-use sluice_store::EmbeddedStore;
+use sluice_store::Store;
 use tokio::net::TcpListener;
 use tracing::{error, info};
 
@@ -38,7 +38,7 @@ pub struct Api {
     /// Every pipeline of the process: its figures for the read-only
     /// routes, its controls for pause, resume and redelivery.
     pub pipelines: Vec<PipelineHandle>,
-    pub store: Arc<EmbeddedStore>,
+    pub store: Arc<dyn Store>,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
     pub token: Option<String>,
     /// The last hour of figures, for the dashboard's charts.

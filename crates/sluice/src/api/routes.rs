@@ -14,7 +14,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sluice_config::SourceConfig;
-use sluice_core::{CheckpointKey, CheckpointStore, DeadLetter, DeadLetterQueue};
+use sluice_core::{CheckpointKey, DeadLetter};
 use sluice_runtime::status::PipelineState;
 use sluice_runtime::{ReattachError, RedeliverError};
 
@@ -58,7 +58,7 @@ fn no_pipeline(api: &Api, name: &str) -> (StatusCode, Json<Value>) {
 }
 
 fn store_error(e: impl std::fmt::Display) -> (StatusCode, Json<Value>) {
-    error(StatusCode::INTERNAL_SERVER_ERROR, format!("the data dir's store failed: {e}"))
+    error(StatusCode::INTERNAL_SERVER_ERROR, format!("the checkpoint store failed: {e}"))
 }
 
 /// Alive, and no pipeline failed: a failed pipeline ends the process, so

@@ -1,0 +1,128 @@
+//! The PostgreSQL store against the private server of
+//! `scripts/services.sh`, each test in a schema of its own.
+
+use std::time::Duration;
+
+use sluice_core::settings::{Secret, SslMode};
+use sluice_core::{CheckpointKey, CheckpointStore, Position, StoreError};
+use sluice_pgwire::ConnectParams;
+
+use super::{PgStore, PgStoreOptions};
+use crate::Store;
+
+fn env(name: &str) -> String {
+    std::env::var(name)
+        .unwrap_or_else(|_| panic!("{name} is not set: run `scripts/services.sh start` and source its env file"))
+}
+
+fn params(port: u16) -> ConnectParams {
+    ConnectParams {
+        host: env("SLUICE_TEST_PG_HOST"),
+        port,
+        database: "postgres".into(),
+        user: env("SLUICE_TEST_PG_USER"),
+        password: Secret::new(env("SLUICE_TEST_PG_PASSWORD")),
+        ssl_mode: SslMode::Prefer,
+        ca_file: None,
+        connect_timeout: Duration::from_secs(5),
+    }
+}
+
+fn options(schema: &str, hold: bool) -> PgStoreOptions {
+    PgStoreOptions {
+        params: params(env("SLUICE_TEST_PG_PORT").parse().unwrap()),
+        schema: schema.into(),
+        outage: Duration::from_secs(30),
+        hold,
+    }
+}
+
+/// A store in a fresh schema.
+fn fresh(schema: &str) -> PgStore {
+    admin(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+    PgStore::open(options(schema, true)).unwrap()
+}
+
+fn admin(sql: &str) -> sluice_pgwire::Rows {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let mut conn = sluice_pgwire::Connection::connect(&params(env("SLUICE_TEST_PG_PORT").parse().unwrap()), false)
+            .await
+            .unwrap();
+        conn.simple_query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"))
+    })
+}
+
+#[test]
+fn the_postgres_store_keeps_every_contract_and_persists() {
+    {
+        let store = fresh("store_contract");
+        crate::tests::contract_of(&store);
+        crate::tests::dead_letter_contract_of(&store);
+        crate::tests::state_contract_of(&store.state());
+    }
+    let reopened = PgStore::open(options("store_contract", true)).unwrap();
+    assert_eq!(reopened.list().unwrap().len(), 1);
+    assert_eq!(reopened.generation("src").unwrap(), 2, "the generation is durable");
+    assert_eq!(
+        reopened.state().child("source").child("a").read("log").unwrap().as_deref(),
+        Some(&b"first\nsecond\n"[..])
+    );
+}
+
+#[test]
+fn a_second_holder_is_refused_until_the_first_lets_go() {
+    let first = fresh("store_held");
+    let error = PgStore::open(options("store_held", true)).err().expect("a second holder must be refused");
+    assert!(matches!(error, StoreError::InUse { .. }), "{error}");
+    assert!(error.to_string().contains("another process"), "{error}");
+    // A reader that does not hold the store is let in.
+    assert!(PgStore::open(options("store_held", false)).is_ok());
+    drop(first);
+    // The server ends the first session once its socket closes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match PgStore::open(options("store_held", true)) {
+            Ok(_) => break,
+            Err(StoreError::InUse { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[test]
+fn a_store_written_by_a_newer_sluice_is_refused() {
+    drop(fresh("store_newer"));
+    admin("UPDATE store_newer.store_version SET version = version + 1");
+    let error = PgStore::open(options("store_newer", true)).err().expect("must be refused").to_string();
+    assert!(error.contains("newer Sluice") && error.contains("store_newer"), "{error}");
+}
+
+#[test]
+fn a_store_that_cannot_be_reached_is_named() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let error = PgStore::open(PgStoreOptions { params: params(port), ..options("store_gone", true) })
+        .err()
+        .expect("must fail")
+        .to_string();
+    assert!(error.contains(&format!("127.0.0.1:{port}")) && error.contains("cannot reach the store"), "{error}");
+}
+
+#[test]
+fn a_cut_connection_is_replaced_and_the_call_completes() {
+    let store = fresh("store_cut");
+    let key = CheckpointKey::new("src", "a");
+    let at = |tx| Position::Generator { tx, seq: 0 };
+    store.commit(&[(key.clone(), at(1))]).unwrap();
+    // Every session of the store's schema lock ends, as a server restart would end it.
+    admin(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1397511491 \
+         AND objid = hashtext('store_cut')::oid",
+    );
+    store.commit(&[(key.clone(), at(2))]).unwrap();
+    assert_eq!(store.load(&[key]).unwrap(), vec![Some(at(2))]);
+}
