@@ -37,6 +37,13 @@ scripts/consumers.sh python >/dev/null
 scripts/consumers.sh java >/dev/null
 scripts/consumers.sh node >/dev/null
 cargo test --workspace --locked
+# The packaging (docs/deploy.md): Dockerfile, Helm chart, manifests and
+# systemd unit, with helm, hadolint and the Kubernetes API's Go types; no
+# cargo and no servers, so it runs beside the version lanes, which mostly
+# wait on their servers.
+packaging_log=$(mktemp)
+scripts/check-packaging.sh >"$packaging_log" 2>&1 &
+packaging=$!
 # The PostgreSQL core suite on 13, 14, 16, 17 and 18 (15 ran the whole
 # suite above), in two lanes: the servers are separate, and the tests
 # mostly wait on them.
@@ -51,6 +58,11 @@ scripts/test-my-versions.sh mariadb-11 &
 lane=$!
 scripts/test-my-versions.sh mysql-80
 wait "$lane"
+if ! wait "$packaging"; then
+  cat "$packaging_log"
+  exit 1
+fi
+cat "$packaging_log"
 
 # The short torture runs (README, "Torture"): workload through every sink
 # under kills, outages, cut connections and PostgreSQL restarts, compared
