@@ -95,6 +95,12 @@ pub enum StoreError {
         "the dead letter queue is full ({max} entries); hint: look at them with `sluice dlq list`, then purge them, or set dead_letter.on_full: drop_oldest"
     )]
     DeadLetterQueueFull { max: usize },
+    /// The pipeline's lease moved to another owner (a later epoch): this
+    /// instance lost it, and may not move its checkpoints any more.
+    #[error(
+        "pipeline {pipeline}: its lease is at epoch {current}, past this instance's {held}: another instance owns it now, and nothing was written"
+    )]
+    Fenced { pipeline: String, held: i64, current: i64 },
     /// Another process (a running `sluice run`) holds the store open.
     #[error(
         "checkpoint store at {path}: the store is open in another process; hint: stop the other sluice process using this --data-dir, or give this one its own"

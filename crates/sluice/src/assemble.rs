@@ -60,6 +60,7 @@ fn open(config: &Config, data_dir: &Path) -> Result<Arc<dyn Store>, sluice_core:
             schema: c.schema.clone(),
             outage: Duration::from_secs(c.outage_secs),
             hold: true,
+            instance: None,
         })?)),
     }
 }

@@ -9,6 +9,7 @@
 //! to the stored one is no regression), as are the others, except that an
 //! appended line whose commit was cut off may be stored twice.
 
+mod lease;
 pub mod preflight;
 mod session;
 mod sql;
@@ -21,6 +22,7 @@ use sluice_core::{
 };
 use sluice_pgwire::ConnectParams;
 
+pub use lease::{FencedStore, Lease, LeaseRow};
 use session::{CallError, Job, Session, Settings};
 use sql::{array, bytes, literal, quote_ident};
 
@@ -32,6 +34,9 @@ pub struct PgStoreOptions {
     /// Hold the store's lock, as `sluice run` does: a second process
     /// opening it with `hold` is refused with [`StoreError::InUse`].
     pub hold: bool,
+    /// This instance's id in a fleet: its session holds the instance lock
+    /// that keeps its leases alive (see `lease.rs`).
+    pub instance: Option<String>,
 }
 
 #[derive(Clone)]
@@ -55,6 +60,7 @@ impl PgStore {
             schema: options.schema,
             outage: options.outage,
             hold: options.hold,
+            instance: options.instance,
             describe: describe.clone(),
         };
         let store = PgStore { jobs: Session::spawn(settings)?, describe, schema };
@@ -103,6 +109,40 @@ impl PgStore {
     fn table(&self, name: &str) -> String {
         format!("{}.{name}", quote_ident(&self.schema))
     }
+
+    /// Stores `updates` in one transaction; with a lease, only while the
+    /// lease is still at its epoch (see `lease.rs`).
+    fn commit_as(&self, updates: &[(CheckpointKey, Position)], lease: Option<Lease>) -> Result<(), StoreError> {
+        let updates: Vec<(String, Position)> = updates.iter().map(|(k, p)| (k.to_string(), p.clone())).collect();
+        let (table, leases) = (self.table("checkpoints"), self.table("leases"));
+        self.call("commit checkpoints", move |s| {
+            s.query("BEGIN")?;
+            if let Some(lease) = &lease {
+                lease::check_epoch(s, &leases, lease)?;
+            }
+            let keys = array(updates.iter().map(|(k, _)| k.clone()))?;
+            let stored = positions(&s.query(&format!("SELECT key, position FROM {table} WHERE key = ANY({keys}) FOR UPDATE"))?)?;
+            for (key, position) in &updates {
+                if let Some((_, held)) = stored.iter().find(|(k, p)| k == key && p > position) {
+                    s.rollback();
+                    return Err(CallError::Fatal(StoreError::Regression {
+                        key: key.clone(),
+                        stored: held.to_string(),
+                        proposed: position.to_string(),
+                    }));
+                }
+            }
+            let values: Vec<String> = updates
+                .iter()
+                .map(|(k, p)| Ok(format!("({}, {})", literal(k)?, literal(&p.to_string())?)))
+                .collect::<Result<_, CallError>>()?;
+            s.query(&format!(
+                "INSERT INTO {table} (key, position) VALUES {} ON CONFLICT (key) DO UPDATE SET position = EXCLUDED.position, updated_at = now(); COMMIT",
+                values.join(", ")
+            ))?;
+            Ok(())
+        })
+    }
 }
 
 fn corrupt(key: &str, text: &str) -> CallError {
@@ -143,32 +183,7 @@ impl CheckpointStore for PgStore {
     }
 
     fn commit(&self, updates: &[(CheckpointKey, Position)]) -> Result<(), StoreError> {
-        let updates: Vec<(String, Position)> = updates.iter().map(|(k, p)| (k.to_string(), p.clone())).collect();
-        let table = self.table("checkpoints");
-        self.call("commit checkpoints", move |s| {
-            let keys = array(updates.iter().map(|(k, _)| k.clone()))?;
-            let stored =
-                positions(&s.query(&format!("BEGIN; SELECT key, position FROM {table} WHERE key = ANY({keys}) FOR UPDATE"))?)?;
-            for (key, position) in &updates {
-                if let Some((_, held)) = stored.iter().find(|(k, p)| k == key && p > position) {
-                    s.rollback();
-                    return Err(CallError::Fatal(StoreError::Regression {
-                        key: key.clone(),
-                        stored: held.to_string(),
-                        proposed: position.to_string(),
-                    }));
-                }
-            }
-            let values: Vec<String> = updates
-                .iter()
-                .map(|(k, p)| Ok(format!("({}, {})", literal(k)?, literal(&p.to_string())?)))
-                .collect::<Result<_, CallError>>()?;
-            s.query(&format!(
-                "INSERT INTO {table} (key, position) VALUES {} ON CONFLICT (key) DO UPDATE SET position = EXCLUDED.position, updated_at = now(); COMMIT",
-                values.join(", ")
-            ))?;
-            Ok(())
-        })
+        self.commit_as(updates, None)
     }
 
     fn remove(&self, keys: &[CheckpointKey]) -> Result<usize, StoreError> {

@@ -23,6 +23,8 @@ pub(super) struct Settings {
     /// Hold the store's session lock: one `sluice run` (or offline command)
     /// at a time, as the embedded store's file lock allows.
     pub hold: bool,
+    /// This instance's id in a fleet, whose lock its session holds.
+    pub instance: Option<String>,
     /// The store, for messages: server, database and schema.
     pub describe: String,
 }
@@ -125,6 +127,21 @@ impl Session {
             if self.query(&sql)?.first("held") != Some("t") {
                 self.conn = None;
                 return Err(CallError::Fatal(StoreError::InUse { path: self.settings.describe.clone() }));
+            }
+        }
+        if let Some(instance) = self.settings.instance.clone() {
+            let sql = format!(
+                "SELECT pg_try_advisory_lock({}, hashtext({})) AS held",
+                super::lease::INSTANCE_LOCK,
+                super::sql::literal(&instance)?
+            );
+            if self.query(&sql)?.first("held") != Some("t") {
+                self.conn = None;
+                return Err(CallError::Fatal(StoreError::Io {
+                    path: self.settings.describe.clone(),
+                    detail: format!("instance id {instance:?} is in use by another live instance; give each its own"),
+                    cause: None,
+                }));
             }
         }
         Ok(())

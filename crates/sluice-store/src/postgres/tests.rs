@@ -34,6 +34,7 @@ fn options(schema: &str, hold: bool) -> PgStoreOptions {
         schema: schema.into(),
         outage: Duration::from_secs(30),
         hold,
+        instance: None,
     }
 }
 
@@ -125,4 +126,72 @@ fn a_cut_connection_is_replaced_and_the_call_completes() {
     );
     store.commit(&[(key.clone(), at(2))]).unwrap();
     assert_eq!(store.load(&[key]).unwrap(), vec![Some(at(2))]);
+}
+
+/// An instance of a fleet on the store in `schema`.
+fn instance(schema: &str, id: &str) -> PgStore {
+    PgStore::open(PgStoreOptions { instance: Some(id.into()), ..options(schema, false) }).unwrap()
+}
+
+#[test]
+fn a_lease_has_one_live_owner_and_a_stalled_one_is_fenced_off() {
+    drop(fresh("store_lease"));
+    let (a, b) = (instance("store_lease", "a"), instance("store_lease", "b"));
+    let long = Duration::from_secs(60);
+    let first = a.try_acquire("p", "a", "cfg", Duration::from_millis(300)).unwrap().expect("a free lease");
+    assert_eq!(first.epoch, 1);
+    assert_eq!(b.try_acquire("p", "b", "cfg", long).unwrap(), None, "a live lease is not taken");
+    let key = CheckpointKey::new("src", "k");
+    let at = |tx| Position::Generator { tx, seq: 0 };
+    a.fenced(first.clone()).commit(&[(key.clone(), at(1))]).unwrap();
+
+    // `a` stalls past its lease (it does not renew); `b` takes over.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let second = loop {
+        if let Some(lease) = b.try_acquire("p", "b", "cfg", long).unwrap() {
+            break lease;
+        }
+        assert!(std::time::Instant::now() < deadline, "the expired lease was never taken");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(second.epoch, 2, "every acquisition moves the epoch on");
+    // `a` wakes up: it can neither renew nor move the checkpoint.
+    assert!(!a.renew(&first, "a", long).unwrap());
+    let error = a.fenced(first).commit(&[(key.clone(), at(5))]).unwrap_err();
+    assert!(matches!(error, StoreError::Fenced { held: 1, current: 2, .. }), "{error}");
+    assert_eq!(a.load(std::slice::from_ref(&key)).unwrap(), vec![Some(at(1))], "the fenced commit wrote nothing");
+    b.fenced(second.clone()).commit(&[(key.clone(), at(5))]).unwrap();
+    assert!(b.renew(&second, "b", long).unwrap());
+    let rows = b.leases().unwrap();
+    assert_eq!((rows[0].owner.as_str(), rows[0].epoch, rows[0].live), ("b", 2, true), "{rows:?}");
+
+    // Given back, it is free at once.
+    b.release(&second, "b").unwrap();
+    assert_eq!(a.try_acquire("p", "a", "cfg", long).unwrap().map(|l| l.epoch), Some(3));
+}
+
+#[test]
+fn a_killed_owners_leases_are_free_at_once_and_another_config_is_refused() {
+    drop(fresh("store_lease_gone"));
+    let long = Duration::from_secs(600);
+    let a = instance("store_lease_gone", "a");
+    let b = instance("store_lease_gone", "b");
+    a.try_acquire("p", "a", "one", long).unwrap().expect("a free lease");
+    let refused = b.try_acquire("p", "b", "two", long).unwrap_err().to_string();
+    assert!(refused.contains("\"a\"") && refused.contains("\"b\"") && refused.contains("another config"), "{refused}");
+    assert_eq!(b.try_acquire("p", "b", "one", long).unwrap(), None);
+    // The owner's session ends (a kill -9 ends it the same way): its
+    // lease is free long before it expires.
+    drop(a);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(lease) = b.try_acquire("p", "b", "one", long).unwrap() {
+            assert_eq!(lease.epoch, 2);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the dead owner's lease was never freed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let taken = PgStore::open(PgStoreOptions { instance: Some("b".into()), ..options("store_lease_gone", false) });
+    assert!(taken.err().unwrap().to_string().contains("instance id \"b\" is in use"));
 }
