@@ -61,12 +61,14 @@ step "hadolint $("$hadolint" --version | awk '{print $NF}') Dockerfile"
 "$hadolint" Dockerfile
 
 # --- Helm chart --------------------------------------------------------------
-# Four renders: the defaults, the defaults with the ServiceMonitor, every
-# option on with the chart's Secret, and a Secret and claim the user owns.
+# Six renders: the defaults, the defaults with the ServiceMonitor, every
+# option on with the chart's Secret, a Secret and claim the user owns, a
+# fleet of three with a PostgreSQL store, and the defaults as a fleet.
 values_full=deploy/check/values-full.yaml
 values_existing=deploy/check/values-existing.yaml
+values_fleet=deploy/check/values-fleet.yaml
 step "helm lint --strict"
-for values in "" "$values_full" "$values_existing"; do
+for values in "" "$values_full" "$values_existing" "$values_fleet"; do
   "$helm" lint --strict --quiet "$chart" ${values:+--values "$values"}
 done
 step "helm template"
@@ -75,17 +77,49 @@ render >"$work/default.yaml"
 render --set serviceMonitor.enabled=true >"$work/servicemonitor.yaml"
 render --values "$values_full" >"$work/full.yaml"
 render --values "$values_existing" >"$work/existing.yaml"
+render --values "$values_fleet" >"$work/fleet.yaml"
+render --set fleet.enabled=true,replicaCount=3 >"$work/fleet-set.yaml"
 grep -q '^kind: ServiceMonitor' "$work/servicemonitor.yaml" || fail "serviceMonitor.enabled=true rendered no ServiceMonitor"
 if grep -q '^kind: ServiceMonitor' "$work/default.yaml"; then fail "the defaults render a ServiceMonitor"; fi
 
-# Fleet mode does not exist yet: the chart must refuse several replicas,
-# and say why.
-if render --set replicaCount=2 >/dev/null 2>"$work/replicas.err"; then
-  fail "replicaCount=2 rendered; the chart must refuse it until fleet mode exists"
+# A fleet: every pod runs --fleet under its own pod name, and a rollout
+# starts a new pod before an old one stops. Without fleet.enabled none of
+# that may appear.
+for rendered in "$work/fleet.yaml" "$work/fleet-set.yaml"; do
+  grep -q '^  replicas: 3$' "$rendered" || fail "$(basename "$rendered"): the fleet render has no 3 replicas"
+  grep -qx -- ' *- --fleet' "$rendered" || fail "$(basename "$rendered"): the fleet render does not pass --fleet"
+  grep -A4 -- '- name: SLUICE_INSTANCE_ID' "$rendered" | grep -q 'fieldPath: metadata.name' ||
+    fail "$(basename "$rendered"): SLUICE_INSTANCE_ID does not come from the pod's name (fieldRef metadata.name)"
+  grep -q '^    type: RollingUpdate$' "$rendered" || fail "$(basename "$rendered"): the fleet render is not a RollingUpdate"
+  if grep -q '^kind: PersistentVolumeClaim' "$rendered"; then fail "$(basename "$rendered"): a fleet rendered a claim"; fi
+done
+if grep -qe '--fleet' -e 'SLUICE_INSTANCE_ID' -e 'RollingUpdate' "$work/default.yaml"; then
+  fail "the defaults render fleet settings"
 fi
-grep -q 'several replicas need fleet mode' "$work/replicas.err" ||
-  fail "replicaCount=2 failed without the fleet-mode message: $(cat "$work/replicas.err")"
-echo "replicaCount=2 refused: $(grep -o 'several replicas need fleet mode[^;]*' "$work/replicas.err")"
+echo "fleet.enabled=true,replicaCount=3 rendered: --fleet, SLUICE_INSTANCE_ID from metadata.name, RollingUpdate"
+
+# refuse NAME MESSAGE HELM-ARGS...: the render must fail with MESSAGE.
+refuse() {
+  local name=$1 message=$2
+  shift 2
+  if render "$@" >/dev/null 2>"$work/refused.err"; then
+    fail "$name rendered; the chart must refuse it"
+  fi
+  grep -qF -- "$message" "$work/refused.err" ||
+    fail "$name failed without the message \"$message\": $(cat "$work/refused.err")"
+  echo "$name refused: $(grep -oF -- "$message" "$work/refused.err")"
+}
+# Several replicas without fleet mode would each run every pipeline; the
+# message must say how to get a fleet.
+refuse replicaCount=2 'Set fleet.enabled: true and put the PostgreSQL checkpoint store in the config' \
+  --set replicaCount=2
+if grep -q 'not yet available' "$work/refused.err"; then
+  fail "replicaCount=2 is refused with a message that calls fleet mode unavailable"
+fi
+# A fleet keeps nothing on the data dir, and pods on several nodes cannot
+# share one ReadWriteOnce claim.
+refuse 'fleet.enabled with persistence.enabled' 'fleet.enabled and persistence.enabled are both true' \
+  --set fleet.enabled=true,replicaCount=3,persistence.enabled=true
 
 # --- plain manifests ---------------------------------------------------------
 header="# Plain Kubernetes manifests for one sluice instance in namespace \"sluice\",
@@ -112,7 +146,8 @@ step "manifests decoded strictly (k8s.io/api, prometheus-operator types)"
 # never a silent download of something else.
 go -C deploy/check test -mod=readonly -count=1 ./...
 go -C deploy/check build -mod=readonly -o "$work/manifestcheck" .
-"$work/manifestcheck" "$work/default.yaml" "$work/servicemonitor.yaml" "$work/full.yaml" "$manifests"
+"$work/manifestcheck" "$work/default.yaml" "$work/servicemonitor.yaml" "$work/full.yaml" "$work/fleet.yaml" \
+  "$work/fleet-set.yaml" "$manifests"
 "$work/manifestcheck" -external secret/sluice-env,persistentvolumeclaim/sluice-data "$work/existing.yaml"
 
 # --- systemd unit --------------------------------------------------------------

@@ -43,6 +43,7 @@ spec:
       containers:
         - name: sluice
           image: sluice:0.1.0
+          args: [run, --config=/etc/sluice]
           envFrom: [{secretRef: {name: s}}]
           ports: [{name: http, containerPort: 8080}]
           livenessProbe: {httpGet: {path: /health, port: http}}
@@ -61,6 +62,15 @@ spec:
       interval: 30s
       authorization: {type: Bearer, credentials: {name: s, key: SLUICE_API_TOKEN}}
 `
+
+// The same set as a fleet of three: --fleet, the instance id from the
+// pod's name, a rolling update.
+var fleet = strings.NewReplacer(
+	"  replicas: 1\n  strategy: {type: Recreate}\n",
+	"  replicas: 3\n  strategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 0, maxSurge: 1}}\n",
+	"args: [run, --config=/etc/sluice]\n",
+	"args: [run, --config=/etc/sluice, --fleet]\n          env: [{name: SLUICE_INSTANCE_ID, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]\n",
+).Replace(valid)
 
 func check(t *testing.T, text string) error {
 	t.Helper()
@@ -81,6 +91,36 @@ func TestValidSetPasses(t *testing.T) {
 	}
 }
 
+func TestFleetSetPasses(t *testing.T) {
+	if fleet == valid || !strings.Contains(fleet, "--fleet") || !strings.Contains(fleet, "replicas: 3") {
+		t.Fatal("the fleet fixture did not take its replacements")
+	}
+	if err := check(t, fleet); err != nil {
+		t.Fatalf("fleet set refused: %v", err)
+	}
+}
+
+func TestEachFleetBreakageIsRefused(t *testing.T) {
+	cases := []struct{ name, old, new, want string }{
+		{"shared instance id", "valueFrom: {fieldRef: {fieldPath: metadata.name}}", "value: sluice-1", "must differ between replicas"},
+		{"instance id flag", "--fleet]", "--fleet, --instance-id=sluice-1]", "the same instance id"},
+		{"data dir claim", "volumes: [{name: config, configMap: {name: c}}]", "volumes: [{name: config, configMap: {name: c}}, {name: data, persistentVolumeClaim: {claimName: data}}]", "ReadWriteOnce"},
+		{"bad strategy", "{type: RollingUpdate,", "{type: Rolling,", "RollingUpdate or Recreate"},
+		{"no --fleet", ", --fleet]", "]", "without --fleet"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if !strings.Contains(fleet, c.old) {
+				t.Fatalf("the fleet fixture lacks %q", c.old)
+			}
+			err := check(t, strings.Replace(fleet, c.old, c.new, 1))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("want an error with %q, got %v", c.want, err)
+			}
+		})
+	}
+}
+
 func TestEachBreakageIsRefused(t *testing.T) {
 	cases := []struct{ name, old, new, want string }{
 		{"unknown field", "  replicas: 1\n", "  replicas: 1\n  replica: 1\n", `unknown field "spec.replica"`},
@@ -90,8 +130,8 @@ func TestEachBreakageIsRefused(t *testing.T) {
 		{"YAML 1.1 boolean", "{app: x}}\n  template", "{app: y}}\n  template", "cannot unmarshal bool"},
 		{"bad quantity", "memory: 256Mi", "memory: 256MB", "quantities must match"},
 		{"unknown kind", "kind: ConfigMap", "kind: ConfigMapp", "not a kind this check knows"},
-		{"two replicas", "  replicas: 1\n", "  replicas: 2\n", "one instance until fleet mode"},
-		{"rolling update", "{type: Recreate}", "{type: RollingUpdate}", "must be Recreate"},
+		{"two replicas", "  replicas: 1\n", "  replicas: 2\n", "without --fleet sluice runs as one instance"},
+		{"rolling update", "{type: Recreate}", "{type: RollingUpdate}", "without --fleet it must be Recreate"},
 		{"selector misses pods", "selector: {matchLabels: {app: x}}\n  template", "selector: {matchLabels: {app: w}}\n  template", "does not match the pod template"},
 		{"service selects nothing", "  selector: {app: x}\n", "  selector: {app: z}\n", "selects no Deployment"},
 		{"missing config map", "configMap: {name: c}", "configMap: {name: nope}", `ConfigMap "nope" is not in the manifests`},

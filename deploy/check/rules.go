@@ -125,13 +125,18 @@ func (s *set) checkDeployment(d *appsv1.Deployment) []error {
 	fail := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("Deployment %q: "+format, append([]any{d.Name}, args...)...))
 	}
-	// Sluice's own rule until fleet mode exists: one instance, and never
-	// two at once during a rollout.
-	if d.Spec.Replicas != nil && *d.Spec.Replicas > 1 {
-		fail("replicas is %d: sluice runs as one instance until fleet mode exists", *d.Spec.Replicas)
-	}
-	if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
-		fail("strategy is %q: it must be Recreate, so two instances never run the same pipelines", d.Spec.Strategy.Type)
+	pod := d.Spec.Template.Spec
+	if fleetMember(pod) {
+		errs = append(errs, checkFleet(d)...)
+	} else {
+		// Without --fleet nothing keeps two instances off the same
+		// pipelines: one replica, and never two at once in a rollout.
+		if d.Spec.Replicas != nil && *d.Spec.Replicas > 1 {
+			fail("replicas is %d: without --fleet sluice runs as one instance (each replica would run every pipeline)", *d.Spec.Replicas)
+		}
+		if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+			fail("strategy is %q: without --fleet it must be Recreate, so two instances never run the same pipelines", d.Spec.Strategy.Type)
+		}
 	}
 	selector, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
 	if err != nil || d.Spec.Selector == nil {
@@ -139,7 +144,6 @@ func (s *set) checkDeployment(d *appsv1.Deployment) []error {
 	} else if !selector.Matches(labels.Set(d.Spec.Template.Labels)) {
 		fail("spec.selector %v does not match the pod template's labels %v", selector, d.Spec.Template.Labels)
 	}
-	pod := d.Spec.Template.Spec
 	volumes := map[string]bool{}
 	for _, v := range pod.Volumes {
 		volumes[v.Name] = true
@@ -180,6 +184,68 @@ func (s *set) checkDeployment(d *appsv1.Deployment) []error {
 			if h := probe.HTTPGet; h != nil && h.Port.StrVal != "" && !ports[h.Port.StrVal] {
 				fail("container %q: %s probe port %q is not a named port of the container", c.Name, kind, h.Port.StrVal)
 			}
+		}
+	}
+	return errs
+}
+
+// fleetMember reports whether a container of the pod runs `sluice run
+// --fleet` (the flag is a switch: clap takes no value after it).
+func fleetMember(pod corev1.PodSpec) bool {
+	for _, c := range pod.Containers {
+		for _, arg := range append(append([]string{}, c.Command...), c.Args...) {
+			if arg == "--fleet" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// checkFleet applies the rules of a fleet's Deployment. Leases keep its
+// instances off each other's pipelines, so any number of replicas and a
+// rolling update are fine; what breaks it is an instance id the pods
+// share (two live instances may not hold one) and a claim on the data
+// dir, which a fleet does not use and which one node at a time can mount.
+func checkFleet(d *appsv1.Deployment) []error {
+	var errs []error
+	fail := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("Deployment %q: "+format, append([]any{d.Name}, args...)...))
+	}
+	switch d.Spec.Strategy.Type {
+	// Unset is RollingUpdate to the API server.
+	case appsv1.RollingUpdateDeploymentStrategyType, appsv1.RecreateDeploymentStrategyType, "":
+	default:
+		fail("strategy is %q: it must be RollingUpdate or Recreate", d.Spec.Strategy.Type)
+	}
+	// Kubernetes makes an unset replicas 1.
+	several := d.Spec.Replicas != nil && *d.Spec.Replicas > 1
+	pod := d.Spec.Template.Spec
+	for _, c := range pod.Containers {
+		for i, arg := range c.Args {
+			value, given := strings.CutPrefix(arg, "--instance-id=")
+			if arg == "--instance-id" && i+1 < len(c.Args) {
+				value, given = c.Args[i+1], true
+			}
+			// A $(VAR) is expanded by the kubelet from the container's
+			// environment, which may hold the pod's name.
+			if several && given && !strings.Contains(value, "$(") {
+				fail("container %q: --instance-id %q gives every replica the same instance id; take it from the pod's name (SLUICE_INSTANCE_ID from fieldRef metadata.name)", c.Name, value)
+			}
+		}
+		for _, env := range c.Env {
+			if env.Name != "SLUICE_INSTANCE_ID" || !several {
+				continue
+			}
+			ref := env.ValueFrom
+			if ref == nil || ref.FieldRef == nil || (ref.FieldRef.FieldPath != "metadata.name" && ref.FieldRef.FieldPath != "metadata.uid") {
+				fail("container %q: SLUICE_INSTANCE_ID must differ between replicas; take it from fieldRef metadata.name", c.Name)
+			}
+		}
+	}
+	for _, v := range pod.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			fail("volume %q: a fleet keeps its state in the PostgreSQL store, not on the data dir, and a ReadWriteOnce claim such as %q attaches to one node at a time; use an emptyDir", v.Name, v.PersistentVolumeClaim.ClaimName)
 		}
 	}
 	return errs

@@ -54,6 +54,18 @@ pub enum PipelineState {
     Paused,
     Stopped,
     Failed,
+    /// Another instance of the fleet owns it (`sluice run --fleet`); this
+    /// one runs it when it takes the lease.
+    Standby,
+}
+
+/// Who runs a pipeline of a fleet: the lease's owner, its epoch, and since
+/// when (the store's clock).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Ownership {
+    pub instance: String,
+    pub epoch: i64,
+    pub since_us: i64,
 }
 
 /// How long the source must wait on a required sink's full buffer before
@@ -425,6 +437,8 @@ pub struct PipelineStatus {
     held_back_by: Mutex<Option<(String, tokio::time::Instant)>>,
     /// The pipeline's transforms, whose counts the API reports.
     transforms: Mutex<Arc<sluice_transform::Transforms>>,
+    /// In a fleet: who owns the pipeline.
+    owner: Mutex<Option<Ownership>>,
 }
 
 /// A sink as the pipeline is told about it before it runs.
@@ -459,7 +473,23 @@ impl PipelineStatus {
             problems: Mutex::new(Vec::new()),
             held_back_by: Mutex::new(None),
             transforms: Mutex::default(),
+            owner: Mutex::new(None),
         })
+    }
+
+    /// In a fleet: who owns the pipeline now; a pipeline this instance does
+    /// not run stands by.
+    pub fn set_owner(&self, owner: Option<Ownership>, runs_here: bool) {
+        *lock(&self.owner) = owner;
+        // A run here that ended, even one that failed for having lost its
+        // lease, is over: the pipeline lives on elsewhere.
+        if !runs_here {
+            *lock(&self.state) = PipelineState::Standby;
+        }
+    }
+
+    pub fn owner(&self) -> Option<Ownership> {
+        lock(&self.owner).clone()
     }
 
     pub fn set_transforms(&self, transforms: Arc<sluice_transform::Transforms>) {
@@ -548,6 +578,8 @@ impl PipelineStatus {
         let mut problems = Vec::new();
         match self.state() {
             PipelineState::Running => {}
+            // Another instance runs it: nothing here to be ready for.
+            PipelineState::Standby => return problems,
             PipelineState::Paused => problems.push("paused through the API".to_string()),
             state => problems.push(format!("pipeline is {}", serde_json::to_string(&state).unwrap_or_default())),
         }

@@ -6,7 +6,7 @@ mod postgres;
 
 pub use embedded::{EmbeddedStore, STORE_FILE_NAME};
 pub use memory::MemoryStore;
-pub use postgres::{FencedStore, Lease, LeaseRow, PgStore, PgStoreOptions, preflight as pg_preflight};
+pub use postgres::{FencedStore, Lease, LeaseRow, PgStore, PgStoreOptions, Taken, preflight as pg_preflight};
 
 use sluice_core::{CheckpointStore, DeadLetterQueue, StateDir};
 

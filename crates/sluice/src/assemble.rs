@@ -79,6 +79,44 @@ pub fn store_params(c: &sluice_config::PostgresStoreConfig) -> sluice_postgres::
     }
 }
 
+/// The PostgreSQL store as a member of a fleet: shared with the other
+/// instances, with this one's instance lock.
+pub fn open_fleet_store(config: &Config, instance: &str) -> Result<PgStore, Failure> {
+    let StoreConfig::Postgres(c) = config.store() else {
+        return Err(Failure::bad_input(anyhow!("--fleet needs store: {{ type: postgres }} in the config")));
+    };
+    PgStore::open(PgStoreOptions {
+        params: store_params(&c),
+        schema: c.schema.clone(),
+        outage: Duration::from_secs(c.outage_secs),
+        hold: false,
+        instance: Some(instance.to_string()),
+    })
+    .map_err(|e| Failure::bad_input(anyhow!("store.config: {e}")))
+}
+
+/// What a fleet cannot run: state on one instance's disk.
+pub fn check_fleet(config: &Config) -> Result<(), Failure> {
+    if !matches!(config.store(), StoreConfig::Postgres(_)) {
+        return Err(Failure::bad_input(anyhow!(
+            "--fleet: the instances share checkpoints through the PostgreSQL store; hint: add store: {{ type: postgres, config: {{ ... }} }} to the config (docs/configuration.md#checkpoint-store)"
+        )));
+    }
+    for (p, pipeline) in config.pipelines.iter().enumerate() {
+        for (s, sink) in pipeline.sinks.iter().enumerate() {
+            let local = sink.settings().target(&on_disk);
+            if let Some(target @ (sluice_sinks::Target::File(_) | sluice_sinks::Target::Folder { .. })) = local {
+                return Err(Failure::bad_input(anyhow!(
+                    "pipelines[{p}].sinks[{s}]: sink {:?} writes {} on this instance's disk, where another instance of the fleet cannot go on from it; hint: run it without --fleet, or use a sink every instance reaches (s3 with a bucket, kafka, postgres, ...)",
+                    sink.id(),
+                    target.describe()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn store_failure(config: &Config, data_dir: &Path, e: sluice_core::StoreError) -> Failure {
     match config.store() {
         StoreConfig::Embedded => Failure::bad_input(anyhow!("--data-dir {}: {e}", data_dir.display())),

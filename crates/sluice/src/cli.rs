@@ -105,6 +105,14 @@ pub struct ServeArgs {
     /// Any other `Host` header is refused, which stops DNS rebinding.
     #[arg(long, env = "SLUICE_API_ALLOWED_HOSTS", value_delimiter = ',')]
     pub api_allowed_hosts: Vec<String>,
+    /// Share the config's pipelines with the other instances that run it
+    /// with --fleet, through leases in the PostgreSQL store (`store:`).
+    #[arg(long, env = "SLUICE_FLEET")]
+    pub fleet: bool,
+    /// This instance's name in the fleet; by default the host name and the
+    /// process id.
+    #[arg(long, env = "SLUICE_INSTANCE_ID", requires = "fleet")]
+    pub instance_id: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -8,6 +8,7 @@ mod checkpoints;
 mod cli;
 mod connect;
 mod dlq;
+mod fleet;
 mod logging;
 mod man;
 mod remote;

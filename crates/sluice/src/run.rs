@@ -7,9 +7,11 @@ use anyhow::anyhow;
 use sluice_config::PipelineConfig;
 use sluice_runtime::{Pipeline, RunReport, Shutdown};
 use sluice_store::Store;
+use tokio::signal::unix::Signal;
 use tracing::{error, info, warn};
 
 use crate::cli::ServeArgs;
+use crate::fleet::{self, Fleet};
 use crate::{Failure, api, assemble};
 
 pub fn run(serve: ServeArgs) -> Result<(), Failure> {
@@ -20,35 +22,52 @@ pub fn run(serve: ServeArgs) -> Result<(), Failure> {
     // a mistyped flag leaves nothing behind.
     let hosts = api::AllowedHosts::parse(&serve.api_allowed_hosts).map_err(Failure::bad_input)?;
     let listener = if api_on { Some(api::bind(&serve.api_addr).map_err(Failure::bad_input)?) } else { None };
-    let store = assemble::open_store(&config, &args.data_dir)?;
+    let instance = serve.instance_id.clone().unwrap_or_else(fleet::default_instance);
+    let (store, fleet_store) = open_store(&config, &args.data_dir, serve.fleet.then_some(instance.as_str()))?;
     let metrics = if api_on { Some(api::install_metrics(&config).map_err(Failure::bad_input)?) } else { None };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("sluice")
         .build()
         .map_err(|e| Failure::pipeline(anyhow!("cannot start the async runtime: {e}")))?;
+    // Listening before the API answers or a pipeline starts: a signal
+    // sent once the process shows itself is never lost.
+    let listening = {
+        let _entered = runtime.enter();
+        listen_for_signals()
+    };
     let mut pipelines = Vec::new();
     for pipeline in &config.pipelines {
         pipelines.push((pipeline.name.clone(), assemble::pipeline(pipeline, store.clone(), &args.data_dir)?));
     }
     let handles = pipelines.iter().map(|(_, p)| p.handle.clone()).collect();
+    let fleet_handles: Vec<_> = pipelines.iter().map(|(_, p)| p.handle.clone()).collect();
     let config_pipelines = config.pipelines.clone();
     let store_again = store.clone();
     let result = runtime.block_on(async move {
         let server = match (metrics, listener) {
-            (Some(metrics), Some(listener)) => {
-                let token = std::env::var(api::TOKEN_ENV).ok().filter(|t| !t.is_empty());
-                let state = api::Api { config, pipelines: handles, store, metrics, token, history: Default::default() };
-                Some(api::serve(listener, hosts, std::sync::Arc::new(state)).map_err(Failure::bad_input)?)
-            }
+            (Some(metrics), Some(listener)) => Some(serve_api(listener, hosts, config, handles, store, metrics)?),
             _ => None,
         };
         let shutdown = Shutdown::new();
-        let signals = tokio::spawn(watch_signals(shutdown.clone()));
+        let signals = tokio::spawn(watch_signals(listening, shutdown.clone()));
+        if let Some(pg) = fleet_store {
+            let fleet = Fleet::new(pg, instance, args.data_dir.clone());
+            let result = fleet.run(config_pipelines.into_iter().zip(fleet_handles).collect(), shutdown).await;
+            signals.abort();
+            if let Some(server) = server {
+                server.abort();
+            }
+            return result.map_err(Failure::pipeline);
+        }
         let mut runs = Vec::new();
         for ((name, pipeline), pipeline_config) in pipelines.into_iter().zip(&config_pipelines) {
-            let again =
-                Again { config: pipeline_config.clone(), store: store_again.clone(), data_dir: args.data_dir.clone() };
+            let again = Again {
+                config: pipeline_config.clone(),
+                store: store_again.clone(),
+                checkpoints: None,
+                data_dir: args.data_dir.clone(),
+            };
             let run = run_with_rereads(pipeline, again, shutdown.clone());
             let shutdown = shutdown.clone();
             runs.push((
@@ -95,17 +114,54 @@ pub fn run(serve: ServeArgs) -> Result<(), Failure> {
     result
 }
 
-/// What it takes to build a pipeline again.
-struct Again {
-    config: PipelineConfig,
+fn serve_api(
+    listener: std::net::TcpListener,
+    hosts: api::AllowedHosts,
+    config: sluice_config::Config,
+    pipelines: Vec<sluice_runtime::PipelineHandle>,
     store: Arc<dyn Store>,
-    data_dir: PathBuf,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+) -> Result<tokio::task::JoinHandle<()>, Failure> {
+    let token = std::env::var(api::TOKEN_ENV).ok().filter(|t| !t.is_empty());
+    let state = api::Api { config, pipelines, store, metrics, token, history: Default::default() };
+    api::serve(listener, hosts, Arc::new(state)).map_err(Failure::bad_input)
+}
+
+/// The config's store; in a fleet, as this instance's member of it, which
+/// the fleet's leases need too.
+fn open_store(
+    config: &sluice_config::Config,
+    data_dir: &std::path::Path,
+    fleet_instance: Option<&str>,
+) -> Result<(Arc<dyn Store>, Option<sluice_store::PgStore>), Failure> {
+    match fleet_instance {
+        Some(instance) => {
+            assemble::check_fleet(config)?;
+            let pg = assemble::open_fleet_store(config, instance)?;
+            Ok((Arc::new(pg.clone()), Some(pg)))
+        }
+        None => Ok((assemble::open_store(config, data_dir)?, None)),
+    }
+}
+
+/// What it takes to build a pipeline again.
+pub(crate) struct Again {
+    pub config: PipelineConfig,
+    pub store: Arc<dyn Store>,
+    /// The checkpoints' store when it is not `store` itself: in a fleet,
+    /// the one fenced by the pipeline's lease.
+    pub checkpoints: Option<Arc<dyn sluice_core::CheckpointStore>>,
+    pub data_dir: PathBuf,
 }
 
 /// Runs a pipeline, and runs it again while a sink whose buffer overflowed
 /// asks for the source to be re-read from its checkpoint: the pipeline is
 /// built anew, as a restart would, but keeps its status and controls.
-async fn run_with_rereads(mut pipeline: Pipeline, again: Again, shutdown: Shutdown) -> anyhow::Result<RunReport> {
+pub(crate) async fn run_with_rereads(
+    mut pipeline: Pipeline,
+    again: Again,
+    shutdown: Shutdown,
+) -> anyhow::Result<RunReport> {
     loop {
         let handle = pipeline.handle.clone();
         let report = pipeline.run(shutdown.clone()).await?;
@@ -119,6 +175,9 @@ async fn run_with_rereads(mut pipeline: Pipeline, again: Again, shutdown: Shutdo
         pipeline = assemble::pipeline(&again.config, again.store.clone(), &again.data_dir)
             .map_err(|failure| anyhow!("cannot build pipeline {} again: {:#}", again.config.name, failure.error))?;
         pipeline.source.continues_in_process();
+        if let Some(checkpoints) = &again.checkpoints {
+            pipeline.store = checkpoints.clone();
+        }
         // The first run's transforms, whose counts the status reports.
         pipeline.settings.transforms = handle.status.transforms();
         pipeline.handle = handle;
@@ -127,10 +186,16 @@ async fn run_with_rereads(mut pipeline: Pipeline, again: Again, shutdown: Shutdo
 
 /// SIGINT or SIGTERM starts an orderly shutdown; a second one exits at once
 /// (checkpoints are safe either way: they only ever trail what sinks hold).
-async fn watch_signals(shutdown: Shutdown) {
+fn listen_for_signals() -> Option<(Signal, Signal)> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut interrupt), Ok(mut terminate)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
-    else {
+    match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+        (Ok(interrupt), Ok(terminate)) => Some((interrupt, terminate)),
+        _ => None,
+    }
+}
+
+async fn watch_signals(listening: Option<(Signal, Signal)>, shutdown: Shutdown) {
+    let Some((mut interrupt, mut terminate)) = listening else {
         warn!("cannot install signal handlers; stop sluice with SIGKILL");
         return;
     };

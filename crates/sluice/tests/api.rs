@@ -204,6 +204,11 @@ fn without_a_token_the_api_refuses_what_other_web_pages_could_send() {
     let addr = api_addr(dir.path());
     let port = addr.rsplit_once(':').unwrap().1;
     let host = |h: &str| format!("Host: {h}");
+    // Running first, so "nothing refused took effect" below compares with
+    // a pipeline that could have been paused.
+    wait_until(Duration::from_secs(30), "the pipeline running", || {
+        get(&addr, "/pipelines/open", None).json()["state"] == "running"
+    });
 
     // DNS rebinding: a page on a name that now resolves to 127.0.0.1.
     let rebound = raw(&addr, "GET", "/pipelines", &[&host(&format!("rebound.example:{port}"))], "");

@@ -23,6 +23,7 @@ impl PipelineStatus {
             state: self.state(),
             health: health(self.state(), stalled || held_back_by.is_some(), &sinks),
             failure: lock(&self.failure).clone(),
+            owner: self.owner(),
             problems: self.problems(),
             source: SourceView {
                 id: self.source_id.clone(),
@@ -60,6 +61,7 @@ fn health(state: PipelineState, stalled: bool, sinks: &[SinkView]) -> Health {
         PipelineState::Paused => Health::Paused,
         PipelineState::Stopped => Health::Stopped,
         PipelineState::Failed => Health::Failed,
+        PipelineState::Standby => Health::Standby,
         PipelineState::Running if stalled => Health::Stalled,
         PipelineState::Running
             if sinks.iter().any(|s| !matches!(s.state, SinkState::Running | SinkState::Starting)) =>
@@ -84,6 +86,8 @@ pub enum Health {
     Paused,
     Stopped,
     Failed,
+    /// Another instance of the fleet runs it.
+    Standby,
 }
 
 impl SinkStatus {
@@ -149,6 +153,9 @@ pub struct PipelineView {
     pub state: PipelineState,
     pub health: Health,
     pub failure: Option<ErrorNote>,
+    /// In a fleet (`sluice run --fleet`): the instance that owns the
+    /// pipeline, its lease's epoch, and since when.
+    pub owner: Option<super::Ownership>,
     /// Why the pipeline is not ready; empty when it is.
     pub problems: Vec<String>,
     pub source: SourceView,

@@ -120,6 +120,30 @@ impl PostgresSink {
         format!("source_id = {} AND sink_id = {}", quote_literal(&self.source_id), quote_literal(&self.config.id))
     }
 
+    /// Within the batch's transaction: the stored position, locked until
+    /// the commit, must be the one this writer holds. Another writer (in a
+    /// fleet, the instance that took the pipeline over, or one that lost
+    /// it and has not noticed yet) moved it otherwise. The batch then
+    /// writes nothing and fails as transient: the writer reopens the sink,
+    /// which reads the position again and is handed only later events, so
+    /// each event is applied once, whichever writer applies it.
+    async fn fence(&mut self) -> Result<(), SinkError> {
+        let sql = format!("SELECT position FROM {} WHERE {} FOR UPDATE", self.checkpoints, self.checkpoint_where());
+        let rows = self.query(&sql, "locking the sink's checkpoint").await?;
+        let stored = rows.first("position").and_then(|text| text.parse::<Position>().ok());
+        if stored > self.held {
+            let _ = self.query("ROLLBACK", "giving the batch up").await;
+            return Err(SinkError::transient(format!(
+                "postgres sink {:?}: another writer moved this sink's position in {} to {}, past {}, which this one holds (in a fleet, an instance that took the pipeline over, or one that lost it and has not noticed yet); nothing of this batch was written, and the sink reads its position again",
+                self.config.id,
+                self.checkpoints,
+                sluice_core::or_start(stored.as_ref()),
+                sluice_core::or_start(self.held.as_ref())
+            )));
+        }
+        Ok(())
+    }
+
     async fn read_position(&mut self) -> Result<Option<Position>, SinkError> {
         let sql = format!("SELECT position FROM {} WHERE {}", self.checkpoints, self.checkpoint_where());
         let rows = self.query(&sql, "reading the sink's checkpoint").await?;
@@ -316,6 +340,7 @@ impl Sink for PostgresSink {
     async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
         let last = events.last_position().clone();
         self.query("BEGIN", "starting a transaction").await?;
+        self.fence().await?;
         while let Some(chunk) = events.next_chunk().await? {
             apply(self, chunk).await?;
         }

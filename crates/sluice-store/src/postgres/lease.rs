@@ -31,6 +31,18 @@ pub struct Lease {
     pub epoch: i64,
 }
 
+/// What an attempt to take a lease found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Taken {
+    /// It was free; this instance holds it now.
+    Lease(Lease),
+    /// A live owner holds it.
+    Held,
+    /// A live owner runs the pipeline with other settings (a rollout of a
+    /// changed config, or two configs under one name).
+    OtherConfig { owner: String },
+}
+
 /// A lease as the store has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRow {
@@ -45,26 +57,25 @@ pub struct LeaseRow {
 }
 
 /// The SQL condition that a lease row `l` is held by a live owner.
-fn live(table_alias: &str) -> String {
+fn live(l: &str) -> String {
+    alive(&format!("{l}.expires_at"), &format!("{l}.owner"))
+}
+
+/// The SQL condition that `until` is still ahead and the instance named
+/// by `instance` holds its instance lock.
+fn alive(until: &str, instance: &str) -> String {
     format!(
-        "({table_alias}.expires_at > clock_timestamp() AND EXISTS (SELECT 1 FROM pg_locks k WHERE k.locktype = 'advisory' \
+        "({until} > clock_timestamp() AND EXISTS (SELECT 1 FROM pg_locks k WHERE k.locktype = 'advisory' \
          AND k.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-         AND k.classid = {INSTANCE_LOCK} AND k.objid = hashtext({table_alias}.owner)::oid AND k.objsubid = 2 AND k.granted))"
+         AND k.classid = {INSTANCE_LOCK} AND k.objid = hashtext({instance})::oid AND k.objsubid = 2 AND k.granted))"
     )
 }
 
 impl PgStore {
     /// Takes `pipeline`'s lease for `owner` if it is free, for `ttl`.
-    /// `config` is a digest of the pipeline's settings: a live owner with
-    /// another digest runs another config under the same name, which is
-    /// refused, naming both instances.
-    pub fn try_acquire(
-        &self,
-        pipeline: &str,
-        owner: &str,
-        config: &str,
-        ttl: Duration,
-    ) -> Result<Option<Lease>, StoreError> {
+    /// `config` is a digest of the pipeline's settings, kept with the
+    /// lease, so a live owner with another one is told apart.
+    pub fn try_acquire(&self, pipeline: &str, owner: &str, config: &str, ttl: Duration) -> Result<Taken, StoreError> {
         let (pipeline, owner, config) = (pipeline.to_string(), owner.to_string(), config.to_string());
         let table = self.table("leases");
         let ttl_ms = ttl.as_millis();
@@ -77,15 +88,9 @@ impl PgStore {
             if held.first("live") == Some("t") {
                 let (other, digest) = (held.first("owner").unwrap_or_default(), held.first("config").unwrap_or_default());
                 if other != owner && digest != config {
-                    return Err(CallError::Fatal(StoreError::Io {
-                        path: String::new(),
-                        detail: format!(
-                            "pipeline {pipeline:?} runs on instance {other:?} with another config than instance {owner:?} has; give every instance of the fleet the same config, or the pipeline another name"
-                        ),
-                        cause: None,
-                    }));
+                    return Ok(Taken::OtherConfig { owner: other.to_string() });
                 }
-                return Ok(None);
+                return Ok(Taken::Held);
             }
             let rows = s.query(&format!(
                 "INSERT INTO {table} AS l (pipeline, owner, epoch, config, acquired_at, expires_at) \
@@ -96,9 +101,9 @@ impl PgStore {
                 live("l")
             ))?;
             // Another instance took it between the two statements.
-            let Some(epoch) = rows.first("epoch") else { return Ok(None) };
+            let Some(epoch) = rows.first("epoch") else { return Ok(Taken::Held) };
             let epoch = epoch.parse().map_err(|_| super::corrupt(&pipeline, epoch))?;
-            Ok(Some(Lease { pipeline: pipeline.clone(), epoch }))
+            Ok(Taken::Lease(Lease { pipeline: pipeline.clone(), epoch }))
         })
     }
 
@@ -130,6 +135,25 @@ impl PgStore {
                 lease.epoch
             ))?;
             Ok(())
+        })
+    }
+
+    /// Marks `instance` alive for `ttl`, and counts the live instances of
+    /// the fleet: seen within their `ttl`, with their instance lock held.
+    pub fn heartbeat(&self, instance: &str, ttl: Duration) -> Result<usize, StoreError> {
+        let (instance, table) = (instance.to_string(), self.table("members"));
+        let ttl_ms = ttl.as_millis();
+        self.call("mark this instance alive", move |s| {
+            let i = literal(&instance)?;
+            s.query(&format!(
+                "INSERT INTO {table} VALUES ({i}, clock_timestamp(), clock_timestamp() + interval '{ttl_ms} milliseconds') \
+                 ON CONFLICT (instance) DO UPDATE SET alive_until = EXCLUDED.alive_until"
+            ))?;
+            let live = s.query(&format!(
+                "SELECT count(*) AS n FROM {table} m WHERE {}",
+                alive("m.alive_until", "m.instance")
+            ))?;
+            Ok(live.first("n").and_then(|n| n.parse().ok()).unwrap_or(1))
         })
     }
 

@@ -22,7 +22,7 @@ use sluice_core::{
 };
 use sluice_pgwire::ConnectParams;
 
-pub use lease::{FencedStore, Lease, LeaseRow};
+pub use lease::{FencedStore, Lease, LeaseRow, Taken};
 use session::{CallError, Job, Session, Settings};
 use sql::{array, bytes, literal, quote_ident};
 
@@ -32,7 +32,8 @@ pub struct PgStoreOptions {
     pub schema: String,
     pub outage: Duration,
     /// Hold the store's lock, as `sluice run` does: a second process
-    /// opening it with `hold` is refused with [`StoreError::InUse`].
+    /// opening it with `hold`, or as a member of a fleet, is refused with
+    /// [`StoreError::InUse`].
     pub hold: bool,
     /// This instance's id in a fleet: its session holds the instance lock
     /// that keeps its leases alive (see `lease.rs`).

@@ -119,9 +119,13 @@ impl Session {
         // Every store write is durable when it returns, whatever the
         // server's default; literals are plain SQL strings.
         self.query("SET synchronous_commit = on; SET standard_conforming_strings = on")?;
-        if self.settings.hold {
+        // A lone `sluice run` holds the store's lock alone; the members of
+        // a fleet share it. So neither starts while the other kind runs.
+        if self.settings.hold || self.settings.instance.is_some() {
+            let take =
+                if self.settings.instance.is_some() { "pg_try_advisory_lock_shared" } else { "pg_try_advisory_lock" };
             let sql = format!(
-                "SELECT pg_try_advisory_lock({LOCK_CLASS}, hashtext({})) AS held",
+                "SELECT {take}({LOCK_CLASS}, hashtext({})) AS held",
                 super::sql::literal(&self.settings.schema)?
             );
             if self.query(&sql)?.first("held") != Some("t") {

@@ -49,6 +49,7 @@ pub(super) fn prepare(session: &mut Session) -> Result<(), CallError> {
          CREATE TABLE IF NOT EXISTS {s}.generations (source text PRIMARY KEY, generation bigint NOT NULL);
          CREATE TABLE IF NOT EXISTS {s}.dead_letters (key text PRIMARY KEY, recorded_at_us bigint NOT NULL, letter text NOT NULL);
          CREATE TABLE IF NOT EXISTS {s}.state (name text PRIMARY KEY, value bytea NOT NULL, updated_at timestamptz NOT NULL DEFAULT now());
+         CREATE TABLE IF NOT EXISTS {s}.members (instance text PRIMARY KEY, started_at timestamptz NOT NULL, alive_until timestamptz NOT NULL);
          CREATE TABLE IF NOT EXISTS {s}.leases (pipeline text PRIMARY KEY, owner text NOT NULL, epoch bigint NOT NULL, config text NOT NULL, acquired_at timestamptz NOT NULL, expires_at timestamptz NOT NULL);
          INSERT INTO {s}.store_version SELECT {STORE_VERSION} WHERE NOT EXISTS (SELECT 1 FROM {s}.store_version);
          COMMIT"

@@ -7,7 +7,7 @@ use sluice_core::settings::{Secret, SslMode};
 use sluice_core::{CheckpointKey, CheckpointStore, Position, StoreError};
 use sluice_pgwire::ConnectParams;
 
-use super::{PgStore, PgStoreOptions};
+use super::{Lease, PgStore, PgStoreOptions, Taken};
 use crate::Store;
 
 fn env(name: &str) -> String {
@@ -138,9 +138,11 @@ fn a_lease_has_one_live_owner_and_a_stalled_one_is_fenced_off() {
     drop(fresh("store_lease"));
     let (a, b) = (instance("store_lease", "a"), instance("store_lease", "b"));
     let long = Duration::from_secs(60);
-    let first = a.try_acquire("p", "a", "cfg", Duration::from_millis(300)).unwrap().expect("a free lease");
+    let Taken::Lease(first) = a.try_acquire("p", "a", "cfg", Duration::from_millis(300)).unwrap() else {
+        panic!("a free lease")
+    };
     assert_eq!(first.epoch, 1);
-    assert_eq!(b.try_acquire("p", "b", "cfg", long).unwrap(), None, "a live lease is not taken");
+    assert_eq!(b.try_acquire("p", "b", "cfg", long).unwrap(), Taken::Held, "a live lease is not taken");
     let key = CheckpointKey::new("src", "k");
     let at = |tx| Position::Generator { tx, seq: 0 };
     a.fenced(first.clone()).commit(&[(key.clone(), at(1))]).unwrap();
@@ -148,7 +150,7 @@ fn a_lease_has_one_live_owner_and_a_stalled_one_is_fenced_off() {
     // `a` stalls past its lease (it does not renew); `b` takes over.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let second = loop {
-        if let Some(lease) = b.try_acquire("p", "b", "cfg", long).unwrap() {
+        if let Taken::Lease(lease) = b.try_acquire("p", "b", "cfg", long).unwrap() {
             break lease;
         }
         assert!(std::time::Instant::now() < deadline, "the expired lease was never taken");
@@ -167,26 +169,25 @@ fn a_lease_has_one_live_owner_and_a_stalled_one_is_fenced_off() {
 
     // Given back, it is free at once.
     b.release(&second, "b").unwrap();
-    assert_eq!(a.try_acquire("p", "a", "cfg", long).unwrap().map(|l| l.epoch), Some(3));
+    assert!(matches!(a.try_acquire("p", "a", "cfg", long).unwrap(), Taken::Lease(Lease { epoch: 3, .. })));
 }
 
 #[test]
-fn a_killed_owners_leases_are_free_at_once_and_another_config_is_refused() {
+fn a_killed_owners_leases_are_free_at_once_and_another_config_is_told_apart() {
     drop(fresh("store_lease_gone"));
     let long = Duration::from_secs(600);
     let a = instance("store_lease_gone", "a");
     let b = instance("store_lease_gone", "b");
-    a.try_acquire("p", "a", "one", long).unwrap().expect("a free lease");
-    let refused = b.try_acquire("p", "b", "two", long).unwrap_err().to_string();
-    assert!(refused.contains("\"a\"") && refused.contains("\"b\"") && refused.contains("another config"), "{refused}");
-    assert_eq!(b.try_acquire("p", "b", "one", long).unwrap(), None);
+    assert!(matches!(a.try_acquire("p", "a", "one", long).unwrap(), Taken::Lease(_)));
+    assert_eq!(b.try_acquire("p", "b", "two", long).unwrap(), Taken::OtherConfig { owner: "a".into() });
+    assert_eq!(b.try_acquire("p", "b", "one", long).unwrap(), Taken::Held);
     // The owner's session ends (a kill -9 ends it the same way): its
     // lease is free long before it expires.
     drop(a);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        if let Some(lease) = b.try_acquire("p", "b", "one", long).unwrap() {
-            assert_eq!(lease.epoch, 2);
+        if let Taken::Lease(lease) = b.try_acquire("p", "b", "two", long).unwrap() {
+            assert_eq!(lease.epoch, 2, "a dead owner's lease goes to another config too");
             break;
         }
         assert!(std::time::Instant::now() < deadline, "the dead owner's lease was never freed");
@@ -194,4 +195,27 @@ fn a_killed_owners_leases_are_free_at_once_and_another_config_is_refused() {
     }
     let taken = PgStore::open(PgStoreOptions { instance: Some("b".into()), ..options("store_lease_gone", false) });
     assert!(taken.err().unwrap().to_string().contains("instance id \"b\" is in use"));
+}
+
+#[test]
+fn a_lone_run_and_a_fleet_do_not_share_a_store() {
+    drop(fresh("store_kinds"));
+    let lone = PgStore::open(options("store_kinds", true)).unwrap();
+    let member = PgStore::open(PgStoreOptions { instance: Some("m".into()), ..options("store_kinds", false) });
+    assert!(matches!(member.err(), Some(StoreError::InUse { .. })), "a fleet member joined a store a lone run holds");
+    drop(lone);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let first = loop {
+        match PgStore::open(PgStoreOptions { instance: Some("m".into()), ..options("store_kinds", false) }) {
+            Ok(store) => break store,
+            Err(StoreError::InUse { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    // Members share it; a lone run is refused while any is there.
+    let second = PgStore::open(PgStoreOptions { instance: Some("n".into()), ..options("store_kinds", false) }).unwrap();
+    assert!(matches!(PgStore::open(options("store_kinds", true)).err(), Some(StoreError::InUse { .. })));
+    drop((first, second));
 }

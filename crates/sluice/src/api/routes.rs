@@ -91,6 +91,12 @@ async fn pipeline(State(api): Shared, Path(name): Path<String>) -> Response {
 
 async fn pause(State(api): Shared, Path(name): Path<String>) -> Response {
     let Some(p) = api.pipeline(&name) else { return no_pipeline(&api, &name).into_response() };
+    if p.status.state() == PipelineState::Standby {
+        let owner =
+            p.status.owner().map_or_else(|| "no instance yet".to_string(), |o| format!("instance {:?}", o.instance));
+        return error(StatusCode::CONFLICT, format!("pipeline {name:?} runs on {owner} of the fleet; pause it there"))
+            .into_response();
+    }
     if matches!(p.status.state(), PipelineState::Stopped | PipelineState::Failed) {
         return error(StatusCode::CONFLICT, format!("pipeline {name:?} is not running")).into_response();
     }

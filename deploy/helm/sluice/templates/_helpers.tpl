@@ -65,8 +65,11 @@ listen port or none; with another Service port, clients send name:port.
 
 {{/* Refuses values the chart cannot honour, before anything renders. */}}
 {{- define "sluice.validate" -}}
-{{- if gt (int .Values.replicaCount) 1 }}
-{{- fail (printf "replicaCount is %d: several replicas need fleet mode (`sluice run --fleet`, pipelines shared through leases), not yet available; two instances would each run every pipeline, so every sink would get each event once per instance (or, on a shared volume, all but one would stop on the data dir's lock). Set replicaCount to 1 (0 stops sluice)." (int .Values.replicaCount)) }}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.fleet.enabled) }}
+{{- fail (printf "replicaCount is %d: several replicas need fleet mode, so that they share the pipelines through leases instead of each running every pipeline (every sink would get each event once per replica). Set fleet.enabled: true and put the PostgreSQL checkpoint store in the config (store: { type: postgres, config: {...} } at its top level, docs/configuration.md \"Fleets\"), or set replicaCount to 1 (0 stops sluice)." (int .Values.replicaCount)) }}
+{{- end }}
+{{- if and .Values.fleet.enabled .Values.persistence.enabled }}
+{{- fail "fleet.enabled and persistence.enabled are both true: a fleet keeps no state on the data dir (checkpoints, dead letters and the sources' state are in the PostgreSQL store; the data dir holds only scratch spill files), and one ReadWriteOnce claim attaches to a single node, so pods elsewhere could not start. Leave persistence.enabled false; persistence.emptyDirSizeLimit bounds the spill files." }}
 {{- end }}
 {{- if and .Values.existingSecret (or .Values.secretEnv .Values.api.token) }}
 {{- fail "existingSecret is set together with secretEnv or api.token: the chart makes no Secret when existingSecret names one, so those values would be dropped. Put them in the existing Secret (SLUICE_API_TOKEN for the token, with api.tokenInExistingSecret: true), or leave existingSecret empty." }}

@@ -1,0 +1,193 @@
+//! `sluice run --fleet` against real PostgreSQL: three instances share
+//! three pipelines (PostgreSQL into the postgres sink) through leases in
+//! the PostgreSQL store. The pipelines spread one per instance; the owner
+//! of one is killed with SIGKILL and another instance takes it over; the
+//! owner of another is stopped (SIGSTOP) past its lease, another takes it
+//! over, and when it wakes it gives the pipeline up. Afterwards every
+//! target table equals its source table, row for row.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::pg::*;
+use common::*;
+use sluice_postgres::wire::Connection;
+
+const STORE: &str = "store_e2e_fleet";
+const TARGET: &str = "e2e_fleet_target";
+const PIPELINES: [&str; 3] = ["fa", "fb", "fc"];
+
+fn config() -> String {
+    let (port, user, ca) = (pg_env("SLUICE_TEST_PG_PORT"), pg_env("SLUICE_TEST_PG_USER"), pg_env("SLUICE_TEST_PG_CA"));
+    let server = format!(
+        "host: 127.0.0.1, port: {port}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", ssl_mode: verify-full, ca_file: {ca}"
+    );
+    let mut text = format!(
+        "store:\n  type: postgres\n  config: {{ {server}, database: postgres, schema: {STORE} }}\npipelines:\n"
+    );
+    for name in PIPELINES {
+        text.push_str(&format!(
+            "  - name: {name}\n    source:\n      type: postgres\n      config: {{ id: e2e_fleet_{name}, {server}, database: e2e_fleet_{name}, status_interval_secs: 1, snapshot: {{ mode: initial }} }}\n    sinks:\n      - type: postgres\n        config: {{ id: target, {server}, database: {TARGET}, schema: {name} }}\n"
+        ));
+    }
+    text
+}
+
+fn rows(database: &str, query: &str) -> BTreeMap<String, Vec<Option<String>>> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let mut conn = Connection::connect(&params(database), false).await.unwrap();
+        let rows = match conn.simple_query(query).await {
+            Ok(rows) => rows.rows,
+            // The target table is made by the sink with its first event.
+            Err(_) => Vec::new(),
+        };
+        conn.close().await;
+        rows.into_iter().map(|mut r| (r.remove(0).unwrap_or_default(), r)).collect()
+    })
+}
+
+/// Each pipeline's owner, if a live instance holds its lease.
+fn owners() -> BTreeMap<String, String> {
+    rows("postgres", &format!("SELECT pipeline, owner FROM {STORE}.leases WHERE expires_at > clock_timestamp()"))
+        .into_iter()
+        .map(|(pipeline, mut rest)| (pipeline, rest.remove(0).unwrap_or_default()))
+        .collect()
+}
+
+fn log_of(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("sluice.log")).unwrap_or_default()
+}
+
+#[test]
+fn three_instances_share_the_pipelines_and_take_over_a_killed_or_stalled_owners() {
+    sql("postgres", &format!("DROP SCHEMA IF EXISTS {STORE} CASCADE"));
+    fresh_database(TARGET);
+    for name in PIPELINES {
+        let db = format!("e2e_fleet_{name}");
+        fresh_database(&db);
+        sql(
+            &db,
+            "CREATE TABLE items (id bigint PRIMARY KEY, v int NOT NULL); INSERT INTO items SELECT g, 0 FROM generate_series(1, 100) g",
+        );
+    }
+    let root = tempfile::tempdir().unwrap();
+    let mut instances: BTreeMap<String, (Running, std::path::PathBuf)> = BTreeMap::new();
+    for id in ["i1", "i2", "i3"] {
+        let dir = root.path().join(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = write_config(&dir, &config());
+        let child =
+            spawn(&["run", "-c", config.to_str().unwrap(), "--fleet", "--instance-id", id, "--api-addr", "off"], &dir);
+        instances.insert(id.to_string(), (child, dir));
+    }
+    // The fleet spreads: one pipeline per instance.
+    wait_until(Duration::from_secs(90), "one pipeline on each instance", || {
+        let owners = owners();
+        owners.len() == 3 && owners.values().collect::<std::collections::BTreeSet<_>>().len() == 3
+    });
+
+    // Rows keep arriving in every source meanwhile.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut next = 1000;
+            while !stop.load(Ordering::Relaxed) {
+                for name in PIPELINES {
+                    sql(
+                        &format!("e2e_fleet_{name}"),
+                        &format!(
+                            "INSERT INTO items VALUES ({next}, 1); UPDATE items SET v = v + 1 WHERE id = {}",
+                            next % 100 + 1
+                        ),
+                    );
+                }
+                next += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            next
+        })
+    };
+
+    // SIGKILL the owner of `fa`: another instance takes it over.
+    let victim = owners()["fa"].clone();
+    let (mut child, _) = instances.remove(&victim).unwrap();
+    let killed = Instant::now();
+    child.kill9();
+    sql("e2e_fleet_fa", "INSERT INTO items VALUES (-1, 0)");
+    wait_until(Duration::from_secs(60), "fa's row after the kill in the target", || {
+        rows(TARGET, "SELECT id::text FROM fa.items WHERE id = -1").len() == 1
+    });
+    let new_owner = owners()["fa"].clone();
+    assert_ne!(new_owner, victim);
+    eprintln!("fa: from the kill of {victim} to {new_owner} delivering its first event: {:?}", killed.elapsed());
+
+    // SIGSTOP the owner of `fb` past its lease: another takes it over, and
+    // the stalled one gives it up when it wakes.
+    let stalled = owners()["fb"].clone();
+    let pid = instances[&stalled].0.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    wait_until(Duration::from_secs(60), "fb owned by another instance", || {
+        owners().get("fb").is_some_and(|owner| *owner != stalled)
+    });
+    assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    let stalled_dir = instances[&stalled].1.clone();
+    wait_until(Duration::from_secs(60), "the stalled instance giving fb up", || {
+        log_of(&stalled_dir).contains("lost the pipeline's lease")
+    });
+
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    for name in PIPELINES {
+        let source = rows(&format!("e2e_fleet_{name}"), "SELECT id::text, v::text FROM items");
+        let equal = wait_for(Duration::from_secs(120), || {
+            rows(TARGET, &format!("SELECT id::text, v::text FROM {name}.items")) == source
+        });
+        if !equal {
+            let logs: Vec<String> =
+                instances.iter().map(|(id, (_, dir))| format!("--- {id}:\n{}", log_of(dir))).collect();
+            panic!("{name}'s target never equalled its source; the instances' logs:\n{}", logs.join("\n"));
+        }
+    }
+    for (_, (child, dir)) in instances {
+        let status = child.terminate();
+        assert!(status.success(), "an instance did not stop cleanly:\n{}", log_of(&dir));
+    }
+    for name in PIPELINES {
+        drop_slots(&format!("e2e_fleet_{name}"));
+    }
+}
+
+#[test]
+fn a_fleet_without_the_postgresql_store_or_with_a_file_sink_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let generator = "pipelines:\n  - name: g\n    source: { type: generator, config: { id: g } }\n    sinks: [ { type: null, config: { id: n } } ]\n";
+    let config = write_config(dir.path(), generator);
+    let output = run(&["run", "-c", config.to_str().unwrap(), "--fleet", "--api-addr", "off"], dir.path());
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("store: { type: postgres"), "{}", stderr(&output));
+
+    let with_file = config_with_file();
+    let config = write_config(dir.path(), &with_file);
+    let output = run(&["run", "-c", config.to_str().unwrap(), "--fleet", "--api-addr", "off"], dir.path());
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("pipelines[0].sinks[0]") && stderr(&output).contains("this instance's disk"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+fn config_with_file() -> String {
+    config().replacen(
+        "      - type: postgres\n        config: { id: target,",
+        "      - type: file\n        config: { id: file, path: out.jsonl }\n      - type: postgres\n        config: { id: target,",
+        1,
+    )
+}
