@@ -212,9 +212,12 @@ fn nats_redis_and_http_carry_the_avro_values_kafka_does_under_their_subjects() {
     wait_for_slot(db);
     sql(db, "INSERT INTO t VALUES (1, 'a', 1.50), (2, 'b', NULL); UPDATE t SET v = 'c' WHERE id = 1");
     let kafka = avro_messages(&topic, 3);
-    wait_until(Duration::from_secs(30), "the nats and redis sinks", || {
-        nats_raw(&stream).len() >= 3 && redis_payloads(&redis_stream).len() >= 3 && receiver.delivered().len() >= 3
+    let counts = || (nats_raw(&stream).len(), redis_payloads(&redis_stream).len(), receiver.delivered().len());
+    let arrived = common::wait_for(Duration::from_secs(60), || {
+        let (nats, redis, http) = counts();
+        nats >= 3 && redis >= 3 && http >= 3
     });
+    assert!(arrived, "of 3 changes, (nats, redis, http) hold {:?}", counts());
     stop(child, dir.path());
     let expected: Vec<Value> = kafka.iter().map(|m| comparable(m["value"].clone())).collect();
     let nats: Vec<Vec<u8>> = nats_raw(&stream).into_iter().map(|(_, payload)| payload).collect();

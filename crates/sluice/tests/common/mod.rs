@@ -33,8 +33,9 @@ pub fn run(args: &[&str], dir: &Path) -> Output {
 
 /// A running `sluice`; killed when dropped, so a failing test leaves no
 /// process behind. Its log goes to `sluice.log` in its folder (appended
-/// across restarts), where a failing test's message points.
-pub struct Running(Option<Child>);
+/// across restarts); when a test fails while it runs, the log's tail goes
+/// to the test's output, since the folder is removed with the test.
+pub struct Running(Option<Child>, PathBuf);
 
 impl Running {
     pub fn id(&self) -> u32 {
@@ -75,6 +76,14 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         self.kill9();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.1).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- last lines of {} ---", self.1.display());
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
     }
 }
 
@@ -86,13 +95,13 @@ pub fn spawn_with_env(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> Runnin
     for (name, value) in env {
         command.env(name, value);
     }
-    Running(Some(command.spawn().expect("sluice starts")))
+    Running(Some(command.spawn().expect("sluice starts")), dir.join("sluice.log"))
 }
 
 pub fn spawn(args: &[&str], dir: &Path) -> Running {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("sluice.log")).unwrap();
     let child = sluice().args(args).current_dir(dir).stdout(Stdio::null()).stderr(log).spawn().expect("sluice starts");
-    Running(Some(child))
+    Running(Some(child), dir.join("sluice.log"))
 }
 
 pub fn stderr(output: &Output) -> String {
