@@ -47,6 +47,9 @@ pub struct Config {
     /// One file of a folder may set it.
     #[serde(default)]
     pub store: Option<crate::store::StoreConfig>,
+    /// A folder's file may hold the store alone; the whole config needs
+    /// one pipeline at least.
+    #[serde(default)]
     pub pipelines: Vec<PipelineConfig>,
 }
 

@@ -21,10 +21,12 @@ use sluice_core::StoreError;
 use sluice_runtime::status::Ownership;
 use sluice_runtime::{PipelineHandle, RunReport, Shutdown};
 use sluice_store::{Lease, PgStore, Store, Taken};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
 use crate::assemble;
+use crate::reload::Change;
 use crate::run::{Again, run_with_rereads};
 
 /// How long a lease lasts without renewal, and how often it is renewed.
@@ -76,7 +78,7 @@ pub fn default_instance() -> String {
 /// under one name with different settings are refused. FNV-1a, which
 /// every build computes alike (the standard hasher may change between
 /// Rust releases), over the settings as this build prints them.
-fn digest(config: &PipelineConfig) -> String {
+pub(crate) fn digest(config: &PipelineConfig) -> String {
     let hash = format!("{config:?}")
         .bytes()
         .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3));
@@ -108,14 +110,15 @@ impl Fleet {
     /// Runs until `shutdown`, or until a pipeline this instance owns fails
     /// for a reason other than losing its lease (which stops the process,
     /// as without a fleet, and frees its leases for the others).
-    pub async fn run(self, pipelines: Vec<(PipelineConfig, PipelineHandle)>, shutdown: Shutdown) -> anyhow::Result<()> {
-        let mut entries: Vec<Entry> = pipelines
-            .into_iter()
-            .map(|(config, handle)| {
-                handle.status.set_owner(None, false);
-                Entry { digest: digest(&config), config, handle, owned: None, done: false, other_config: None }
-            })
-            .collect();
+    /// A reload's [`Change`] arrives through `changes`.
+    pub async fn run(
+        self,
+        pipelines: Vec<(PipelineConfig, PipelineHandle)>,
+        mut changes: mpsc::Receiver<Change>,
+        shutdown: Shutdown,
+    ) -> anyhow::Result<()> {
+        let mut entries: Vec<Entry> =
+            pipelines.into_iter().map(|(config, handle)| Entry::new(config, handle)).collect();
         let fleet = Arc::new(self);
         info!(instance = %fleet.instance, pipelines = entries.len(), "fleet member started");
         let mut tick = tokio::time::interval(fleet.renew_every);
@@ -123,6 +126,10 @@ impl Fleet {
         while failure.is_none() {
             tokio::select! {
                 _ = tick.tick() => {}
+                Some(change) = changes.recv() => {
+                    fleet.apply(&mut entries, change.pipelines).await;
+                    let _ = change.done.send(());
+                }
                 _ = shutdown.wait() => break,
             }
             failure = fleet.round(&mut entries).await.err();
@@ -298,16 +305,54 @@ impl Fleet {
             owned.stop.trigger();
         }
         for entry in entries.iter_mut() {
-            let Some(owned) = entry.owned.take() else { continue };
-            match owned.task.await {
-                Ok(Ok(report)) => info!(pipeline = %entry.config.name, checkpoints = %report, "pipeline stopped"),
-                Ok(Err(e)) => warn!(pipeline = %entry.config.name, error = %e, "pipeline stopped with an error"),
-                Err(e) => warn!(pipeline = %entry.config.name, error = %e, "pipeline task failed"),
+            self.stop(entry).await;
+        }
+    }
+
+    /// Stops the pipeline if it runs here, waits for its checkpoints to be
+    /// stored, and gives its lease back.
+    async fn stop(&self, entry: &mut Entry) {
+        let Some(owned) = entry.owned.take() else { return };
+        owned.stop.trigger();
+        match owned.task.await {
+            Ok(Ok(report)) => info!(pipeline = %entry.config.name, checkpoints = %report, "pipeline stopped"),
+            Ok(Err(e)) => warn!(pipeline = %entry.config.name, error = %e, "pipeline stopped with an error"),
+            Err(e) => warn!(pipeline = %entry.config.name, error = %e, "pipeline task failed"),
+        }
+        if !owned.lost {
+            self.release(&owned.lease).await;
+        }
+    }
+
+    /// Takes a reloaded config's pipelines: those gone or changed stop
+    /// here first; the new and changed ones are taken by the next rounds,
+    /// here or on another instance, like any free pipeline.
+    async fn apply(&self, entries: &mut Vec<Entry>, pipelines: Vec<(PipelineConfig, PipelineHandle)>) {
+        let mut kept = Vec::new();
+        for mut entry in std::mem::take(entries) {
+            let same = pipelines.iter().any(|(c, _)| c.name == entry.config.name && digest(c) == entry.digest);
+            if same {
+                kept.push(entry);
+                continue;
             }
-            if !owned.lost {
-                self.release(&owned.lease).await;
+            if entry.owned.is_some() {
+                info!(pipeline = %entry.config.name, "the reloaded config removed or changed the pipeline; stopping it");
+            }
+            self.stop(&mut entry).await;
+        }
+        for (config, handle) in pipelines {
+            match kept.iter().position(|e| e.config.name == config.name) {
+                Some(at) => entries.push(kept.swap_remove(at)),
+                None => entries.push(Entry::new(config, handle)),
             }
         }
+    }
+}
+
+impl Entry {
+    fn new(config: PipelineConfig, handle: PipelineHandle) -> Self {
+        handle.status.set_owner(None, false);
+        Entry { digest: digest(&config), config, handle, owned: None, done: false, other_config: None }
     }
 }
 

@@ -11,6 +11,7 @@ mod dlq;
 mod fleet;
 mod logging;
 mod man;
+mod reload;
 mod remote;
 mod run;
 mod snapshot;

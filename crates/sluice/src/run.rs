@@ -12,6 +12,7 @@ use tracing::{error, info, warn};
 
 use crate::cli::ServeArgs;
 use crate::fleet::{self, Fleet};
+use crate::reload::Reloader;
 use crate::{Failure, api, assemble};
 
 pub fn run(serve: ServeArgs) -> Result<(), Failure> {
@@ -40,72 +41,39 @@ pub fn run(serve: ServeArgs) -> Result<(), Failure> {
     for pipeline in &config.pipelines {
         pipelines.push((pipeline.name.clone(), assemble::pipeline(pipeline, store.clone(), &args.data_dir)?));
     }
-    let handles = pipelines.iter().map(|(_, p)| p.handle.clone()).collect();
-    let fleet_handles: Vec<_> = pipelines.iter().map(|(_, p)| p.handle.clone()).collect();
+    let handles: Vec<_> = pipelines.iter().map(|(_, p)| p.handle.clone()).collect();
     let config_pipelines = config.pipelines.clone();
     let store_again = store.clone();
+    let catalog = api::Catalog::new(config, handles.clone());
+    let (to_fleet, changes) = tokio::sync::mpsc::channel(1);
+    let reloader = Arc::new(Reloader::new(
+        args.config.config.clone(),
+        args.data_dir.clone(),
+        store.clone(),
+        catalog.clone(),
+        fleet_store.is_some().then_some(to_fleet),
+    ));
     let result = runtime.block_on(async move {
         let server = match (metrics, listener) {
-            (Some(metrics), Some(listener)) => Some(serve_api(listener, hosts, config, handles, store, metrics)?),
+            (Some(metrics), Some(listener)) => {
+                Some(serve_api(listener, hosts, catalog, reloader.clone(), store, metrics)?)
+            }
             _ => None,
         };
         let shutdown = Shutdown::new();
-        let signals = tokio::spawn(watch_signals(listening, shutdown.clone()));
-        if let Some(pg) = fleet_store {
-            let fleet = Fleet::new(pg, instance, args.data_dir.clone());
-            let result = fleet.run(config_pipelines.into_iter().zip(fleet_handles).collect(), shutdown).await;
-            signals.abort();
-            if let Some(server) = server {
-                server.abort();
-            }
-            return result.map_err(Failure::pipeline);
-        }
-        let mut runs = Vec::new();
-        for ((name, pipeline), pipeline_config) in pipelines.into_iter().zip(&config_pipelines) {
-            let again = Again {
-                config: pipeline_config.clone(),
-                store: store_again.clone(),
-                checkpoints: None,
-                data_dir: args.data_dir.clone(),
-            };
-            let run = run_with_rereads(pipeline, again, shutdown.clone());
-            let shutdown = shutdown.clone();
-            runs.push((
-                name,
-                tokio::spawn(async move {
-                    let result = run.await;
-                    if result.is_err() {
-                        // One pipeline failing stops the process, so an
-                        // orchestrator sees the failure and restarts it.
-                        shutdown.trigger();
-                    }
-                    result
-                }),
-            ));
-        }
-        let mut first_error = None;
-        for (name, handle) in runs {
-            match handle.await {
-                Ok(Ok(report)) => {
-                    info!(pipeline = %name, checkpoints = %report, "pipeline done")
-                }
-                Ok(Err(err)) => {
-                    error!(pipeline = %name, error = %err, "pipeline failed");
-                    first_error.get_or_insert(anyhow!(err));
-                }
-                Err(err) => {
-                    first_error.get_or_insert(anyhow!("pipeline {name} task failed: {err}"));
-                }
-            }
-        }
+        let signals = tokio::spawn(watch_signals(listening, shutdown.clone(), reloader));
+        let result = match fleet_store {
+            Some(pg) => Fleet::new(pg, instance, args.data_dir.clone())
+                .run(config_pipelines.into_iter().zip(handles).collect(), changes, shutdown)
+                .await
+                .map_err(Failure::pipeline),
+            None => run_alone(pipelines, &config_pipelines, store_again, &args.data_dir, shutdown).await,
+        };
         signals.abort();
         if let Some(server) = server {
             server.abort();
         }
-        match first_error {
-            Some(err) => Err(Failure::pipeline(err)),
-            None => Ok(()),
-        }
+        result
     });
     // Every pipeline has stopped and saved its checkpoints. A blocking call
     // a sink gave up on (a Kafka client waiting out its broker timeout)
@@ -114,16 +82,69 @@ pub fn run(serve: ServeArgs) -> Result<(), Failure> {
     result
 }
 
+/// Runs every pipeline here until all end; the first failure stops them
+/// all.
+async fn run_alone(
+    pipelines: Vec<(String, Pipeline)>,
+    configs: &[PipelineConfig],
+    store: Arc<dyn Store>,
+    data_dir: &std::path::Path,
+    shutdown: Shutdown,
+) -> Result<(), Failure> {
+    let mut runs = Vec::new();
+    for ((name, pipeline), pipeline_config) in pipelines.into_iter().zip(configs) {
+        let again = Again {
+            config: pipeline_config.clone(),
+            store: store.clone(),
+            checkpoints: None,
+            data_dir: data_dir.to_path_buf(),
+        };
+        let run = run_with_rereads(pipeline, again, shutdown.clone());
+        let shutdown = shutdown.clone();
+        runs.push((
+            name,
+            tokio::spawn(async move {
+                let result = run.await;
+                if result.is_err() {
+                    // One pipeline failing stops the process, so an
+                    // orchestrator sees the failure and restarts it.
+                    shutdown.trigger();
+                }
+                result
+            }),
+        ));
+    }
+    let mut first_error = None;
+    for (name, handle) in runs {
+        match handle.await {
+            Ok(Ok(report)) => {
+                info!(pipeline = %name, checkpoints = %report, "pipeline done")
+            }
+            Ok(Err(err)) => {
+                error!(pipeline = %name, error = %err, "pipeline failed");
+                first_error.get_or_insert(anyhow!(err));
+            }
+            Err(err) => {
+                first_error.get_or_insert(anyhow!("pipeline {name} task failed: {err}"));
+            }
+        }
+    }
+    match first_error {
+        Some(err) => Err(Failure::pipeline(err)),
+        None => Ok(()),
+    }
+}
+
 fn serve_api(
     listener: std::net::TcpListener,
     hosts: api::AllowedHosts,
-    config: sluice_config::Config,
-    pipelines: Vec<sluice_runtime::PipelineHandle>,
+    catalog: Arc<api::Catalog>,
+    reloader: Arc<Reloader>,
     store: Arc<dyn Store>,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
 ) -> Result<tokio::task::JoinHandle<()>, Failure> {
     let token = std::env::var(api::TOKEN_ENV).ok().filter(|t| !t.is_empty());
-    let state = api::Api { config, pipelines, store, metrics, token, history: Default::default() };
+    let state = api::Api { catalog, reloader, store, metrics, token, history: Default::default() };
     api::serve(listener, hosts, Arc::new(state)).map_err(Failure::bad_input)
 }
 
@@ -186,23 +207,40 @@ pub(crate) async fn run_with_rereads(
 
 /// SIGINT or SIGTERM starts an orderly shutdown; a second one exits at once
 /// (checkpoints are safe either way: they only ever trail what sinks hold).
-fn listen_for_signals() -> Option<(Signal, Signal)> {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
-        (Ok(interrupt), Ok(terminate)) => Some((interrupt, terminate)),
-        _ => None,
-    }
+/// SIGHUP reloads the config.
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
 }
 
-async fn watch_signals(listening: Option<(Signal, Signal)>, shutdown: Shutdown) {
-    let Some((mut interrupt, mut terminate)) = listening else {
+fn listen_for_signals() -> Option<Signals> {
+    use tokio::signal::unix::{SignalKind, signal};
+    Some(Signals {
+        interrupt: signal(SignalKind::interrupt()).ok()?,
+        terminate: signal(SignalKind::terminate()).ok()?,
+        hangup: signal(SignalKind::hangup()).ok()?,
+    })
+}
+
+async fn watch_signals(listening: Option<Signals>, shutdown: Shutdown, reloader: Arc<Reloader>) {
+    let Some(mut signals) = listening else {
         warn!("cannot install signal handlers; stop sluice with SIGKILL");
         return;
     };
-    for count in 0.. {
+    let mut count = 0;
+    loop {
         tokio::select! {
-            _ = interrupt.recv() => {}
-            _ = terminate.recv() => {}
+            _ = signals.interrupt.recv() => {}
+            _ = signals.terminate.recv() => {}
+            _ = signals.hangup.recv() => {
+                info!("SIGHUP: reading the config again");
+                // Its own task: a reload waits for removed pipelines to
+                // drain, and a SIGTERM meanwhile must still be heard.
+                let reloader = reloader.clone();
+                tokio::spawn(async move { reloader.on_hangup().await });
+                continue;
+            }
         }
         if count == 0 {
             info!("signal received; draining and saving checkpoints (send again to exit at once)");
@@ -211,5 +249,6 @@ async fn watch_signals(listening: Option<(Signal, Signal)>, shutdown: Shutdown) 
             warn!("second signal; exiting without draining");
             std::process::exit(130);
         }
+        count += 1;
     }
 }

@@ -22,20 +22,41 @@ const STORE: &str = "store_e2e_fleet";
 const TARGET: &str = "e2e_fleet_target";
 const PIPELINES: [&str; 3] = ["fa", "fb", "fc"];
 
-fn config() -> String {
+fn server() -> String {
     let (port, user, ca) = (pg_env("SLUICE_TEST_PG_PORT"), pg_env("SLUICE_TEST_PG_USER"), pg_env("SLUICE_TEST_PG_CA"));
-    let server = format!(
+    format!(
         "host: 127.0.0.1, port: {port}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", ssl_mode: verify-full, ca_file: {ca}"
-    );
-    let mut text = format!(
-        "store:\n  type: postgres\n  config: {{ {server}, database: postgres, schema: {STORE} }}\npipelines:\n"
-    );
+    )
+}
+
+fn store_yaml(store: &str) -> String {
+    format!("store:\n  type: postgres\n  config: {{ {}, database: postgres, schema: {store} }}\n", server())
+}
+
+/// Pipeline `name` from database `{prefix}_{name}` into schema `name` of
+/// database `target`.
+fn pipeline_yaml(name: &str, prefix: &str, target: &str) -> String {
+    let server = server();
+    format!(
+        "  - name: {name}\n    source:\n      type: postgres\n      config: {{ id: {prefix}_{name}, {server}, database: {prefix}_{name}, status_interval_secs: 1, snapshot: {{ mode: initial }} }}\n    sinks:\n      - type: postgres\n        config: {{ id: target, {server}, database: {target}, schema: {name} }}\n"
+    )
+}
+
+fn config() -> String {
+    let mut text = format!("{}pipelines:\n", store_yaml(STORE));
     for name in PIPELINES {
-        text.push_str(&format!(
-            "  - name: {name}\n    source:\n      type: postgres\n      config: {{ id: e2e_fleet_{name}, {server}, database: e2e_fleet_{name}, status_interval_secs: 1, snapshot: {{ mode: initial }} }}\n    sinks:\n      - type: postgres\n        config: {{ id: target, {server}, database: {TARGET}, schema: {name} }}\n"
-        ));
+        text.push_str(&pipeline_yaml(name, "e2e_fleet", TARGET));
     }
     text
+}
+
+/// A source database with 100 rows in `items`.
+fn fresh_source(db: &str) {
+    fresh_database(db);
+    sql(
+        db,
+        "CREATE TABLE items (id bigint PRIMARY KEY, v int NOT NULL); INSERT INTO items SELECT g, 0 FROM generate_series(1, 100) g",
+    );
 }
 
 fn rows(database: &str, query: &str) -> BTreeMap<String, Vec<Option<String>>> {
@@ -54,7 +75,12 @@ fn rows(database: &str, query: &str) -> BTreeMap<String, Vec<Option<String>>> {
 
 /// Each pipeline's owner, if a live instance holds its lease.
 fn owners() -> BTreeMap<String, String> {
-    rows("postgres", &format!("SELECT pipeline, owner FROM {STORE}.leases WHERE expires_at > clock_timestamp()"))
+    leases(STORE, "owner")
+}
+
+/// `column` of each live lease of the store in schema `store`.
+fn leases(store: &str, column: &str) -> BTreeMap<String, String> {
+    rows("postgres", &format!("SELECT pipeline, {column} FROM {store}.leases WHERE expires_at > clock_timestamp()"))
         .into_iter()
         .map(|(pipeline, mut rest)| (pipeline, rest.remove(0).unwrap_or_default()))
         .collect()
@@ -69,12 +95,7 @@ fn three_instances_share_the_pipelines_and_take_over_a_killed_or_stalled_owners(
     sql("postgres", &format!("DROP SCHEMA IF EXISTS {STORE} CASCADE"));
     fresh_database(TARGET);
     for name in PIPELINES {
-        let db = format!("e2e_fleet_{name}");
-        fresh_database(&db);
-        sql(
-            &db,
-            "CREATE TABLE items (id bigint PRIMARY KEY, v int NOT NULL); INSERT INTO items SELECT g, 0 FROM generate_series(1, 100) g",
-        );
+        fresh_source(&format!("e2e_fleet_{name}"));
     }
     let root = tempfile::tempdir().unwrap();
     let mut instances: BTreeMap<String, (Running, std::path::PathBuf)> = BTreeMap::new();
@@ -190,4 +211,126 @@ fn config_with_file() -> String {
         "      - type: file\n        config: { id: file, path: out.jsonl }\n      - type: postgres\n        config: { id: target,",
         1,
     )
+}
+
+const RELOAD_STORE: &str = "store_e2e_reload";
+const RELOAD_TARGET: &str = "e2e_reload_target";
+
+/// Writes pipeline `name`'s file into every instance's config folder, or
+/// removes it.
+fn set_pipeline_file(folders: &[std::path::PathBuf], name: &str, present: bool) {
+    for folder in folders {
+        let file = folder.join(format!("{name}.yaml"));
+        if present {
+            let text = format!("pipelines:\n{}", pipeline_yaml(name, "e2e_reload", RELOAD_TARGET));
+            std::fs::write(file, text).unwrap();
+        } else {
+            std::fs::remove_file(file).unwrap();
+        }
+    }
+}
+
+fn openapi() -> serde_json::Value {
+    serde_json::from_str(include_str!("../src/api/openapi.json")).unwrap()
+}
+
+fn hangup(child: &Running) {
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+}
+
+#[test]
+fn a_reload_starts_an_added_pipeline_file_in_the_fleet_and_stops_a_removed_one_leaving_the_others_running() {
+    sql("postgres", &format!("DROP SCHEMA IF EXISTS {RELOAD_STORE} CASCADE"));
+    fresh_database(RELOAD_TARGET);
+    for name in ["ra", "rb", "rc"] {
+        fresh_source(&format!("e2e_reload_{name}"));
+    }
+    let root = tempfile::tempdir().unwrap();
+    let (mut children, mut folders, mut addrs) = (Vec::new(), Vec::new(), Vec::new());
+    for id in ["r1", "r2"] {
+        let dir = root.path().join(id);
+        let folder = dir.join("conf");
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("store.yaml"), store_yaml(RELOAD_STORE)).unwrap();
+        folders.push(folder.clone());
+        set_pipeline_file(&folders[folders.len() - 1..], "ra", true);
+        set_pipeline_file(&folders[folders.len() - 1..], "rb", true);
+        let args = ["run", "-c", folder.to_str().unwrap(), "--fleet", "--instance-id", id, "--api-addr", "127.0.0.1:0"];
+        children.push(spawn(&args, &dir));
+        addrs.push(common::api::api_addr(&dir));
+    }
+    wait_until(Duration::from_secs(90), "ra and rb running, one per instance", || {
+        let owners = leases(RELOAD_STORE, "owner");
+        owners.len() == 2 && owners.values().collect::<std::collections::BTreeSet<_>>().len() == 2
+    });
+    let ra = leases(RELOAD_STORE, "owner || ':' || epoch")["ra"].clone();
+
+    // A config that does not load is refused whole, naming the file.
+    std::fs::write(folders[1].join("broken.yaml"), "pipelines: [ {").unwrap();
+    let refused = common::api::call(&addrs[1], "POST", "/reload", None, None);
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert!(refused.body.contains("broken.yaml"), "{}", refused.body);
+    common::api::assert_documented(&openapi(), "/reload", "POST", &refused);
+    std::fs::remove_file(folders[1].join("broken.yaml")).unwrap();
+
+    // Added: one instance hears SIGHUP, the other POST /reload.
+    set_pipeline_file(&folders, "rc", true);
+    hangup(&children[0]);
+    let reloaded = common::api::call(&addrs[1], "POST", "/reload", None, None);
+    assert_eq!(reloaded.status, 200, "{}", reloaded.body);
+    common::api::assert_documented(&openapi(), "/reload", "POST", &reloaded);
+    let reloaded = reloaded.json();
+    assert_eq!(reloaded["added"], serde_json::json!(["rc"]));
+    assert_eq!(reloaded["unchanged"], serde_json::json!(["ra", "rb"]));
+    let source = rows("e2e_reload_rc", "SELECT id::text, v::text FROM items");
+    wait_until(Duration::from_secs(60), "rc's rows in its target", || {
+        rows(RELOAD_TARGET, "SELECT id::text, v::text FROM rc.items") == source
+    });
+
+    // Removed: its owner stops it and gives its lease back.
+    set_pipeline_file(&folders, "rb", false);
+    let reloaded = common::api::call(&addrs[0], "POST", "/reload", None, None);
+    assert_eq!(reloaded.status, 200, "{}", reloaded.body);
+    assert_eq!(reloaded.json()["removed"], serde_json::json!(["rb"]));
+    hangup(&children[1]);
+    wait_until(Duration::from_secs(30), "rb's lease given back and rb gone from both APIs", || {
+        let listed = addrs.iter().any(|addr| {
+            let answer = common::api::get(addr, "/pipelines", None).json();
+            answer["pipelines"].as_array().unwrap().iter().any(|p| p["name"] == "rb")
+        });
+        !leases(RELOAD_STORE, "owner").contains_key("rb") && !listed
+    });
+
+    // ra ran on through both reloads under the lease it started with.
+    assert_eq!(leases(RELOAD_STORE, "owner || ':' || epoch")["ra"], ra);
+    sql("e2e_reload_ra", "INSERT INTO items VALUES (-1, 0)");
+    wait_until(Duration::from_secs(30), "ra's new row in its target", || {
+        rows(RELOAD_TARGET, "SELECT id::text FROM ra.items WHERE id = -1").len() == 1
+    });
+    for child in children {
+        assert!(child.terminate().success());
+    }
+    for name in ["ra", "rb", "rc"] {
+        drop_slots(&format!("e2e_reload_{name}"));
+    }
+}
+
+#[test]
+fn a_lone_run_refuses_a_reload_and_runs_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let generator = "pipelines:\n  - name: g\n    source: { type: generator, config: { id: g, events_per_sec: 100 } }\n    sinks: [ { type: null, config: { id: n } } ]\n";
+    let config = write_config(dir.path(), generator);
+    let child = spawn(&["run", "-c", config.to_str().unwrap(), "--api-addr", "127.0.0.1:0"], dir.path());
+    let addr = common::api::api_addr(dir.path());
+    let refused = common::api::call(&addr, "POST", "/reload", None, None);
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    common::api::assert_documented(&openapi(), "/reload", "POST", &refused);
+    assert!(refused.body.contains("restart"), "{}", refused.body);
+    hangup(&child);
+    wait_until(Duration::from_secs(30), "the SIGHUP refusal in the log", || {
+        log_of(dir.path()).contains("config not reloaded")
+    });
+    assert_eq!(common::api::get(&addr, "/health", None).status, 200);
+    assert!(child.terminate().success());
 }

@@ -13,7 +13,7 @@ mod metrics;
 mod routes;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use anyhow::anyhow;
 use axum::extract::{Request, State};
@@ -32,12 +32,39 @@ pub use self::metrics::install as install_metrics;
 /// The environment variable that holds the API's bearer token.
 pub const TOKEN_ENV: &str = "SLUICE_API_TOKEN";
 
-/// What the handlers share.
-pub struct Api {
-    pub config: Config,
+/// The config the process runs and its pipelines, swapped whole by a
+/// reload.
+pub struct Catalog {
+    pub config: RwLock<Config>,
     /// Every pipeline of the process: its figures for the read-only
     /// routes, its controls for pause, resume and redelivery.
-    pub pipelines: Vec<PipelineHandle>,
+    pub pipelines: RwLock<Vec<PipelineHandle>>,
+}
+
+impl Catalog {
+    pub fn new(config: Config, pipelines: Vec<PipelineHandle>) -> Arc<Self> {
+        Arc::new(Catalog { config: RwLock::new(config), pipelines: RwLock::new(pipelines) })
+    }
+
+    pub fn config(&self) -> Config {
+        self.config.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    pub fn handles(&self) -> Vec<PipelineHandle> {
+        self.pipelines.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    pub fn replace(&self, config: Config, pipelines: Vec<PipelineHandle>) {
+        *self.config.write().unwrap_or_else(PoisonError::into_inner) = config;
+        *self.pipelines.write().unwrap_or_else(PoisonError::into_inner) = pipelines;
+    }
+}
+
+/// What the handlers share.
+pub struct Api {
+    pub catalog: Arc<Catalog>,
+    /// Applies the config on disk anew (`POST /reload`).
+    pub reloader: Arc<crate::reload::Reloader>,
     pub store: Arc<dyn Store>,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
     pub token: Option<String>,
@@ -46,16 +73,16 @@ pub struct Api {
 }
 
 impl Api {
-    fn pipeline(&self, name: &str) -> Option<&PipelineHandle> {
-        self.pipelines.iter().find(|p| p.status.name == name)
+    fn pipeline(&self, name: &str) -> Option<PipelineHandle> {
+        self.catalog.handles().into_iter().find(|p| p.status.name == name)
     }
 
-    fn status(&self, name: &str) -> Option<&PipelineStatus> {
-        self.pipeline(name).map(|p| &*p.status)
+    fn status(&self, name: &str) -> Option<Arc<PipelineStatus>> {
+        self.pipeline(name).map(|p| p.status)
     }
 
-    fn statuses(&self) -> impl Iterator<Item = &PipelineStatus> {
-        self.pipelines.iter().map(|p| &*p.status)
+    fn statuses(&self) -> Vec<Arc<PipelineStatus>> {
+        self.catalog.handles().into_iter().map(|p| p.status).collect()
     }
 }
 
@@ -98,7 +125,7 @@ pub fn serve(
         let mut tick = tokio::time::interval(history::EVERY);
         loop {
             tick.tick().await;
-            let views: Vec<_> = sampled.statuses().map(|p| p.view()).collect();
+            let views: Vec<_> = sampled.statuses().iter().map(|p| p.view()).collect();
             sampled.history.record(&views, sluice_core::time::now_us());
         }
     });

@@ -41,6 +41,7 @@ pub fn router() -> Router<Arc<Api>> {
         .route("/pipelines/{name}/checkpoints", get(checkpoints))
         .route("/pipelines/{name}/history", get(history))
         .route("/pipelines/{name}/snapshot", get(snapshot_progress).post(snapshot_start))
+        .route("/reload", post(reload))
         .route("/dlq", get(dlq_list))
         .route("/dlq/{key}", get(dlq_show).delete(dlq_purge))
         .route("/dlq/{key}/retry", post(dlq_retry))
@@ -53,7 +54,8 @@ pub fn error(status: StatusCode, message: String) -> (StatusCode, Json<Value>) {
 }
 
 fn no_pipeline(api: &Api, name: &str) -> (StatusCode, Json<Value>) {
-    let names: Vec<&str> = api.statuses().map(|p| p.name.as_str()).collect();
+    let statuses = api.statuses();
+    let names: Vec<&str> = statuses.iter().map(|p| p.name.as_str()).collect();
     error(StatusCode::NOT_FOUND, format!("no pipeline named {name:?}; the pipelines are {names:?}"))
 }
 
@@ -64,21 +66,22 @@ fn store_error(e: impl std::fmt::Display) -> (StatusCode, Json<Value>) {
 /// Alive, and no pipeline failed: a failed pipeline ends the process, so
 /// this only fails in the moments before it exits.
 async fn health(State(api): Shared) -> Response {
-    let pipelines: Vec<Value> = api.statuses().map(|p| json!({ "name": p.name, "state": p.state() })).collect();
-    let failed = api.statuses().any(|p| p.state() == PipelineState::Failed);
+    let pipelines: Vec<Value> = api.statuses().iter().map(|p| json!({ "name": p.name, "state": p.state() })).collect();
+    let failed = api.statuses().iter().any(|p| p.state() == PipelineState::Failed);
     let status = if failed { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
     (status, Json(json!({ "status": if failed { "failed" } else { "alive" }, "pipelines": pipelines }))).into_response()
 }
 
 async fn ready(State(api): Shared) -> Response {
-    let pipelines: Vec<Value> = api.statuses().map(|p| json!({ "name": p.name, "problems": p.problems() })).collect();
+    let pipelines: Vec<Value> =
+        api.statuses().iter().map(|p| json!({ "name": p.name, "problems": p.problems() })).collect();
     let ready = pipelines.iter().all(|p| p["problems"].as_array().is_some_and(Vec::is_empty));
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, Json(json!({ "ready": ready, "pipelines": pipelines }))).into_response()
 }
 
 async fn pipelines(State(api): Shared) -> Json<Value> {
-    let views: Vec<_> = api.statuses().map(|p| p.view()).collect();
+    let views: Vec<_> = api.statuses().iter().map(|p| p.view()).collect();
     Json(json!({ "pipelines": views }))
 }
 
@@ -202,7 +205,7 @@ async fn snapshot_start(
     Path(name): Path<String>,
     body: Result<Json<SnapshotRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let Some(config) = api.config.pipelines.iter().find(|p| p.name == name) else {
+    let Some(config) = api.catalog.config().pipelines.into_iter().find(|p| p.name == name) else {
         return no_pipeline(&api, &name).into_response();
     };
     let Ok(Json(request)) = body else {
@@ -309,8 +312,9 @@ async fn dlq_retry(State(api): Shared, Path(key): Path<String>) -> Response {
         Err(e) => return e.into_response(),
     };
     let Some(p) = api
-        .pipelines
-        .iter()
+        .catalog
+        .handles()
+        .into_iter()
         .find(|p| p.status.source_id == letter.source_id && p.status.sink(&letter.sink_id).is_some())
     else {
         return error(
@@ -349,12 +353,24 @@ async fn dlq_retry(State(api): Shared, Path(key): Path<String>) -> Response {
     }
 }
 
+/// Reads the config again: pipelines added start, removed ones stop, and
+/// changed ones start again with their new settings.
+async fn reload(State(api): Shared) -> Response {
+    match api.reloader.reload().await {
+        Ok(reloaded) => Json(json!(reloaded)).into_response(),
+        Err(crate::reload::ReloadError::NotInFleet) => {
+            error(StatusCode::CONFLICT, crate::reload::ReloadError::NotInFleet.to_string()).into_response()
+        }
+        Err(e) => error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()).into_response(),
+    }
+}
+
 /// Every pipeline's view once a second, for the dashboard.
 async fn events(State(api): Shared) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, Infallible>>> {
     let ticks = tokio::time::interval(Duration::from_secs(1));
     let stream = futures_util::stream::unfold((ticks, api), |(mut ticks, api)| async move {
         ticks.tick().await;
-        let views: Vec<_> = api.statuses().map(|p| p.view()).collect();
+        let views: Vec<_> = api.statuses().iter().map(|p| p.view()).collect();
         let data =
             json!({ "at": sluice_core::time::format_utc_micros(sluice_core::time::now_us()), "pipelines": views });
         Some((Ok(SseEvent::default().data(data.to_string())), (ticks, api)))
