@@ -100,3 +100,28 @@ snapshot_bench() {
   printf 'ratio (sluice / faster ceiling): %.2f\n' "$(calc "$best / $sluice_secs")"
   printf 'sluice peak RSS: %.1f MB\n' "$(calc "$peak_kib / 1024")"
 }
+
+# Loads $TX_COUNT transactions of $ROWS_PER_TX rows into `orders` of
+# database $1, then one row into `bench_done` (a sink's checkpoint at that
+# last transaction, sequence 0, marks the end); sets end_lsn.
+load_orders() {
+  local db=$1 tx first
+  echo "loading $((TX_COUNT * ROWS_PER_TX)) rows in $TX_COUNT transactions" >&2
+  for tx in $(seq 0 $((TX_COUNT - 1))); do
+    first=$((tx * ROWS_PER_TX + 1))
+    echo "INSERT INTO orders SELECT g, 'customer-' || (g % 1000), (g % 100000) / 100.0, 'paid', now() FROM generate_series($first, $((first + ROWS_PER_TX - 1))) g;"
+  done | psql_db -d "$db"
+  psql_db -d "$db" -c "INSERT INTO bench_done VALUES (1)"
+  end_lsn=$(psql_db -d "$db" -At -c "SELECT pg_current_wal_insert_lsn()")
+}
+
+# The ceiling: pg_recvlogical decoding database $1 through slot $2 and
+# publication $3 up to $end_lsn into /dev/null; prints the seconds.
+recvlogical_ceiling() {
+  local start
+  echo "ceiling: pg_recvlogical to /dev/null" >&2
+  start=$(now)
+  "$SLUICE_TEST_PG_BIN/pg_recvlogical" -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -d "$1" \
+    --slot "$2" --start --endpos "$end_lsn" -o proto_version=1 -o publication_names="$3" -f /dev/null
+  calc "$(now) - $start"
+}

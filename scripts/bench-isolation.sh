@@ -27,20 +27,8 @@ SELECT 'slot' FROM pg_create_logical_replication_slot('ceiling', 'pgoutput');
 SELECT 'slot' FROM pg_create_logical_replication_slot('alone', 'pgoutput');
 SELECT 'slot' FROM pg_create_logical_replication_slot('beside', 'pgoutput');
 SQL
-echo "loading $TOTAL rows in $TX_COUNT transactions" >&2
-for tx in $(seq 0 $((TX_COUNT - 1))); do
-  first=$((tx * ROWS_PER_TX + 1))
-  echo "INSERT INTO orders SELECT g, 'customer-' || (g % 1000), (g % 100000) / 100.0, 'paid', now() FROM generate_series($first, $((first + ROWS_PER_TX - 1))) g;"
-done | psql_db -d bench_isolation
-# A last one-row transaction: Kafka's checkpoint at it (sequence 0) marks the end.
-psql_db -d bench_isolation -c "INSERT INTO bench_done VALUES (1)"
-end_lsn=$(psql_db -d bench_isolation -At -c "SELECT pg_current_wal_insert_lsn()")
-
-echo "ceiling: pg_recvlogical to /dev/null" >&2
-start=$(now)
-"$SLUICE_TEST_PG_BIN/pg_recvlogical" -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -d bench_isolation \
-  --slot ceiling --start --endpos "$end_lsn" -o proto_version=1 -o publication_names=sluice_bench_isolation -f /dev/null
-ceiling_secs=$(calc "$(now) - $start")
+load_orders bench_isolation
+ceiling_secs=$(recvlogical_ceiling bench_isolation ceiling sluice_bench_isolation)
 
 # The slow webhook: 500 ms per request, any number at once.
 cat > "$work/slow.py" <<'PY'

@@ -83,6 +83,7 @@ install_packages() {
   [ -e /usr/lib/x86_64-linux-gnu/libnuma.so.1 ] || missing+=(libnuma1)
   command -v redis-server >/dev/null || missing+=(redis-server)
   command -v nats-server >/dev/null || missing+=(nats-server)
+  command -v etcd >/dev/null || missing+=(etcd-server)
   command -v openssl >/dev/null || missing+=(openssl)
   command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null || missing+=(maven)
@@ -613,6 +614,38 @@ start_nats() {
   start_nats_tls
 }
 
+# etcd for the fleet's etcd leases: client TLS with client certificates,
+# as production clusters run it. Its certificate serves both ends: etcd's
+# HTTP gateway dials etcd's own gRPC port with it.
+start_etcd() {
+  local etcd="$DIR/etcd" port peer tls="$DIR/tls"
+  port=$(free_port 23790)
+  peer=$(free_port $((port + 1)))
+  mkdir -p "$etcd"
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=sluice-etcd" -keyout "$etcd/etcd.key" -out "$etcd/etcd.csr" 2>/dev/null
+  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth,clientAuth\n' \
+    > "$etcd/etcd.ext"
+  openssl x509 -req -in "$etcd/etcd.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" -CAcreateserial \
+    -days 30 -extfile "$etcd/etcd.ext" -out "$etcd/etcd.crt" 2>/dev/null
+  nohup etcd --name sluice-test --data-dir "$etcd/data" \
+    --listen-client-urls "https://127.0.0.1:$port" --advertise-client-urls "https://127.0.0.1:$port" \
+    --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+    --initial-cluster "sluice-test=http://127.0.0.1:$peer" \
+    --cert-file "$etcd/etcd.crt" --key-file "$etcd/etcd.key" --trusted-ca-file "$tls/ca.crt" --client-cert-auth \
+    > "$etcd/etcd.log" 2>&1 &
+  echo $! > "$etcd/pid"
+  local tries=0
+  until grep -q "ready to serve client requests" "$etcd/etcd.log" 2>/dev/null; do
+    tries=$((tries + 1))
+    if [ "$tries" -gt 100 ]; then cat "$etcd/etcd.log" >&2; log "etcd did not start"; exit 1; fi
+    sleep 0.1
+  done
+  echo "export SLUICE_TEST_ETCD_URL=https://127.0.0.1:$port" >> "$DIR/env"
+  log "etcd $(etcd --version | awk 'NR == 1 {print $3}') on 127.0.0.1:$port (pid $(cat "$etcd/pid"))"
+}
+
+stop_etcd() { kill_recorded "$DIR/etcd"; }
+
 start_registry() {
   local registry="$DIR/registry" port jar tries=0
   if [ ! -f "$REGISTRY_HOME/.complete" ]; then
@@ -848,6 +881,7 @@ case "${1:-}" in
       stop_nats
       stop_s3
       stop_registry
+      stop_etcd
     fi
     install_packages
     rm -rf "$DIR"
@@ -867,6 +901,7 @@ case "${1:-}" in
     start_nats
     start_s3
     start_registry
+    start_etcd
     echo "$DIR/env"
     ;;
   stop)
@@ -878,6 +913,7 @@ case "${1:-}" in
     stop_nats
     stop_s3
     stop_registry
+    stop_etcd
     rm -rf "$DIR"
     ;;
   restart-postgres)

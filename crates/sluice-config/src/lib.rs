@@ -4,6 +4,7 @@
 
 mod error;
 mod expand;
+mod fleet;
 mod mysql;
 mod pipeline;
 mod postgres;
@@ -17,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 pub use error::ConfigError;
 pub use expand::{ExpandError, expand};
+pub use fleet::*;
 pub use mysql::*;
 pub use pipeline::*;
 pub use postgres::*;
@@ -48,26 +50,37 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 /// [`load`] with a chosen variable lookup, for tests.
 pub fn load_with(path: &Path, lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
     let files = config_files(path)?;
-    let mut merged = Config { store: None, pipelines: Vec::new() };
-    let mut store_file: Option<PathBuf> = None;
+    let mut merged = Config { store: None, fleet: None, pipelines: Vec::new() };
+    let (mut store_file, mut fleet_file) = (None, None);
     for file in files {
         let text = std::fs::read_to_string(&file).map_err(|cause| ConfigError::Read { path: file.clone(), cause })?;
         let config = parse(&file, &text, &lookup)?;
         if config.store.is_some() {
-            if let Some(first) = &store_file {
-                return Err(ConfigError::Invalid(sluice_core::settings::Invalid::new(
-                    "store",
-                    format!("is set in both {} and {}", first.display(), file.display()),
-                    "set the store in one file of the folder",
-                )));
-            }
-            store_file = Some(file.clone());
+            once("store", &mut store_file, &file)?;
             merged.store = config.store;
+        }
+        if config.fleet.is_some() {
+            once("fleet", &mut fleet_file, &file)?;
+            merged.fleet = config.fleet;
         }
         merged.pipelines.extend(config.pipelines);
     }
     validate(&merged)?;
     Ok(merged)
+}
+
+/// A section only one file of a folder may set: refused when `first`
+/// already did.
+fn once(section: &str, first: &mut Option<PathBuf>, file: &Path) -> Result<(), ConfigError> {
+    if let Some(first) = first {
+        return Err(ConfigError::Invalid(sluice_core::settings::Invalid::new(
+            section,
+            format!("is set in both {} and {}", first.display(), file.display()),
+            format!("set the {section} in one file of the folder"),
+        )));
+    }
+    *first = Some(file.to_path_buf());
+    Ok(())
 }
 
 /// Expands and parses one file's text; does not validate.

@@ -47,6 +47,10 @@ pub struct Config {
     /// One file of a folder may set it.
     #[serde(default)]
     pub store: Option<crate::store::StoreConfig>,
+    /// Where a fleet's leases live and how long they last; read by
+    /// `sluice run --fleet`. One file of a folder may set it.
+    #[serde(default)]
+    pub fleet: Option<crate::fleet::FleetConfig>,
     /// A folder's file may hold the store alone; the whole config needs
     /// one pipeline at least.
     #[serde(default)]
@@ -56,6 +60,10 @@ pub struct Config {
 impl Config {
     pub fn store(&self) -> crate::store::StoreConfig {
         self.store.clone().unwrap_or_default()
+    }
+
+    pub fn fleet(&self) -> crate::fleet::FleetConfig {
+        self.fleet.clone().unwrap_or_default()
     }
 }
 

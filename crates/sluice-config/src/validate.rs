@@ -23,6 +23,9 @@ pub const MAX_INFLIGHT: u64 = 1024;
 pub const MAX_RETAINED_WAL_BYTES: u64 = 1 << 50;
 
 pub fn validate(config: &Config) -> Result<(), Invalid> {
+    if let Some(fleet) = &config.fleet {
+        crate::fleet::validate_fleet(fleet)?;
+    }
     if let Some(store) = &config.store {
         crate::store::validate_store(store)?;
     }

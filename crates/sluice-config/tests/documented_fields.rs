@@ -94,6 +94,7 @@ fn every_config_field_is_in_the_configuration_reference() {
                 format!("{}{}", intro("## Sinks"), section_in(section("## Sinks"), &format!("### `{kind}`")))
             }
             Some(("store", _)) => section("## Checkpoint store").to_string(),
+            Some(("fleet", _)) => section("## Fleets").to_string(),
             Some((_, kind)) => {
                 format!("{}{}", intro("## Sources"), section_in(section("## Sources"), &format!("### `{kind}`")))
             }
@@ -199,6 +200,7 @@ impl Walk {
         match self.owners.last() {
             Some((name, Some(variant))) if name.starts_with("Sink") => format!("sink {variant}"),
             Some(("StoreConfig", Some(variant))) => format!("store {variant}"),
+            Some(("LeasesConfig", Some(variant))) => format!("fleet {variant}"),
             Some((_, Some(variant))) => format!("source {variant}"),
             _ => "pipeline".to_string(),
         }
@@ -318,7 +320,7 @@ impl<'de> de::Deserializer<'de> for &mut Walk {
             self.owners.pop();
             return value;
         }
-        let owner = self.owner();
+        let owner = if name == "FleetConfig" { "fleet settings".to_string() } else { self.owner() };
         for field in fields {
             self.found.insert((owner.clone(), name, field));
         }

@@ -26,6 +26,10 @@ pub fn check(config: &Config) -> Result<(), Failure> {
         let checks = runtime.block_on(within(sluice_store::pg_preflight::checks(&params, &store.schema)));
         failed += show(&format!("store: postgres, schema {}", store.schema), &checks);
     }
+    if let Some(sluice_config::FleetConfig { leases: sluice_config::LeasesConfig::Etcd(etcd), .. }) = &config.fleet {
+        let checks = runtime.block_on(within(crate::fleet::etcd_checks(etcd)));
+        failed += show(&format!("fleet: etcd leases, {}", etcd.endpoints.join(", ")), &checks);
+    }
     for pipeline in &config.pipelines {
         let source = &pipeline.source;
         let checks = runtime.block_on(within(source_checks(source)));
@@ -39,7 +43,7 @@ pub fn check(config: &Config) -> Result<(), Failure> {
     if failed > 0 {
         return Err(Failure::bad_input(anyhow!("{failed} check(s) failed; a first run would stop at them")));
     }
-    println!("every source, sink and store answered as a first run needs");
+    println!("every source, sink, store and lease service answered as a first run needs");
     Ok(())
 }
 

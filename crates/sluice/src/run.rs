@@ -37,6 +37,10 @@ pub fn run(serve: ServeArgs) -> Result<(), Failure> {
         let _entered = runtime.enter();
         listen_for_signals()
     };
+    let fleet = match fleet_store {
+        Some(pg) => Some(join_fleet(&runtime, &config, pg, instance, &args.data_dir)?),
+        None => None,
+    };
     let mut pipelines = Vec::new();
     for pipeline in &config.pipelines {
         pipelines.push((pipeline.name.clone(), assemble::pipeline(pipeline, store.clone(), &args.data_dir)?));
@@ -51,7 +55,7 @@ pub fn run(serve: ServeArgs) -> Result<(), Failure> {
         args.data_dir.clone(),
         store.clone(),
         catalog.clone(),
-        fleet_store.is_some().then_some(to_fleet),
+        fleet.is_some().then_some(to_fleet),
     ));
     let result = runtime.block_on(async move {
         let server = match (metrics, listener) {
@@ -62,8 +66,8 @@ pub fn run(serve: ServeArgs) -> Result<(), Failure> {
         };
         let shutdown = Shutdown::new();
         let signals = tokio::spawn(watch_signals(listening, shutdown.clone(), reloader));
-        let result = match fleet_store {
-            Some(pg) => Fleet::new(pg, instance, args.data_dir.clone())
+        let result = match fleet {
+            Some(fleet) => fleet
                 .run(config_pipelines.into_iter().zip(handles).collect(), changes, shutdown)
                 .await
                 .map_err(Failure::pipeline),
@@ -161,8 +165,27 @@ fn open_store(
             let pg = assemble::open_fleet_store(config, instance)?;
             Ok((Arc::new(pg.clone()), Some(pg)))
         }
+        None if config.fleet.is_some() => Err(Failure::bad_input(anyhow!(
+            "fleet: the section applies to `sluice run --fleet`; hint: add --fleet, or remove the section to run alone"
+        ))),
         None => Ok((assemble::open_store(config, data_dir)?, None)),
     }
+}
+
+/// This instance as a member of the config's fleet, once its lease
+/// service answers: one that cannot be reached at start is bad input.
+fn join_fleet(
+    runtime: &tokio::runtime::Runtime,
+    config: &sluice_config::Config,
+    store: sluice_store::PgStore,
+    instance: String,
+    data_dir: &std::path::Path,
+) -> Result<Fleet, Failure> {
+    let fleet = Fleet::new(&config.fleet(), store, instance, data_dir.to_path_buf()).map_err(Failure::bad_input)?;
+    runtime
+        .block_on(fleet.leases.list())
+        .map_err(|e| Failure::bad_input(anyhow!("fleet.leases: cannot list the fleet's leases: {e:#}")))?;
+    Ok(fleet)
 }
 
 /// What it takes to build a pipeline again.

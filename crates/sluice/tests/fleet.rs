@@ -9,38 +9,17 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::fleet::*;
 use common::pg::*;
 use common::*;
-use sluice_postgres::wire::Connection;
 
 const STORE: &str = "store_e2e_fleet";
 const TARGET: &str = "e2e_fleet_target";
 const PIPELINES: [&str; 3] = ["fa", "fb", "fc"];
-
-fn server() -> String {
-    let (port, user, ca) = (pg_env("SLUICE_TEST_PG_PORT"), pg_env("SLUICE_TEST_PG_USER"), pg_env("SLUICE_TEST_PG_CA"));
-    format!(
-        "host: 127.0.0.1, port: {port}, user: {user}, password: \"${{SLUICE_TEST_PG_PASSWORD}}\", ssl_mode: verify-full, ca_file: {ca}"
-    )
-}
-
-fn store_yaml(store: &str) -> String {
-    format!("store:\n  type: postgres\n  config: {{ {}, database: postgres, schema: {store} }}\n", server())
-}
-
-/// Pipeline `name` from database `{prefix}_{name}` into schema `name` of
-/// database `target`.
-fn pipeline_yaml(name: &str, prefix: &str, target: &str) -> String {
-    let server = server();
-    format!(
-        "  - name: {name}\n    source:\n      type: postgres\n      config: {{ id: {prefix}_{name}, {server}, database: {prefix}_{name}, status_interval_secs: 1, snapshot: {{ mode: initial }} }}\n    sinks:\n      - type: postgres\n        config: {{ id: target, {server}, database: {target}, schema: {name} }}\n"
-    )
-}
 
 fn config() -> String {
     let mut text = format!("{}pipelines:\n", store_yaml(STORE));
@@ -50,44 +29,9 @@ fn config() -> String {
     text
 }
 
-/// A source database with 100 rows in `items`.
-fn fresh_source(db: &str) {
-    fresh_database(db);
-    sql(
-        db,
-        "CREATE TABLE items (id bigint PRIMARY KEY, v int NOT NULL); INSERT INTO items SELECT g, 0 FROM generate_series(1, 100) g",
-    );
-}
-
-fn rows(database: &str, query: &str) -> BTreeMap<String, Vec<Option<String>>> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
-        let mut conn = Connection::connect(&params(database), false).await.unwrap();
-        let rows = match conn.simple_query(query).await {
-            Ok(rows) => rows.rows,
-            // The target table is made by the sink with its first event.
-            Err(_) => Vec::new(),
-        };
-        conn.close().await;
-        rows.into_iter().map(|mut r| (r.remove(0).unwrap_or_default(), r)).collect()
-    })
-}
-
 /// Each pipeline's owner, if a live instance holds its lease.
 fn owners() -> BTreeMap<String, String> {
     leases(STORE, "owner")
-}
-
-/// `column` of each live lease of the store in schema `store`.
-fn leases(store: &str, column: &str) -> BTreeMap<String, String> {
-    rows("postgres", &format!("SELECT pipeline, {column} FROM {store}.leases WHERE expires_at > clock_timestamp()"))
-        .into_iter()
-        .map(|(pipeline, mut rest)| (pipeline, rest.remove(0).unwrap_or_default()))
-        .collect()
-}
-
-fn log_of(dir: &Path) -> String {
-    std::fs::read_to_string(dir.join("sluice.log")).unwrap_or_default()
 }
 
 #[test]
@@ -228,15 +172,6 @@ fn set_pipeline_file(folders: &[std::path::PathBuf], name: &str, present: bool) 
             std::fs::remove_file(file).unwrap();
         }
     }
-}
-
-fn openapi() -> serde_json::Value {
-    serde_json::from_str(include_str!("../src/api/openapi.json")).unwrap()
-}
-
-fn hangup(child: &Running) {
-    let pid = child.id().to_string();
-    assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
 }
 
 #[test]

@@ -231,3 +231,33 @@ fn one_file_of_a_folder_may_set_the_store() {
     let message = load_with(dir.path(), no_env).unwrap_err().to_string();
     assert!(message.contains("a.yaml") && message.contains("b.yaml") && message.contains("one file"), "{message}");
 }
+
+#[test]
+fn the_fleet_section_defaults_to_postgres_leases_and_its_etcd_settings_are_checked() {
+    let fleet = check(EXAMPLE).unwrap().fleet();
+    assert!(matches!(fleet.leases, LeasesConfig::Postgres));
+    assert_eq!((fleet.lease_ttl_secs, fleet.renew_every_secs), (DEFAULT_LEASE_TTL_SECS, DEFAULT_RENEW_EVERY_SECS));
+    let with = |fleet: &str| format!("fleet: {fleet}\n{EXAMPLE}");
+    let etcd = check(&with("{ leases: { type: etcd, config: { endpoints: [\"https://e:2379\"] } } }")).unwrap();
+    let LeasesConfig::Etcd(config) = etcd.fleet().leases else { panic!("not etcd") };
+    assert_eq!((config.prefix.as_str(), config.timeout_secs), (DEFAULT_ETCD_PREFIX, DEFAULT_ETCD_TIMEOUT_SECS));
+    for (fleet, field) in [
+        ("{ lease_ttl_secs: 4, renew_every_secs: 2 }", "fleet.renew_every_secs"),
+        ("{ lease_ttl_secs: 0 }", "fleet.lease_ttl_secs"),
+        ("{ leases: { type: etcd, config: { endpoints: [] } } }", "fleet.leases.config.endpoints"),
+        ("{ leases: { type: etcd, config: { endpoints: [\"e:2379\"] } } }", "fleet.leases.config.endpoints[0]"),
+        ("{ leases: { type: etcd, config: { endpoints: [\"http://u:p@e\"] } } }", "fleet.leases.config.endpoints[0]"),
+        (
+            "{ leases: { type: etcd, config: { endpoints: [\"http://e\"], cert_file: c } } }",
+            "fleet.leases.config.cert_file",
+        ),
+        (
+            "{ leases: { type: etcd, config: { endpoints: [\"http://e\"], timeout_secs: 10 } } }",
+            "fleet.leases.config.timeout_secs",
+        ),
+    ] {
+        let message = error_text(&with(fleet));
+        assert!(message.starts_with(field) && message.contains("hint"), "{fleet}: {message}");
+        assert!(!message.contains("u:p@"), "{message}");
+    }
+}

@@ -183,6 +183,37 @@ impl PgStore {
         })
     }
 
+    /// Records `lease` as the pipeline's fence, when its leases live
+    /// elsewhere (etcd): from now on only commits at `lease.epoch` pass.
+    /// Fences only rise (the same epoch again passes, for a retried call);
+    /// an epoch below the stored one is refused, as when the lease service
+    /// was replaced by one whose counters restart.
+    pub fn raise_fence(&self, lease: &Lease, owner: &str) -> Result<(), StoreError> {
+        let (lease, owner, table) = (lease.clone(), owner.to_string(), self.table("leases"));
+        self.call("record a lease's fence", move |s| {
+            let p = literal(&lease.pipeline)?;
+            // Not live by this store's rules: only the epoch counts here.
+            let rows = s.query(&format!(
+                "INSERT INTO {table} AS l (pipeline, owner, epoch, config, acquired_at, expires_at) \
+                 VALUES ({p}, {}, {}, '', clock_timestamp(), '-infinity') \
+                 ON CONFLICT (pipeline) DO UPDATE SET owner = EXCLUDED.owner, epoch = EXCLUDED.epoch, \
+                 acquired_at = EXCLUDED.acquired_at WHERE l.epoch <= EXCLUDED.epoch RETURNING epoch",
+                literal(&owner)?,
+                lease.epoch
+            ))?;
+            if rows.rows.is_empty() {
+                let stored = s.query(&format!("SELECT epoch FROM {table} WHERE pipeline = {p}"))?;
+                let current = stored.first("epoch").and_then(|e| e.parse().ok()).unwrap_or(0);
+                return Err(CallError::Fatal(StoreError::Fenced {
+                    pipeline: lease.pipeline.clone(),
+                    held: lease.epoch,
+                    current,
+                }));
+            }
+            Ok(())
+        })
+    }
+
     /// The store as the holder of `lease` may write to it: checkpoint
     /// commits are refused once the lease moved on.
     pub fn fenced(&self, lease: Lease) -> FencedStore {

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod avro;
 pub mod debezium;
+pub mod fleet;
 pub mod lake;
 pub mod my;
 pub mod pg;

@@ -25,17 +25,22 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
+use self::leases::Leases;
 use crate::assemble;
 use crate::reload::Change;
 use crate::run::{Again, run_with_rereads};
 
-/// How long a lease lasts without renewal, and how often it is renewed.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
-pub const DEFAULT_RENEW_EVERY: Duration = Duration::from_secs(3);
+mod etcd;
+pub mod leases;
+
+pub use self::etcd::checks as etcd_checks;
 
 pub struct Fleet {
+    /// Where checkpoints are kept, fenced by each lease's epoch.
     pub store: PgStore,
+    pub leases: Arc<dyn Leases>,
     pub instance: String,
+    /// How long a lease lasts without renewal, and how often it is renewed.
     pub ttl: Duration,
     pub renew_every: Duration,
     pub data_dir: PathBuf,
@@ -93,18 +98,22 @@ fn preference(instance: &str, pipeline: &str) -> u64 {
     hasher.finish()
 }
 
-async fn blocking<T: Send + 'static>(
-    call: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, StoreError> {
-    tokio::task::spawn_blocking(call)
-        .await
-        .unwrap_or_else(|e| Err(StoreError::Interrupted { detail: format!("the store call's task failed: {e}") }))
-}
-
 impl Fleet {
-    /// A member with the default lease timing.
-    pub fn new(store: PgStore, instance: String, data_dir: PathBuf) -> Self {
-        Fleet { store, instance, ttl: DEFAULT_LEASE_TTL, renew_every: DEFAULT_RENEW_EVERY, data_dir }
+    /// A member with the config's lease service and timing.
+    pub fn new(
+        config: &sluice_config::FleetConfig,
+        store: PgStore,
+        instance: String,
+        data_dir: PathBuf,
+    ) -> anyhow::Result<Self> {
+        Ok(Fleet {
+            leases: leases::open(config, &store, &instance)?,
+            store,
+            instance,
+            ttl: Duration::from_secs(config.lease_ttl_secs),
+            renew_every: Duration::from_secs(config.renew_every_secs),
+            data_dir,
+        })
     }
 
     /// Runs until `shutdown`, or until a pipeline this instance owns fails
@@ -135,6 +144,7 @@ impl Fleet {
             failure = fleet.round(&mut entries).await.err();
         }
         fleet.stop_all(&mut entries).await;
+        fleet.leases.leave().await;
         match failure {
             Some(e) => Err(e),
             None => Ok(()),
@@ -145,11 +155,10 @@ impl Fleet {
     /// first finds a lost lease before the run it stopped is reaped, so a
     /// run that failed for having lost it is given up, not fatal.
     async fn round(self: &Arc<Self>, entries: &mut [Entry]) -> anyhow::Result<()> {
-        let (store, instance, ttl) = (self.store.clone(), self.instance.clone(), self.ttl);
-        let live = match blocking(move || store.heartbeat(&instance, ttl)).await {
+        let live = match self.leases.heartbeat(self.ttl).await {
             Ok(live) => live.max(1),
             Err(e) => {
-                warn!(error = %e, "cannot reach the store this round; leases are renewed at the next");
+                warn!(error = %e, "cannot reach the leases this round; they are renewed at the next");
                 return Ok(());
             }
         };
@@ -195,8 +204,7 @@ impl Fleet {
     }
 
     async fn release(&self, lease: &Lease) {
-        let (store, instance, lease) = (self.store.clone(), self.instance.clone(), lease.clone());
-        if let Err(e) = blocking(move || store.release(&lease, &instance)).await {
+        if let Err(e) = self.leases.release(lease).await {
             // It expires by itself within one TTL.
             warn!(error = %e, "cannot give the lease back");
         }
@@ -204,8 +212,7 @@ impl Fleet {
 
     async fn renew(&self, entry: &mut Entry) {
         let Some(owned) = entry.owned.as_mut().filter(|o| !o.lost) else { return };
-        let (store, instance, lease, ttl) = (self.store.clone(), self.instance.clone(), owned.lease.clone(), self.ttl);
-        match blocking(move || store.renew(&lease, &instance, ttl)).await {
+        match self.leases.renew(&owned.lease, self.ttl).await {
             Ok(true) => {}
             Ok(false) => {
                 warn!(pipeline = %entry.config.name, epoch = owned.lease.epoch,
@@ -242,9 +249,15 @@ impl Fleet {
                 break;
             }
             let entry = &mut entries[index];
-            let (store, instance, name, digest, ttl) =
-                (self.store.clone(), self.instance.clone(), entry.config.name.clone(), entry.digest.clone(), self.ttl);
-            let lease = match blocking(move || store.try_acquire(&name, &instance, &digest, ttl)).await? {
+            let taken = match self.leases.try_acquire(&entry.config.name, &entry.digest, self.ttl).await {
+                Ok(taken) => taken,
+                Err(e) => {
+                    // Tried again next round, like any free pipeline.
+                    warn!(pipeline = %entry.config.name, error = %format!("{e:#}"), "cannot take the pipeline's lease");
+                    break;
+                }
+            };
+            let lease = match taken {
                 Taken::Lease(lease) => lease,
                 Taken::Held => continue,
                 Taken::OtherConfig { owner } => {
@@ -287,8 +300,7 @@ impl Fleet {
 
     /// Shows every pipeline's owner in its status, from the store.
     async fn show_owners(&self, entries: &[Entry]) {
-        let store = self.store.clone();
-        let Ok(rows) = blocking(move || store.leases()).await else { return };
+        let Ok(rows) = self.leases.list().await else { return };
         for entry in entries {
             let row = rows.iter().find(|r| r.pipeline == entry.config.name && r.live);
             let owner =
