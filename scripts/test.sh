@@ -68,6 +68,8 @@ cat "$packaging_log"
 # under kills, outages, cut connections and PostgreSQL restarts, compared
 # event by event, with the PostgreSQL pipeline on the newest and on the
 # oldest supported major, the newest as a primary and standby that fail
-# over mid-run. Debug builds: the pace suits them.
+# over mid-run, and a fleet of three instances (kills, instances stopped
+# past their leases, store outages). Debug builds: the pace suits them.
 cargo run --locked -p sluice-torture -- --minutes 2 --sluice target/debug/sluice --postgres-major 18 --failover
 cargo run --locked -p sluice-torture -- --minutes 1 --sluice target/debug/sluice --postgres-major 13
+cargo run --locked -p sluice-torture -- --minutes 1.5 --sluice target/debug/sluice --fleet 3

@@ -1,4 +1,5 @@
-//! The random trouble: kill -9 and restart Sluice, pause a sink's server,
+//! The random trouble: kill -9 and restart Sluice (in a fleet, one of its
+//! instances, or stop one past its leases and wake it), pause a sink's server,
 //! cut or stall the connections through a proxy, restart PostgreSQL or
 //! MariaDB. With a failover pair, once per run the primary crashes and the
 //! standby is promoted, as soon as the standby holds a synced copy of the
@@ -35,6 +36,13 @@ pub struct Chaos {
     pub stalls: u64,
     pub pg_restarts: u64,
     pub my_restarts: u64,
+    /// A fleet's instance stopped (SIGSTOP) past its leases: its process
+    /// id, and when to wake it.
+    frozen: Option<(u32, Instant)>,
+    pub freezes: u64,
+    /// When a fleet's first instance stop is due, so even a short run
+    /// has a zombie.
+    first_freeze_at: Instant,
     /// When the slow spell may start, until it has.
     slow_at: Option<Instant>,
     /// When the last trouble was made or ended.
@@ -50,6 +58,9 @@ pub struct Chaos {
     next_sync_check: Instant,
     pub failovers: u64,
 }
+
+/// When a fleet's first instance stop comes, from the first chaos.
+const FIRST_FREEZE_AFTER: Duration = Duration::from_secs(10);
 
 /// How long the optional webhook stays slow.
 const SLOW_SPELL: Duration = Duration::from_secs(30);
@@ -74,6 +85,9 @@ impl Chaos {
             stalls: 0,
             pg_restarts: 0,
             my_restarts: 0,
+            frozen: None,
+            freezes: 0,
+            first_freeze_at: Instant::now() + FIRST_FREEZE_AFTER,
             slow_at: Some(Instant::now() + SLOW_AFTER),
             last_trouble: Instant::now(),
             slow: None,
@@ -119,9 +133,10 @@ impl Chaos {
                 return true;
             }
             self.slow = None;
-            let held = [setup.file_changes(Kind::Postgres), setup.file_changes(Kind::MariaDb)];
+            let held = [setup.required_changes(Kind::Postgres), setup.required_changes(Kind::MariaDb)];
             let shown = format!(
-                "the file sink held {}/{} (pg) and {}/{} (my) of the changes committed before the webhook's {}-s slow spell",
+                "the required {} held {}/{} (pg) and {}/{} (my) of the changes committed before the webhook's {}-s slow spell",
+                if setup.instances.is_fleet() { "webhook" } else { "file sink" },
                 held[0],
                 at_start[0],
                 held[1],
@@ -134,7 +149,7 @@ impl Chaos {
         }
         if self.slow_at.is_some_and(|at| Instant::now() >= at) {
             // No new trouble until the quiet stretch is over.
-            if self.paused.is_some() || self.last_trouble.elapsed() < QUIET_BEFORE_SLOW {
+            if self.paused.is_some() || self.frozen.is_some() || self.last_trouble.elapsed() < QUIET_BEFORE_SLOW {
                 return true;
             }
             self.slow_at = None;
@@ -158,6 +173,13 @@ impl Chaos {
             self.paused = None;
             self.last_trouble = Instant::now();
         }
+        if let Some((pid, until)) = self.frozen
+            && Instant::now() >= until
+        {
+            signal_pid(pid, "-CONT");
+            self.frozen = None;
+            self.last_trouble = Instant::now();
+        }
         if self.maybe_fail_over(env).await? {
             return Ok(true);
         }
@@ -167,8 +189,18 @@ impl Chaos {
         self.last_trouble = Instant::now();
         let spread = self.every.as_millis() as u64;
         self.next = Instant::now() + Duration::from_millis(self.rng.range(spread / 2, spread * 3 / 2 + 1));
-        match self.rng.range(0, 100) {
-            0..=39 => setup.kill_and_restart()?,
+        let first_freeze = self.freezes == 0 && Instant::now() >= self.first_freeze_at;
+        match if first_freeze { 30 } else { self.rng.range(0, 100) } {
+            // A fleet's instance stalls past its leases (10 s): another
+            // takes its pipelines over, and it wakes as a zombie.
+            30..=39 if setup.instances.is_fleet() && self.frozen.is_none() => {
+                if let Some(pid) = setup.instances.pid(self.rng.range(0, u64::MAX)) {
+                    signal_pid(pid, "-STOP");
+                    self.frozen = Some((pid, Instant::now() + Duration::from_millis(self.rng.range(11_000, 16_000))));
+                    self.freezes += 1;
+                }
+            }
+            0..=39 => setup.instances.kill_and_restart(self.rng.range(0, u64::MAX))?,
             40..=59 if self.paused.is_none() => {
                 let (_, pid_env) = PAUSABLE[self.rng.range(0, PAUSABLE.len() as u64) as usize];
                 if let Ok(pid_file) = env.get(pid_env) {
@@ -205,6 +237,9 @@ impl Chaos {
         if let Some((pid_file, _)) = self.paused.take() {
             signal(&pid_file, "-CONT");
         }
+        if let Some((pid, _)) = self.frozen.take() {
+            signal_pid(pid, "-CONT");
+        }
         for proxy in &setup.proxies {
             proxy.stall(Duration::ZERO);
         }
@@ -212,8 +247,8 @@ impl Chaos {
 
     pub fn summary(&self) -> String {
         format!(
-            "{} pauses, {} cut, {} stalled, {} PostgreSQL restarts, {} MariaDB restarts, {} failovers",
-            self.pauses, self.cuts, self.stalls, self.pg_restarts, self.my_restarts, self.failovers
+            "{} pauses, {} cut, {} stalled, {} PostgreSQL restarts, {} MariaDB restarts, {} failovers, {} instances stopped past their leases",
+            self.pauses, self.cuts, self.stalls, self.pg_restarts, self.my_restarts, self.failovers, self.freezes
         )
     }
 }
@@ -235,4 +270,8 @@ fn signal(pid_file: &str, signal: &str) {
     if let Ok(pid) = std::fs::read_to_string(pid_file) {
         let _ = std::process::Command::new("kill").args([signal, pid.trim()]).status();
     }
+}
+
+fn signal_pid(pid: u32, signal: &str) {
+    let _ = std::process::Command::new("kill").args([signal, &pid.to_string()]).status();
 }

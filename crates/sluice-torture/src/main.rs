@@ -9,6 +9,7 @@
 
 mod chaos;
 mod db;
+mod instances;
 mod pipeline;
 mod proxy;
 mod readers;
@@ -58,6 +59,12 @@ struct Args {
     /// once, after its copy of the slot has synced.
     #[arg(long, requires = "postgres_major")]
     failover: bool,
+    /// Runs N `sluice run --fleet` instances sharing the pipelines through
+    /// the PostgreSQL store (no file sink then); kills and stalls go to
+    /// random instances, and the store's connections go through a proxy
+    /// the chaos cuts and stalls.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(2..=8))]
+    fleet: Option<u16>,
 }
 
 /// The private services' settings, from the env file the services script writes.
@@ -189,7 +196,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         println!("torture: the PostgreSQL pipeline reads PostgreSQL {major}{pair}");
     }
     let run_id = format!("{}", seed % 1_000_000_000);
-    let mut setup = pipeline::Setup::start(&env, &run_id, sluice).await?;
+    let fleet = usize::from(args.fleet.unwrap_or(0));
+    if fleet > 0 {
+        println!("torture: {fleet} sluice run --fleet instances share the pipelines");
+    }
+    let mut setup = pipeline::Setup::start(&env, &run_id, sluice, fleet).await?;
     let mut workloads = [
         (workload::Workload::new(&env, Kind::Postgres, db::DATABASE, seed)?, None),
         (workload::Workload::new(&env, Kind::MariaDb, db::DATABASE, seed ^ 0x3a1e)?, None),
@@ -216,7 +227,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             pg.retarget(&env)?;
             *conn = None;
         }
-        setup.keep_running()?;
+        setup.instances.keep_running()?;
         tokio::time::sleep(Duration::from_millis(rng.range(1, 5))).await;
     }
     chaos.calm(&mut setup);
@@ -236,7 +247,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             workload.in_doubt_resolved,
         );
     }
-    println!("torture: chaos: {} kills, {}", setup.kills, chaos.summary());
+    println!("torture: chaos: {} kills, {}", setup.instances.kills, chaos.summary());
     setup.drain(&env, binlog_end, Duration::from_secs(args.drain_limit_secs)).await?;
     let held = setup.read_all(&env).await?;
     let states = setup.final_states(&env).await?;

@@ -2,12 +2,13 @@
 //! webhook receiver, the config with every sink, and the `sluice` process.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 
 use crate::db::{DATABASE, Db, Kind};
+use crate::instances::{Instances, MASK_SALT};
 use crate::proxy::Proxy;
 use crate::receiver::Receiver;
 use crate::workload::{Change, TABLES};
@@ -31,8 +32,7 @@ pub struct Setup {
     dir: PathBuf,
     config: PathBuf,
     sluice: PathBuf,
-    child: Option<Child>,
-    pub kills: u64,
+    pub instances: Instances,
 }
 
 /// Both pipelines' transforms. The filter drops every change of the
@@ -42,9 +42,6 @@ pub struct Setup {
 /// hashes `note`, and a VRL script marks the hash `v:`: a reader that
 /// meets a note in the clear, or unmarked, fails the run.
 const TRANSFORMS: &str = "    transforms:\n      - { type: filter, tables: [\"*.tx_log\"] }\n      - { type: mask, columns: [note], with: { sha256: { salt: \"${TORTURE_MASK_SALT}\" } } }\n      - type: vrl\n        source: |\n          if is_string(.after.note) { .after.note = \"v:\" + string!(.after.note) }\n          if is_string(.before.note) { .before.note = \"v:\" + string!(.before.note) }\n";
-
-/// The salt, handed to Sluice in its environment.
-const MASK_SALT: &str = "torture-pepper";
 
 /// The server of a database sink, by its id.
 fn kind_of(sink: &str) -> Kind {
@@ -56,20 +53,29 @@ fn host_port(url: &str) -> String {
     rest.split('/').next().unwrap_or(rest).to_string()
 }
 
-/// The sinks of one pipeline, each writing under names of its own.
-fn sinks(env: &Env, run: &str, kind: Kind, port: impl Fn(&str) -> u16) -> anyhow::Result<String> {
+/// The sinks of one pipeline, each writing under names of its own. A
+/// fleet has no file sink: another instance could not go on from it.
+fn sinks(env: &Env, run: &str, kind: Kind, port: impl Fn(&str) -> u16, fleet: bool) -> anyhow::Result<String> {
     let tag = kind.tag();
+    // A fleet refuses read_back too: it assumes one writer.
+    let (file, read_back) = if fleet {
+        (String::new(), String::new())
+    } else {
+        let brokers = env.get("SLUICE_TEST_KAFKA_BROKERS")?;
+        (
+            format!("      - type: file\n        config: {{ id: file, path: out-{tag}.jsonl }}\n"),
+            format!(
+                "      - type: kafka\n        config: {{ id: kafka_rb, brokers: \"{brokers}\", topic: \"tt{run}{tag}r.${{table}}\", exactly_once: read_back, timeout_secs: 10 }}\n"
+            ),
+        )
+    };
     Ok(format!(
         r#"    sinks:
-      - type: file
-        config: {{ id: file, path: out-{tag}.jsonl }}
-      - type: kafka
+{file}      - type: kafka
         config: {{ id: kafka_eos, brokers: "{brokers}", topic: "tt{run}{tag}e.${{table}}", exactly_once: true, timeout_secs: 10 }}
       - type: kafka
         config: {{ id: kafka_alo, brokers: "{brokers}", topic: "tt{run}{tag}a.${{table}}", timeout_secs: 10 }}
-      - type: kafka
-        config: {{ id: kafka_rb, brokers: "{brokers}", topic: "tt{run}{tag}r.${{table}}", exactly_once: read_back, timeout_secs: 10 }}
-      - type: redis
+{read_back}      - type: redis
         config: {{ id: redis, url: "redis://127.0.0.1:{redis}/0", stream: "tt{run}{tag}:${{table}}", timeout_secs: 5 }}
       - type: nats
         config: {{ id: nats, url: "nats://127.0.0.1:{nats}", stream: TT{run}{tag}, subject: "tt{run}{tag}.${{table}}", stream_subjects: ["tt{run}{tag}.>"], timeout_secs: 5 }}
@@ -106,6 +112,9 @@ fn sinks(env: &Env, run: &str, kind: Kind, port: impl Fn(&str) -> u16) -> anyhow
         secret = env.get("SLUICE_TEST_S3_SECRET_KEY")?,
     ))
 }
+
+/// The sinks a fleet's pipelines lack.
+const FLEET_LACKS: [&str; 2] = ["file", "kafka_rb"];
 
 /// The sink ids of each pipeline, as in [`sinks`].
 const SINK_IDS: [&str; 13] = [
@@ -166,7 +175,9 @@ pub fn source_id(run: &str, kind: Kind) -> String {
 }
 
 impl Setup {
-    pub async fn start(env: &Env, run_id: &str, sluice: PathBuf) -> anyhow::Result<Self> {
+    /// `fleet`: how many `sluice run --fleet` instances share the
+    /// pipelines, or 0 for one `sluice run`.
+    pub async fn start(env: &Env, run_id: &str, sluice: PathBuf, fleet: usize) -> anyhow::Result<Self> {
         let (pg_id, my_id) = (source_id(run_id, Kind::Postgres), source_id(run_id, Kind::MariaDb));
         let pg_version = crate::workload::prepare_postgres(env, DATABASE, &pg_id).await?;
         // Heartbeats ride on logical decoding messages, which pgoutput
@@ -188,6 +199,9 @@ impl Setup {
             Proxy::start("postgres", format!("{}:{}", env.get("SLUICE_TEST_PG_HOST")?, env.postgres_source_port()?))
                 .await?,
             Proxy::start("pg_sinks", server("SLUICE_TEST_PG_HOST", "SLUICE_TEST_PG_PORT")?).await?,
+            // A fleet's checkpoint store and leases, on the sinks' server:
+            // cutting or stalling it is a store outage.
+            Proxy::start("store", server("SLUICE_TEST_PG_HOST", "SLUICE_TEST_PG_PORT")?).await?,
             Proxy::start("mariadb", server("SLUICE_TEST_MY_HOST", "SLUICE_TEST_MY_PORT")?).await?,
             Proxy::start("redis", host_port(&env.get("SLUICE_TEST_REDIS_URL")?)).await?,
             Proxy::start("nats", host_port(&env.get("SLUICE_TEST_NATS_URL")?)).await?,
@@ -200,8 +214,18 @@ impl Setup {
         let dir = std::env::temp_dir().join(format!("sluice-torture-{run_id}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
+        let store = if fleet > 0 {
+            format!(
+                "store: {{ type: postgres, config: {{ host: 127.0.0.1, port: {}, database: {DATABASE}, user: {}, password: \"{}\", ssl_mode: disable, schema: tt{run_id}store, connect_timeout_secs: 5 }} }}\n",
+                port("store"),
+                env.get("SLUICE_TEST_PG_USER")?,
+                env.get("SLUICE_TEST_PG_PASSWORD")?,
+            )
+        } else {
+            String::new()
+        };
         let config = format!(
-            r#"pipelines:
+            r#"{store}pipelines:
   - name: torture{run_id}pg
     source:
       type: postgres
@@ -216,67 +240,31 @@ impl Setup {
             pg = port("postgres"),
             pg_user = env.get("SLUICE_TEST_PG_USER")?,
             pg_password = env.get("SLUICE_TEST_PG_PASSWORD")?,
-            pg_sinks = sinks(env, run_id, Kind::Postgres, port)?,
+            pg_sinks = sinks(env, run_id, Kind::Postgres, port, fleet > 0)?,
             my = port("mariadb"),
             my_user = env.get("SLUICE_TEST_MY_USER")?,
             my_password = env.get("SLUICE_TEST_MY_PASSWORD")?,
-            my_sinks = sinks(env, run_id, Kind::MariaDb, port)?,
+            my_sinks = sinks(env, run_id, Kind::MariaDb, port, fleet > 0)?,
         );
         let config_path = dir.join("torture.yaml");
         std::fs::write(&config_path, config)?;
-        let mut setup = Setup {
-            run_id: run_id.to_string(),
-            proxies,
-            receiver,
-            dir,
-            config: config_path,
-            sluice,
-            child: None,
-            kills: 0,
-        };
-        setup.spawn()?;
-        Ok(setup)
+        let instances = Instances::start(sluice.clone(), config_path.clone(), dir.clone(), fleet)?;
+        Ok(Setup { run_id: run_id.to_string(), proxies, receiver, dir, config: config_path, sluice, instances })
     }
 
-    fn spawn(&mut self) -> anyhow::Result<()> {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("sluice.log"))?;
-        let child = Command::new(&self.sluice)
-            .args(["run", "-c"])
-            .arg(&self.config)
-            .current_dir(&self.dir)
-            .env("SLUICE_API_ADDR", "127.0.0.1:0")
-            .env("TORTURE_MASK_SALT", MASK_SALT)
-            // The drain follows the checkpoints the MariaDB pipeline stores.
-            .env("RUST_LOG", "info,sluice_runtime::checkpointer=debug")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", self.sluice.display()))?;
-        self.child = Some(child);
-        Ok(())
+    /// The sink ids of each pipeline.
+    fn sink_ids(&self) -> Vec<&'static str> {
+        let fleet = self.instances.is_fleet();
+        SINK_IDS.iter().copied().filter(|id| !fleet || !FLEET_LACKS.contains(id)).collect()
     }
 
-    pub fn kill_and_restart(&mut self) -> anyhow::Result<()> {
-        if let Some(mut child) = self.child.take() {
-            child.kill()?;
-            child.wait()?;
-            self.kills += 1;
+    /// How many changes of `kind` a required sink holds now: the file
+    /// sink, or in a fleet (which has none) the webhook, each change once.
+    pub fn required_changes(&self, kind: Kind) -> usize {
+        if self.instances.is_fleet() {
+            let changes = readers::http(&self.receiver, &source_id(&self.run_id, kind), &format!("/{}", kind.tag()));
+            return changes.iter().map(|c| c.change).collect::<std::collections::HashSet<_>>().len();
         }
-        self.spawn()
-    }
-
-    /// Restarts Sluice if it exited; an exit is a failure of the run
-    /// unless it was a clean one (which it never should be mid-run).
-    pub fn keep_running(&mut self) -> anyhow::Result<()> {
-        let Some(child) = self.child.as_mut() else { return self.spawn() };
-        if let Some(status) = child.try_wait()? {
-            bail!("sluice exited by itself ({status}); see {}", self.dir.join("sluice.log").display());
-        }
-        Ok(())
-    }
-
-    /// How many changes of `kind` the file sink, a required one, holds now.
-    pub fn file_changes(&self, kind: Kind) -> usize {
         readers::file(&self.dir.join(format!("out-{}.jsonl", kind.tag()))).len()
     }
 
@@ -304,10 +292,11 @@ impl Setup {
         let start = Instant::now();
         let mut said = Instant::now();
         loop {
-            self.keep_running()?;
+            self.instances.keep_running()?;
             let behind: f64 = db.value(&query).await?.and_then(|b| b.parse().ok()).context("the slot is gone")?;
-            checkpoints.read(&self.dir.join("sluice.log"))?;
-            let my_behind: Vec<&str> = SINK_IDS
+            checkpoints.read(&self.instances.log())?;
+            let my_behind: Vec<&str> = self
+                .sink_ids()
                 .iter()
                 .filter(|id| checkpoints.of(&format!("{my_prefix}{id}")).is_none_or(|at| at < binlog_target))
                 .copied()
@@ -338,11 +327,7 @@ impl Setup {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-            child.wait()?;
-        }
-        Ok(())
+        self.instances.stop()
     }
 
     /// Removes the run's folder after a pass; keeps it, and says where,
@@ -373,8 +358,12 @@ impl Setup {
             let alo = kafka(names(&format!("tt{run}{tag}a.{{table}}")), "read_committed").await??;
             // Read-back promises exactly-once to every consumer, even one
             // that reads what no transaction committed.
-            let read_back = kafka(names(&format!("tt{run}{tag}r.{{table}}")), "read_uncommitted").await??;
-            let sources = [
+            let read_back = if self.instances.is_fleet() {
+                Vec::new()
+            } else {
+                kafka(names(&format!("tt{run}{tag}r.{{table}}")), "read_uncommitted").await??
+            };
+            let mut sources = vec![
                 ("file", readers::file(&self.dir.join(format!("out-{tag}.jsonl")))),
                 ("kafka_eos", eos),
                 ("kafka_alo", alo),
@@ -390,6 +379,9 @@ impl Setup {
                 ("my_log", readers::changelog(&Db::new(env, Kind::MariaDb, "")?, &format!("tt{run}{tag}l")).await?),
                 ("s3", readers::s3(env, &format!("tt{run}{tag}")).await?),
             ];
+            if self.instances.is_fleet() {
+                sources.retain(|(sink, _)| !FLEET_LACKS.contains(sink));
+            }
             for (sink, changes) in sources {
                 let guarantee = guarantees.iter().find(|(s, _)| s == sink).map(|(_, g)| g.clone()).unwrap_or_default();
                 held.push(Held { source: kind, sink: sink.to_string(), guarantee, changes });
@@ -446,6 +438,14 @@ impl Setup {
             {
                 found.push((words[at - 2].to_string(), words[at + 1..].join(" ")));
             }
+        }
+        // docs/guarantees.md#fleets: an owner that stalled past its lease
+        // can still commit the files it had staged. Its repeats are
+        // counted and shown, not failed.
+        if self.instances.is_fleet()
+            && let Some((_, guarantee)) = found.iter_mut().find(|(sink, _)| sink == "s3")
+        {
+            *guarantee = "at-least-once across a stalled owner (fleet)".to_string();
         }
         Ok(found)
     }

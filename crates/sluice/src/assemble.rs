@@ -112,6 +112,13 @@ pub fn check_fleet(config: &Config) -> Result<(), Failure> {
                     target.describe()
                 )));
             }
+            if let sluice_sinks::SinkConfig::Kafka(kafka) = sink
+                && kafka.reads_back()
+            {
+                return Err(Failure::bad_input(anyhow!(
+                    "pipelines[{p}].sinks[{s}].config.exactly_once: read_back assumes one writer, and an instance that stalls past its lease could write a batch again after another took the pipeline over; hint: use exactly_once: true (transactions, whose transactional.id fences the old owner) or false"
+                )));
+            }
         }
     }
     Ok(())

@@ -149,6 +149,24 @@ fn a_fleet_without_the_postgresql_store_or_with_a_file_sink_is_refused() {
     );
 }
 
+#[test]
+fn a_fleet_refuses_a_kafka_sink_that_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let with_read_back = config().replacen(
+        "      - type: postgres\n        config: { id: target,",
+        "      - type: kafka\n        config: { id: k, brokers: \"127.0.0.1:1\", topic: t, exactly_once: read_back }\n      - type: postgres\n        config: { id: target,",
+        1,
+    );
+    let config = write_config(dir.path(), &with_read_back);
+    let output = run(&["run", "-c", config.to_str().unwrap(), "--fleet", "--api-addr", "off"], dir.path());
+    assert_eq!(output.status.code(), Some(2));
+    let text = stderr(&output);
+    assert!(
+        text.contains("pipelines[0].sinks[0].config.exactly_once") && text.contains("exactly_once: true"),
+        "{text}"
+    );
+}
+
 fn config_with_file() -> String {
     config().replacen(
         "      - type: postgres\n        config: { id: target,",

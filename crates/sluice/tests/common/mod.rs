@@ -65,6 +65,11 @@ impl Running {
         }
     }
 
+    /// Whether the process has not exited.
+    pub fn still_running(&mut self) -> bool {
+        self.0.as_mut().is_some_and(|child| child.try_wait().unwrap().is_none())
+    }
+
     /// SIGTERM, then wait for the exit.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         let mut child = self.0.take().expect("running");
