@@ -174,6 +174,29 @@ pub fn check_common(at: &str, c: Common<'_>) -> Result<(), Invalid> {
     sluice_core::settings::check_seconds(at, "connect_timeout_secs", c.connect_timeout_secs, 600)
 }
 
+/// The fence a database sink checks in each batch's transaction, with its
+/// position row locked: `stored` is what the row holds, `held` what this
+/// sink believes it wrote last. Another writer moved the row past it (in a
+/// fleet, an instance that took the pipeline over, or one that lost it and
+/// has not noticed yet): the batch must write nothing, and the sink read
+/// its position again.
+pub fn fence(
+    kind: &str,
+    id: &str,
+    table: &str,
+    stored: Option<&sluice_core::Position>,
+    held: Option<&sluice_core::Position>,
+) -> Result<(), sluice_core::SinkError> {
+    if stored <= held {
+        return Ok(());
+    }
+    Err(sluice_core::SinkError::transient(format!(
+        "{kind} sink {id:?}: another writer moved this sink's position in {table} to {}, past {}, which this one holds (in a fleet, an instance that took the pipeline over, or one that lost it and has not noticed yet); nothing of this batch was written, and the sink reads its position again",
+        sluice_core::or_start(stored),
+        sluice_core::or_start(held)
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -182,6 +205,16 @@ mod tests {
     use sluice_core::{ColumnSchema, ColumnType, Event, Op, Origin, Position, TableSchema};
 
     use super::*;
+
+    #[test]
+    fn the_fence_lets_a_batch_through_only_while_no_other_writer_moved_the_position() {
+        let at = |tx| Position::Generator { tx, seq: 0 };
+        assert!(fence("postgres", "t", "s.sluice_checkpoints", Some(&at(2)), Some(&at(2))).is_ok());
+        assert!(fence("postgres", "t", "s.sluice_checkpoints", None, Some(&at(2))).is_ok());
+        let moved = fence("mysql", "t", "s.sluice_checkpoints", Some(&at(3)), Some(&at(2))).unwrap_err().to_string();
+        assert!(moved.contains("mysql sink \"t\"") && moved.contains("another writer"), "{moved}");
+        assert!(fence("mysql", "t", "s.sluice_checkpoints", Some(&at(1)), None).is_err());
+    }
 
     fn event(primary_key: Vec<usize>) -> Event {
         let column = |name: &str| ColumnSchema {

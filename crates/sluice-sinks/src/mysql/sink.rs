@@ -101,17 +101,11 @@ impl MysqlSink {
         let text: Option<String> =
             self.conn()?.query_first(sql).await.map_err(|e| my_error(e, "locking the sink's checkpoint"))?;
         let stored = text.and_then(|t| t.parse::<Position>().ok());
-        if stored > self.held {
+        let fenced = crate::db::fence("mysql", &self.config.id, &self.checkpoints, stored.as_ref(), self.held.as_ref());
+        if fenced.is_err() {
             let _ = self.exec("ROLLBACK", "giving the batch up").await;
-            return Err(SinkError::transient(format!(
-                "mysql sink {:?}: another writer moved this sink's position in {} to {}, past {}, which this one holds (in a fleet, an instance that took the pipeline over, or one that lost it and has not noticed yet); nothing of this batch was written, and the sink reads its position again",
-                self.config.id,
-                self.checkpoints,
-                sluice_core::or_start(stored.as_ref()),
-                sluice_core::or_start(self.held.as_ref())
-            )));
         }
-        Ok(())
+        fenced
     }
 
     async fn read_position(&mut self) -> Result<Option<Position>, SinkError> {

@@ -131,17 +131,11 @@ impl PostgresSink {
         let sql = format!("SELECT position FROM {} WHERE {} FOR UPDATE", self.checkpoints, self.checkpoint_where());
         let rows = self.query(&sql, "locking the sink's checkpoint").await?;
         let stored = rows.first("position").and_then(|text| text.parse::<Position>().ok());
-        if stored > self.held {
+        let fenced = crate::db::fence("postgres", &self.config.id, &self.checkpoints, stored.as_ref(), self.held.as_ref());
+        if fenced.is_err() {
             let _ = self.query("ROLLBACK", "giving the batch up").await;
-            return Err(SinkError::transient(format!(
-                "postgres sink {:?}: another writer moved this sink's position in {} to {}, past {}, which this one holds (in a fleet, an instance that took the pipeline over, or one that lost it and has not noticed yet); nothing of this batch was written, and the sink reads its position again",
-                self.config.id,
-                self.checkpoints,
-                sluice_core::or_start(stored.as_ref()),
-                sluice_core::or_start(self.held.as_ref())
-            )));
         }
-        Ok(())
+        fenced
     }
 
     async fn read_position(&mut self) -> Result<Option<Position>, SinkError> {
