@@ -106,7 +106,9 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_API_ALLOWED_HOSTS", value_delimiter = ',')]
     pub api_allowed_hosts: Vec<String>,
     /// Share the config's pipelines with the other instances that run it
-    /// with --fleet, through leases in the PostgreSQL store (`store:`).
+    /// with --fleet, through leases in the PostgreSQL store (`store:`) or
+    /// in etcd (`fleet:`). SIGHUP then reads the config again: added
+    /// pipelines start, removed ones stop, the others run on.
     #[arg(long, env = "SLUICE_FLEET")]
     pub fleet: bool,
     /// This instance's name in the fleet; by default the host name and the
