@@ -73,6 +73,17 @@ free_port() {
   echo "$port"
 }
 
+# Waits up to 10 s until log $1 holds the line $2; else prints the log and
+# stops, naming service $3.
+wait_for_log() {
+  local tries=0
+  until grep -q "$2" "$1" 2>/dev/null; do
+    tries=$((tries + 1))
+    if [ "$tries" -gt 100 ]; then cat "$1" >&2; log "$3 did not start"; exit 1; fi
+    sleep 0.1
+  done
+}
+
 install_packages() {
   local missing=()
   [ -x "$PG_BIN/postgres" ] || missing+=("postgresql-$PG_VERSION")
@@ -602,12 +613,7 @@ start_nats() {
   mkdir -p "$nats/store"
   nohup nats-server -a 127.0.0.1 -p "$port" -js -sd "$nats/store" -l "$nats/nats.log" >/dev/null 2>&1 &
   echo $! > "$nats/pid"
-  local tries=0
-  until grep -q "Server is ready" "$nats/nats.log" 2>/dev/null; do
-    tries=$((tries + 1))
-    if [ "$tries" -gt 100 ]; then cat "$nats/nats.log" >&2; log "nats did not start"; exit 1; fi
-    sleep 0.1
-  done
+  wait_for_log "$nats/nats.log" "Server is ready" "nats"
   echo "export SLUICE_TEST_NATS_URL=nats://127.0.0.1:$port" >> "$DIR/env"
   echo "export SLUICE_TEST_NATS_PID_FILE=$nats/pid" >> "$DIR/env"
   log "nats-server (JetStream) on 127.0.0.1:$port (pid $(cat "$nats/pid"))"
@@ -634,12 +640,7 @@ start_etcd() {
     --cert-file "$etcd/etcd.crt" --key-file "$etcd/etcd.key" --trusted-ca-file "$tls/ca.crt" --client-cert-auth \
     > "$etcd/etcd.log" 2>&1 &
   echo $! > "$etcd/pid"
-  local tries=0
-  until grep -q "ready to serve client requests" "$etcd/etcd.log" 2>/dev/null; do
-    tries=$((tries + 1))
-    if [ "$tries" -gt 100 ]; then cat "$etcd/etcd.log" >&2; log "etcd did not start"; exit 1; fi
-    sleep 0.1
-  done
+  wait_for_log "$etcd/etcd.log" "ready to serve client requests" "etcd"
   echo "export SLUICE_TEST_ETCD_URL=https://127.0.0.1:$port" >> "$DIR/env"
   log "etcd $(etcd --version | awk 'NR == 1 {print $3}') on 127.0.0.1:$port (pid $(cat "$etcd/pid"))"
 }
@@ -696,12 +697,7 @@ authorization { users = [ { user: "$NATS_USER", password: "$NATS_PASSWORD" }, { 
 CONF
   nohup nats-server -c "$nats/nats.conf" -l "$nats/nats.log" >/dev/null 2>&1 &
   echo $! > "$nats/pid"
-  local tries=0
-  until grep -q "Server is ready" "$nats/nats.log" 2>/dev/null; do
-    tries=$((tries + 1))
-    if [ "$tries" -gt 100 ]; then cat "$nats/nats.log" >&2; log "nats (TLS) did not start"; exit 1; fi
-    sleep 0.1
-  done
+  wait_for_log "$nats/nats.log" "Server is ready" "nats (TLS)"
   cat >> "$DIR/env" <<ENV
 export SLUICE_TEST_NATS_TLS_URL=nats://127.0.0.1:$port
 export SLUICE_TEST_NATS_USER=$NATS_USER

@@ -19,10 +19,13 @@ use tracing::{info, warn};
 use crate::api::Catalog;
 use crate::{assemble, fleet};
 
+/// A pipeline's settings and the handle its status and controls live in.
+pub type Pipeline = (PipelineConfig, PipelineHandle);
+
 /// A new set of pipelines for the fleet member; `done` answers once the
 /// pipelines that left are stopped.
 pub struct Change {
-    pub pipelines: Vec<(PipelineConfig, PipelineHandle)>,
+    pub pipelines: Vec<Pipeline>,
     pub done: oneshot::Sender<()>,
 }
 
@@ -99,12 +102,7 @@ impl Reloader {
 
     /// The new config's pipelines, each with the handle it had when its
     /// settings are the same, or a new one.
-    #[allow(clippy::type_complexity)]
-    fn sort(
-        &self,
-        current: &Config,
-        config: &Config,
-    ) -> Result<(Vec<(PipelineConfig, PipelineHandle)>, Reloaded), ReloadError> {
+    fn sort(&self, current: &Config, config: &Config) -> Result<(Vec<Pipeline>, Reloaded), ReloadError> {
         let handles = self.catalog.handles();
         let mut reloaded = Reloaded { added: vec![], removed: vec![], changed: vec![], unchanged: vec![] };
         let mut pipelines = Vec::new();

@@ -9,8 +9,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::fleet::*;
@@ -58,27 +56,9 @@ fn three_instances_share_the_pipelines_and_take_over_a_killed_or_stalled_owners(
     });
 
     // Rows keep arriving in every source meanwhile.
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut next = 1000;
-            while !stop.load(Ordering::Relaxed) {
-                for name in PIPELINES {
-                    sql(
-                        &format!("e2e_fleet_{name}"),
-                        &format!(
-                            "INSERT INTO items VALUES ({next}, 1); UPDATE items SET v = v + 1 WHERE id = {}",
-                            next % 100 + 1
-                        ),
-                    );
-                }
-                next += 1;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            next
-        })
-    };
+    let writer = Writer::start(PIPELINES.iter().map(|name| format!("e2e_fleet_{name}")).collect(), |next| {
+        format!("INSERT INTO items VALUES ({next}, 1); UPDATE items SET v = v + 1 WHERE id = {}", next % 100 + 1)
+    });
 
     // SIGKILL the owner of `fa`: another instance takes it over.
     let victim = owners()["fa"].clone();
@@ -107,8 +87,7 @@ fn three_instances_share_the_pipelines_and_take_over_a_killed_or_stalled_owners(
         log_of(&stalled_dir).contains("lost the pipeline's lease")
     });
 
-    stop.store(true, Ordering::Relaxed);
-    writer.join().unwrap();
+    writer.stop();
     for name in PIPELINES {
         let source = rows(&format!("e2e_fleet_{name}"), "SELECT id::text, v::text FROM items");
         let equal = wait_for(Duration::from_secs(120), || {

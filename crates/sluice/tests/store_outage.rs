@@ -9,8 +9,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::fleet::*;
@@ -94,29 +92,16 @@ fn a_crashed_store_is_waited_out_and_every_insert_lands_once() {
         PIPELINES.iter().all(|name| inserted(name) == 100)
     });
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut next = 1000;
-            while !stop.load(Ordering::Relaxed) {
-                for name in PIPELINES {
-                    sql(&format!("e2e_outage_{name}"), &format!("INSERT INTO items VALUES ({next}, 1)"));
-                }
-                next += 1;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            next - 1000
-        })
-    };
+    let writer = Writer::start(PIPELINES.iter().map(|name| format!("e2e_outage_{name}")).collect(), |next| {
+        format!("INSERT INTO items VALUES ({next}, 1)")
+    });
     std::thread::sleep(Duration::from_secs(2));
     restart_store_server();
     // Writes go on after the store is back; the instances' pipelines take them.
     std::thread::sleep(Duration::from_secs(4));
-    stop.store(true, Ordering::Relaxed);
-    let written = writer.join().unwrap();
+    let written = writer.stop();
     for name in PIPELINES {
-        let expected = 100 + written;
+        let expected = 100 + usize::try_from(written).unwrap();
         let arrived = wait_for(Duration::from_secs(90), || inserted(name) >= expected);
         let (count, distinct) = changelog(name).into_iter().next().map(|(n, d)| (n, d[0].clone())).unwrap();
         assert!(arrived, "{name}: {count} of {expected} inserts in the changelog");

@@ -66,8 +66,9 @@ fn store_error(e: impl std::fmt::Display) -> (StatusCode, Json<Value>) {
 /// Alive, and no pipeline failed: a failed pipeline ends the process, so
 /// this only fails in the moments before it exits.
 async fn health(State(api): Shared) -> Response {
-    let pipelines: Vec<Value> = api.statuses().iter().map(|p| json!({ "name": p.name, "state": p.state() })).collect();
-    let failed = api.statuses().iter().any(|p| p.state() == PipelineState::Failed);
+    let statuses = api.statuses();
+    let pipelines: Vec<Value> = statuses.iter().map(|p| json!({ "name": p.name, "state": p.state() })).collect();
+    let failed = statuses.iter().any(|p| p.state() == PipelineState::Failed);
     let status = if failed { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
     (status, Json(json!({ "status": if failed { "failed" } else { "alive" }, "pipelines": pipelines }))).into_response()
 }

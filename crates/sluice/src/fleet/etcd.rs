@@ -23,7 +23,7 @@ use sluice_core::StoreError;
 use sluice_store::{Lease, LeaseRow, PgStore, Taken};
 use tracing::warn;
 
-use super::leases::Leases;
+use super::leases::{Leases, blocking};
 
 /// The cluster's JSON gateway, through each member in turn.
 pub struct Gateway {
@@ -237,16 +237,14 @@ impl Leases for EtcdLeases {
             }
             let taken = Lease { pipeline: pipeline.to_string(), epoch: number(&answer["header"]["revision"]) };
             let (store, fence, instance) = (self.store.clone(), taken.clone(), self.instance.clone());
-            let raised = tokio::task::spawn_blocking(move || store.raise_fence(&fence, &instance)).await;
-            let raised = raised.unwrap_or_else(|e| Err(StoreError::Interrupted { detail: e.to_string() }));
-            if let Err(e) = raised {
+            if let Err(e) = blocking(move || store.raise_fence(&fence, &instance)).await {
                 // Without the fence the lease cannot be used; let it go.
                 let _ = self.release(&taken).await;
-                return Err(match e {
-                    StoreError::Fenced { current, held, .. } => anyhow!(
+                return Err(match e.downcast_ref::<StoreError>() {
+                    Some(StoreError::Fenced { current, held, .. }) => anyhow!(
                         "pipeline {pipeline}: the store's fence is at epoch {current}, above etcd's revision {held}: etcd's revisions started again (a new cluster?) under a store that an older one fenced; hint: stop every instance, then delete the pipelines' rows from the store schema's leases table"
                     ),
-                    other => anyhow!(other),
+                    _ => e,
                 });
             }
             Ok(Taken::Lease(taken))

@@ -1,5 +1,6 @@
 //! `sluice run --fleet`: instances with the same config share its
-//! pipelines through leases in the PostgreSQL store.
+//! pipelines through leases (in the PostgreSQL store, or in etcd), and
+//! keep their checkpoints in the PostgreSQL store.
 //!
 //! Every `renew_every`, each instance marks itself alive, renews the
 //! leases it holds, and takes free ones up to its fair share (pipelines ÷
@@ -27,7 +28,7 @@ use tracing::{error, info, warn};
 
 use self::leases::Leases;
 use crate::assemble;
-use crate::reload::Change;
+use crate::reload::{Change, Pipeline};
 use crate::run::{Again, run_with_rereads};
 
 mod etcd;
@@ -122,7 +123,7 @@ impl Fleet {
     /// A reload's [`Change`] arrives through `changes`.
     pub async fn run(
         self,
-        pipelines: Vec<(PipelineConfig, PipelineHandle)>,
+        pipelines: Vec<Pipeline>,
         mut changes: mpsc::Receiver<Change>,
         shutdown: Shutdown,
     ) -> anyhow::Result<()> {
@@ -339,7 +340,7 @@ impl Fleet {
     /// Takes a reloaded config's pipelines: those gone or changed stop
     /// here first; the new and changed ones are taken by the next rounds,
     /// here or on another instance, like any free pipeline.
-    async fn apply(&self, entries: &mut Vec<Entry>, pipelines: Vec<(PipelineConfig, PipelineHandle)>) {
+    async fn apply(&self, entries: &mut Vec<Entry>, pipelines: Vec<Pipeline>) {
         let mut kept = Vec::new();
         for mut entry in std::mem::take(entries) {
             let same = pipelines.iter().any(|(c, _)| c.name == entry.config.name && digest(c) == entry.digest);

@@ -5,6 +5,9 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use sluice_postgres::wire::Connection;
 
@@ -73,4 +76,36 @@ pub fn openapi() -> serde_json::Value {
 pub fn hangup(child: &Running) {
     let pid = child.id().to_string();
     assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+}
+
+/// Writes to source databases every 20 ms until stopped: each round runs
+/// `statements(next)` in each database, `next` counting up from 1000.
+pub struct Writer {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<i64>,
+}
+
+impl Writer {
+    pub fn start(databases: Vec<String>, statements: fn(i64) -> String) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut next = 1000;
+            while !stopped.load(Ordering::Relaxed) {
+                for database in &databases {
+                    sql(database, &statements(next));
+                }
+                next += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            next - 1000
+        });
+        Writer { stop, thread }
+    }
+
+    /// Stops it; how many rounds it wrote.
+    pub fn stop(self) -> i64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
 }
