@@ -439,14 +439,6 @@ impl Setup {
                 found.push((words[at - 2].to_string(), words[at + 1..].join(" ")));
             }
         }
-        // docs/guarantees.md#fleets: an owner that stalled past its lease
-        // can still commit the files it had staged. Its repeats are
-        // counted and shown, not failed.
-        if self.instances.is_fleet()
-            && let Some((_, guarantee)) = found.iter_mut().find(|(sink, _)| sink == "s3")
-        {
-            *guarantee = "at-least-once across a stalled owner (fleet)".to_string();
-        }
         Ok(found)
     }
 }

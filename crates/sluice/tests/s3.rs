@@ -41,7 +41,9 @@ fn kill_9_mid_multipart_upload_and_after_commits_leaves_each_event_in_one_file()
     );
     let config = write_config(dir.path(), &generator_pipeline(&prefix, 10_000, 1_000_000, &sinks));
     let config = config.to_str().unwrap();
-    for failpoint in ["s3.after_part=2", "s3.after_commit=1", "s3.after_part=1"] {
+    // After a claim and before its file: the next run writes that very
+    // file again from the replay.
+    for failpoint in ["s3.after_part=2", "s3.after_commit=1", "s3.after_claim=2", "s3.after_part=1"] {
         let output = sluice()
             .args(["run", "-c", config])
             .current_dir(dir.path())
@@ -58,6 +60,37 @@ fn kill_9_mid_multipart_upload_and_after_commits_leaves_each_event_in_one_file()
     assert!(count >= 4, "expected several multipart files, got {count}");
     let marker = dir.path().join("sluice-data/s3").join(&prefix).join("big/upload-in-flight");
     assert!(!marker.exists(), "the record of the aborted upload is gone");
+}
+
+/// What a fleet's owner that stalled past its lease and the instance that
+/// took its pipeline over do to one prefix: two writers of the same
+/// stream, cutting files at other places. They meet at the claims, and
+/// each event ends in one file.
+#[test]
+fn two_writers_of_one_prefix_cutting_files_differently_leave_each_event_in_one_file() {
+    let prefix = unique("claims");
+    let runs: Vec<_> = [700, 1000]
+        .into_iter()
+        .map(|events| {
+            let dir = tempfile::tempdir().unwrap();
+            let sinks = format!(
+                "      - type: s3\n        config: {{ id: pq, {}, prefix: {prefix}, max_file_events: {events}, timeout_secs: 5 }}\n",
+                s3_target()
+            );
+            let config = write_config(dir.path(), &generator_pipeline(&prefix, 3000, 10_000, &sinks));
+            (dir, config)
+        })
+        .collect();
+    let children: Vec<_> =
+        runs.iter().map(|(dir, config)| spawn(&["run", "-c", config.to_str().unwrap()], dir.path())).collect();
+    for (mut child, (dir, _)) in children.into_iter().zip(&runs) {
+        let status = child.wait_exit(Duration::from_secs(120));
+        assert!(status.success(), "{}", log_of(dir.path()));
+    }
+    let refused: usize = runs.iter().map(|(dir, _)| log_of(dir.path()).matches("another writer claimed").count()).sum();
+    eprintln!("claims refused to the slower writer: {refused}");
+    assert!(refused > 0, "the writers never met at a claim, so this run tested nothing");
+    assert_exactly_once(&s3_files(&prefix), "pq", &generated(3000, 10));
 }
 
 #[test]

@@ -98,7 +98,7 @@ fn s3_sink_defaults_guarantee_and_secrets() {
     assert_eq!(s3.max_file_bytes, DEFAULT_S3_MAX_FILE_BYTES);
     assert_eq!(s3.max_file_age_secs, DEFAULT_S3_MAX_FILE_AGE_SECS);
     assert_eq!(s3.part_size_bytes, DEFAULT_S3_PART_SIZE_BYTES);
-    assert_eq!(sink.guarantee().to_string(), "exactly-once (at file level; one writer per sink and prefix)");
+    assert_eq!(sink.guarantee().to_string(), "exactly-once (at file level; one pipeline per sink and prefix)");
     let debug = format!("{config:?}");
     assert!(!debug.contains("hush") && !debug.contains("AKIA"), "{debug}");
     let local = check(&S3.replace(

@@ -31,7 +31,7 @@ pub const DEFAULT_S3_TIMEOUT_SECS: u64 = 30;
 /// Files hold disjoint runs of events, and a file is visible only once
 /// complete; it holds only while no other writer uses the sink's prefix.
 pub const S3_GUARANTEE: sluice_core::Guarantee =
-    sluice_core::Guarantee::ExactlyOnce { condition: Some("at file level; one writer per sink and prefix") };
+    sluice_core::Guarantee::ExactlyOnce { condition: Some("at file level; one pipeline per sink and prefix") };
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -3,6 +3,10 @@
 //! `<first>` and `<last>` are the sort keys of the first and last position
 //! the file holds: fixed-width, so names sort in stream order, and free of
 //! `_`, so a name splits back unambiguously.
+//!
+//! Beside each file, its claim: `_<first>_<sink id>.claim`, created only
+//! if absent, whose body is the file's name. The leading `_` hides it from
+//! readers that follow Hive's convention (Spark, Hive, pyarrow datasets).
 
 use sluice_core::time::format_utc_micros;
 
@@ -36,6 +40,17 @@ pub(super) fn file_name(first: &str, last: &str, sink: &str, extension: &str) ->
     format!("{first}_{last}_{sink}.{extension}")
 }
 
+pub(super) fn claim_name(first: &str, sink: &str) -> String {
+    format!("_{first}_{sink}.claim")
+}
+
+/// The first sort key of a claim of sink `sink`.
+pub(super) fn parse_claim<'a>(name: &'a str, sink: &str) -> Option<&'a str> {
+    let (first, rest) = name.strip_prefix('_')?.split_once('_')?;
+    let sort_key = first.len() > 1 && first.bytes().all(|b| b.is_ascii_alphanumeric());
+    (sort_key && rest.strip_suffix(".claim")? == sink).then_some(first)
+}
+
 /// The first and last sort keys of a file of sink `sink`; `None` for any
 /// other name (another sink's files, temporary files).
 pub(super) fn parse<'a>(name: &'a str, sink: &str) -> Option<(&'a str, &'a str)> {
@@ -43,7 +58,7 @@ pub(super) fn parse<'a>(name: &'a str, sink: &str) -> Option<(&'a str, &'a str)>
     let (last, rest) = rest.split_once('_')?;
     let extension = rest.strip_prefix(sink)?.strip_prefix('.')?;
     let sort_key = |k: &str| k.len() > 1 && k.bytes().all(|b| b.is_ascii_alphanumeric());
-    let known = ["parquet", "jsonl", "jsonl.gz", "jsonl.zst"].contains(&extension);
+    let known = ["parquet", "jsonl", "jsonl.gz", "jsonl.zst", "avro"].contains(&extension);
     (known && sort_key(first) && sort_key(last) && first.len() == last.len()).then_some((first, last))
 }
 
@@ -59,6 +74,17 @@ mod tests {
         assert_eq!(parse(&name, "lake"), None);
         assert_eq!(parse("g0001_g0009_lake_1.jsonl.tmp", "lake_1"), None);
         assert_eq!(parse("g0001_g09_lake_1.parquet", "lake_1"), None);
+        assert_eq!(parse(&claim_name("g0001", "lake_1"), "lake_1"), None);
+        assert_eq!(parse("g0001_g0009_lake.avro", "lake"), Some(("g0001", "g0009")));
+    }
+
+    #[test]
+    fn claims_round_trip_and_other_sinks_claims_are_ignored() {
+        let name = claim_name("g0001", "lake_1");
+        assert_eq!(name, "_g0001_lake_1.claim");
+        assert_eq!(parse_claim(&name, "lake_1"), Some("g0001"));
+        assert_eq!(parse_claim(&name, "lake"), None);
+        assert_eq!(parse_claim("g0001_g0009_lake_1.parquet", "lake_1"), None);
     }
 
     #[test]

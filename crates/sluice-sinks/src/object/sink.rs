@@ -13,8 +13,9 @@ use super::names;
 use super::parquet::ParquetFile;
 use super::target::Target;
 
-/// The record of a commit whose outcome is not known yet: the object key
-/// and the staged file, in the staging folder.
+/// The record of a commit whose outcome was not known, left in the
+/// staging folder by versions before claims: the object key and the
+/// staged file.
 const IN_DOUBT: &str = "commit-in-doubt";
 
 /// One partition: events of one table with commit times on one UTC day.
@@ -43,6 +44,16 @@ struct OpenFile {
     /// watermark cannot pass it while this file is open.
     before_first: Option<Position>,
     opened: Instant,
+    /// The file claimed already, which this one must be exactly.
+    owed: Option<Owed>,
+}
+
+/// A file claimed (by this sink before a restart, or by another writer of
+/// the prefix) but not in the bucket: whoever meets its first event next
+/// writes it, ending exactly at its last, under its name.
+struct Owed {
+    last: String,
+    name: String,
 }
 
 /// What the sink knows of a partition's committed files.
@@ -50,6 +61,9 @@ struct Committed {
     /// Events up to this sort key are in committed files already: skip
     /// them. `None` once the stream is past it.
     skip_through: Option<String>,
+    /// The newest claim, when its file is missing: the first sort key and
+    /// the file.
+    owed: Option<(String, Owed)>,
 }
 
 pub struct ObjectSink {
@@ -117,8 +131,8 @@ impl ObjectSink {
     async fn held(&mut self, key: &PartitionKey, event: &Event) -> Result<bool, SinkError> {
         if !self.committed.contains_key(key) {
             let dir = names::partition(&self.config.prefix, &key.0, event.commit_time_us);
-            let last = self.target()?.last_key_in(&dir, &self.config.id).await?;
-            self.committed.insert(key.clone(), Committed { skip_through: last });
+            let found = self.committed_in(&dir).await?;
+            self.committed.insert(key.clone(), found);
         }
         let Some(committed) = self.committed.get_mut(key) else { return Ok(false) };
         let Some(through) = &committed.skip_through else { return Ok(false) };
@@ -127,6 +141,43 @@ impl ObjectSink {
         }
         committed.skip_through = None;
         Ok(false)
+    }
+
+    /// What a partition's listing tells: committed files hold every event
+    /// up to the highest last among them; the newest claim whose file is
+    /// missing is owed.
+    ///
+    /// Every commit claims its file's first event first, and a writer
+    /// starts a file only at the event after the last one it knows is
+    /// claimed, so the claims of a partition cover its events one after
+    /// another: a writer whose knowledge is behind meets the claim of the
+    /// name it wants, and is refused. Only the newest claim can lack its
+    /// file: claims follow one another only once a file is committed.
+    async fn committed_in(&mut self, dir: &str) -> Result<Committed, SinkError> {
+        let sink = &self.config.id;
+        let names = self.target()?.names_in(dir).await?;
+        let files: Vec<(&str, &str)> = names.iter().filter_map(|name| names::parse(name, sink)).collect();
+        let skip_through = files.iter().map(|(_, last)| last.to_string()).max();
+        let newest = names.iter().filter_map(|name| names::parse_claim(name, sink)).max();
+        let Some(first) = newest.filter(|first| !files.iter().any(|(f, _)| f == first)) else {
+            return Ok(Committed { skip_through, owed: None });
+        };
+        let claim = format!("{dir}/{}", names::claim_name(first, sink));
+        let name = self.target()?.read_claim(&claim).await?;
+        let Some((_, last)) = names::parse(&name, sink).filter(|(f, _)| f == &first) else {
+            return Err(SinkError::permanent(
+                format!("s3 sink {sink:?}: the claim {claim} names {name:?}, which is not a file of this sink starting at {first}"),
+                "the claim was not written by this sink: remove it, and give every writer of the prefix its own sink id",
+            ));
+        };
+        if !name.ends_with(&format!(".{}", self.extension())) {
+            return Err(SinkError::permanent(
+                format!("s3 sink {sink:?}: the claim {claim} names {name}, a file of another format than this sink writes; the format changed while that file was in flight"),
+                "set the format back until the sink is past that file, or remove the claim to write its events in the new format",
+            ));
+        }
+        let owed = Owed { last: last.to_string(), name };
+        Ok(Committed { skip_through, owed: Some((first.to_string(), owed)) })
     }
 
     /// The Avro schema of the Connect schema `connect`, made once; one
@@ -146,6 +197,11 @@ impl ObjectSink {
     }
 
     fn open_file(&mut self, key: &PartitionKey, event: &Event, avro: Option<AvroSchemas>) -> Result<(), SinkError> {
+        let owed = match self.committed.get_mut(key).and_then(|c| c.owed.take()) {
+            Some((first, owed)) if first == event.position.sort_key() => Some(owed),
+            Some((first, owed)) => return Err(self.stream_differs(&owed, &first, &event.position.sort_key())),
+            None => None,
+        };
         std::fs::create_dir_all(&self.staging).map_err(|e| self.staging_error(&self.staging, e))?;
         self.next_file += 1;
         let staged = self.staging.join(format!("{}.staged", self.next_file));
@@ -170,9 +226,23 @@ impl ObjectSink {
             events: 0,
             before_first: self.accepted.clone(),
             opened: Instant::now(),
+            owed,
         };
         self.open.insert(key.clone(), file);
         Ok(())
+    }
+
+    /// The stream does not hold the owed file's events where its claim
+    /// says: transforms or the source changed since it was claimed, or
+    /// another pipeline writes this prefix with this sink id.
+    fn stream_differs(&self, owed: &Owed, expected: &str, met: &str) -> SinkError {
+        SinkError::permanent(
+            format!(
+                "s3 sink {:?}: {} is claimed but not in the bucket, and the stream does not hold its events as the claim says (expected {expected}, met {met})",
+                self.config.id, owed.name
+            ),
+            "the pipeline's source or transforms changed since the file was claimed, or another pipeline writes this prefix with this sink id; give each writer its own prefix or sink id, or remove the claim",
+        )
     }
 
     fn staging_error(&self, path: &Path, e: std::io::Error) -> SinkError {
@@ -192,19 +262,33 @@ impl ObjectSink {
             return Err(error);
         }
         let last = file.last.sort_key();
-        let name = names::file_name(&file.first, &last, &self.config.id, self.extension());
+        let name = match &file.owed {
+            Some(owed) if owed.last == last => owed.name.clone(),
+            Some(owed) => {
+                let _ = std::fs::remove_file(&file.staged);
+                return Err(self.stream_differs(owed, &owed.last, &last));
+            }
+            None => names::file_name(&file.first, &last, &self.config.id, self.extension()),
+        };
         let key_text = format!("{}/{name}", file.dir);
-        // A request that failed on our side (a timeout, a kill -9) may
-        // still land on the server later. Until this commit is known to
-        // have happened, the staged file and its key are kept, and the
-        // next `open` commits that same file under that same key, so a
-        // late arrival can only meet its own copy.
-        let staged_name = file.staged.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        write_synced(&self.staging.join(IN_DOUBT), &format!("{key_text}\n{staged_name}"))
-            .map_err(|e| self.staging_error(&self.staging.join(IN_DOUBT), e))?;
+        // The claim decides which writer commits the file that starts at
+        // `first`: one that claimed another file there (in a fleet, a
+        // former owner that had not yet seen it lost the pipeline) got
+        // there first, and this file must not land.
+        let claim = format!("{}/{}", file.dir, names::claim_name(&file.first, &self.config.id));
+        let holder = self.target()?.claim(&claim, &name).await?;
+        if holder != name {
+            let _ = std::fs::remove_file(&file.staged);
+            return Err(SinkError::transient(format!(
+                "s3 sink {:?}: another writer claimed {claim} first, for {holder} (this sink's file was {name}); the sink lists the partition again and goes on from there",
+                self.config.id
+            )));
+        }
+        failpoint::hit("s3.after_claim");
+        // A request cut short (a timeout, a kill -9) may still land later;
+        // it holds the claimed events, as any later attempt does.
         self.target()?.commit(&file.staged, &key_text, &self.staging).await?;
         failpoint::hit("s3.after_commit");
-        let _ = std::fs::remove_file(self.staging.join(IN_DOUBT));
         tracing::debug!(file = %key_text, events = file.events, "committed a file");
         self.durable = self.watermark();
         Ok(())
@@ -219,7 +303,8 @@ impl ObjectSink {
         }
     }
 
-    /// Commits again the file whose commit was in doubt, under its key.
+    /// Commits again the file whose commit was in doubt, under its key
+    /// (a record left by a version before claims).
     async fn settle_in_doubt(&mut self) -> Result<(), SinkError> {
         let record = self.staging.join(IN_DOUBT);
         let Ok(text) = std::fs::read_to_string(&record) else { return Ok(()) };
@@ -235,18 +320,21 @@ impl ObjectSink {
         Ok(())
     }
 
+    /// Takes an event no file needs (committed already, or nothing to
+    /// write).
+    fn pass_over(&mut self, event: &Event) {
+        self.accepted = Some(event.position.clone());
+        if self.open.is_empty() {
+            self.durable = self.accepted.clone();
+        }
+    }
+
     fn discard_open_files(&mut self) {
         for (_, file) in self.open.drain() {
             drop(file.writer);
             let _ = std::fs::remove_file(&file.staged);
         }
     }
-}
-
-fn write_synced(path: &Path, text: &str) -> std::io::Result<()> {
-    let mut file = std::fs::File::create(path)?;
-    std::io::Write::write_all(&mut file, text.as_bytes())?;
-    file.sync_all()
 }
 
 fn too_big(file: &OpenFile, config: &S3SinkConfig) -> bool {
@@ -327,10 +415,7 @@ impl Sink for ObjectSink {
                 // is not one, and the next row begins a file of its own.
                 let not_a_row = self.config.format.file == FileFormat::Parquet && event.op == Op::Schema;
                 if not_a_row || self.held(&key, event).await? {
-                    self.accepted = Some(event.position.clone());
-                    if self.open.is_empty() {
-                        self.durable = self.accepted.clone();
-                    }
+                    self.pass_over(event);
                     continue;
                 }
                 let records = match &encoding {
@@ -342,10 +427,7 @@ impl Sink for ObjectSink {
                         Some(connect) => Some(self.avro_schema(connect, event)?),
                         // The format leaves the event out (a skipped truncate).
                         None => {
-                            self.accepted = Some(event.position.clone());
-                            if self.open.is_empty() {
-                                self.durable = self.accepted.clone();
-                            }
+                            self.pass_over(event);
                             continue;
                         }
                     },
@@ -383,7 +465,13 @@ impl Sink for ObjectSink {
                 file.last = event.position.clone();
                 file.events += 1;
                 self.accepted = Some(event.position.clone());
-                if too_big(file, &self.config) {
+                // An owed file ends at its last (or past it, which its
+                // commit refuses), whatever its size.
+                let due = match &file.owed {
+                    Some(owed) => event.position.sort_key() >= owed.last,
+                    None => too_big(file, &self.config),
+                };
+                if due {
                     self.commit(&key).await?;
                 }
             }
@@ -396,8 +484,12 @@ impl Sink for ObjectSink {
             self.accepted = Some(end.clone());
         }
         let max_age = Duration::from_secs(self.config.max_file_age_secs);
-        let aged: Vec<PartitionKey> =
-            self.open.iter().filter(|(_, f)| f.opened.elapsed() >= max_age).map(|(k, _)| k.clone()).collect();
+        let aged: Vec<PartitionKey> = self
+            .open
+            .iter()
+            .filter(|(_, f)| f.owed.is_none() && f.opened.elapsed() >= max_age)
+            .map(|(k, _)| k.clone())
+            .collect();
         for key in aged {
             self.commit(&key).await?;
         }
@@ -406,9 +498,14 @@ impl Sink for ObjectSink {
     }
 
     async fn flush(&mut self) -> Result<Option<Position>, SinkError> {
-        // Oldest first, so the watermark moves with each commit.
-        let mut keys: Vec<(Option<Position>, PartitionKey)> =
-            self.open.iter().map(|(k, f)| (f.before_first.clone(), k.clone())).collect();
+        // Oldest first, so the watermark moves with each commit. An owed
+        // file waits for its last event: the watermark stays before it.
+        let mut keys: Vec<(Option<Position>, PartitionKey)> = self
+            .open
+            .iter()
+            .filter(|(_, f)| f.owed.is_none())
+            .map(|(k, f)| (f.before_first.clone(), k.clone()))
+            .collect();
         keys.sort();
         for (_, key) in keys {
             self.commit(&key).await?;
@@ -424,6 +521,6 @@ impl Sink for ObjectSink {
 
     fn flush_due(&self) -> Option<std::time::Instant> {
         let max_age = Duration::from_secs(self.config.max_file_age_secs);
-        self.open.values().map(|f| f.opened + max_age).min()
+        self.open.values().filter(|f| f.owed.is_none()).map(|f| f.opened + max_age).min()
     }
 }

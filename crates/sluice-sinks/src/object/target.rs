@@ -1,6 +1,8 @@
 //! Where committed files go: a local folder (rename into place) or an S3
-//! bucket (one conditional PUT, or a multipart upload whose id is recorded
-//! so a crash leaves no upload behind).
+//! bucket (one PUT, or a multipart upload whose id is recorded so a crash
+//! leaves no upload behind), and the claims that say which writer may
+//! commit which file: created only if absent (`If-None-Match: *` on S3,
+//! `O_EXCL` on disk).
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -13,7 +15,7 @@ use object_store::path::Path as Key;
 use object_store::{ClientOptions, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig};
 use sluice_core::{SinkError, failpoint};
 
-use super::{DEFAULT_S3_REGION, S3SinkConfig, names};
+use super::{DEFAULT_S3_REGION, S3SinkConfig};
 
 /// The record of a multipart upload in flight, in the staging folder.
 const UPLOAD_MARKER: &str = "upload-in-flight";
@@ -92,28 +94,87 @@ impl Target {
         })
     }
 
-    /// The highest last sort key among the files of sink `sink` in folder
-    /// `dir` (a partition), or `None` when it holds none.
-    pub async fn last_key_in(&self, dir: &str, sink: &str) -> Result<Option<String>, SinkError> {
-        let names: Vec<String> = match self {
+    /// The names of the objects in folder `dir` (a partition).
+    pub async fn names_in(&self, dir: &str) -> Result<Vec<String>, SinkError> {
+        match self {
             Target::Local { root } => {
                 let folder = root.join(dir);
                 match std::fs::read_dir(&folder) {
-                    Ok(entries) => entries.filter_map(|entry| entry.ok()?.file_name().into_string().ok()).collect(),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-                    Err(e) => {
-                        return Err(SinkError::transient(format!("s3 sink: cannot list {}: {e}", folder.display())));
+                    Ok(entries) => {
+                        Ok(entries.filter_map(|entry| entry.ok()?.file_name().into_string().ok()).collect())
                     }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+                    Err(e) => Err(SinkError::transient(format!("s3 sink: cannot list {}: {e}", folder.display()))),
                 }
             }
             Target::S3 { store, .. } => {
                 let prefix = self.key(dir)?;
                 let listing =
                     store.list_with_delimiter(Some(&prefix)).await.map_err(|e| self.error("listing", dir, e))?;
-                listing.objects.iter().filter_map(|o| o.location.filename().map(str::to_string)).collect()
+                Ok(listing.objects.iter().filter_map(|o| o.location.filename().map(str::to_string)).collect())
             }
-        };
-        Ok(names.iter().filter_map(|name| names::parse(name, sink)).map(|(_, last)| last.to_string()).max())
+        }
+    }
+
+    /// Creates the claim `key` holding `body` if no claim of that name
+    /// exists; either way, answers the body the claim holds.
+    pub async fn claim(&self, key: &str, body: &str) -> Result<String, SinkError> {
+        match self {
+            Target::Local { root } => {
+                let path = root.join(key);
+                let io = |what: &str, e: std::io::Error| {
+                    SinkError::transient(format!("s3 sink: {what} {}: {e}", path.display()))
+                };
+                let folder = path.parent().unwrap_or(root);
+                std::fs::create_dir_all(folder).map_err(|e| io("cannot create the folder of", e))?;
+                // Written whole beside it, then linked: link(2) refuses
+                // an existing name, so a claim appears whole or not at all.
+                let draft = folder.join(format!(".{}.draft", path.file_name().unwrap_or_default().to_string_lossy()));
+                let mut file = std::fs::File::create(&draft).map_err(|e| io("cannot write the claim", e))?;
+                std::io::Write::write_all(&mut file, body.as_bytes())
+                    .and_then(|()| file.sync_all())
+                    .map_err(|e| io("cannot write the claim", e))?;
+                let linked = std::fs::hard_link(&draft, &path);
+                let _ = std::fs::remove_file(&draft);
+                match linked {
+                    Ok(()) => {
+                        std::fs::File::open(folder)
+                            .and_then(|f| f.sync_all())
+                            .map_err(|e| io("cannot sync the folder of", e))?;
+                        Ok(body.to_string())
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => self.read_claim(key).await,
+                    Err(e) => Err(io("cannot create the claim", e)),
+                }
+            }
+            Target::S3 { store, .. } => {
+                let location = self.key(key)?;
+                // Create-only (If-None-Match: *): of two writers claiming
+                // one name, the second is refused and reads the first's.
+                let options = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
+                match store.put_opts(&location, PutPayload::from(body.to_string()), options).await {
+                    Ok(_) => Ok(body.to_string()),
+                    Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
+                        self.read_claim(key).await
+                    }
+                    Err(e) => Err(self.error("claiming", key, e)),
+                }
+            }
+        }
+    }
+
+    /// The body of the claim `key`.
+    pub async fn read_claim(&self, key: &str) -> Result<String, SinkError> {
+        match self {
+            Target::Local { root } => std::fs::read_to_string(root.join(key))
+                .map_err(|e| SinkError::transient(format!("s3 sink: cannot read the claim {key}: {e}"))),
+            Target::S3 { store, .. } => {
+                let location = self.key(key)?;
+                let held = store.get(&location).await.map_err(|e| self.error("reading the claim", key, e))?;
+                let bytes = held.bytes().await.map_err(|e| self.error("reading the claim", key, e))?;
+                Ok(String::from_utf8_lossy(&bytes).into_owned())
+            }
+        }
     }
 
     /// Makes the finished file `staged` visible as `key`: after this
@@ -138,20 +199,10 @@ impl Target {
                     .len();
                 let location = self.key(key)?;
                 if size <= part_bytes {
+                    // Overwriting is safe: only holders of the file's claim
+                    // write it, and every holder writes the same events.
                     let body = read_part(staged, 0, size)?;
-                    // Create-only (If-None-Match: *): a second writer of the
-                    // same file fails instead of replacing it.
-                    let options = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
-                    match store.put_opts(&location, body, options).await {
-                        Ok(_) => {}
-                        // Names are positions, so an object of this name
-                        // holds these very events: an earlier attempt whose
-                        // answer was lost landed after all.
-                        Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
-                            tracing::info!(key, "the file is there already (an earlier attempt landed); keeping it");
-                        }
-                        Err(e) => return Err(self.error("uploading", key, e)),
-                    }
+                    store.put(&location, body).await.map_err(|e| self.error("uploading", key, e))?;
                 } else {
                     let id = store.create_multipart(&location).await.map_err(|e| self.error("starting", key, e))?;
                     record_upload(staging, key, &id)?;

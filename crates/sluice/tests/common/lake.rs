@@ -34,7 +34,9 @@ fn store() -> AmazonS3 {
         .unwrap()
 }
 
-/// Every object under `prefix` on the test S3 server: (key, bytes), by key.
+/// Every object under `prefix` on the test S3 server: (key, bytes), by key,
+/// but the sink's claims, hidden (`_…`) as readers following Hive's
+/// convention hide them.
 pub fn s3_files(prefix: &str) -> Vec<(String, Vec<u8>)> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
@@ -44,7 +46,8 @@ pub fn s3_files(prefix: &str) -> Vec<(String, Vec<u8>)> {
         while let Some(dir) = pending.pop() {
             let listing = store.list_with_delimiter(Some(&dir)).await.unwrap();
             pending.extend(listing.common_prefixes);
-            for object in listing.objects {
+            for object in listing.objects.into_iter().filter(|o| !o.location.filename().unwrap_or("_").starts_with('_'))
+            {
                 let bytes = store.get(&object.location).await.unwrap().bytes().await.unwrap();
                 files.push((object.location.to_string(), bytes.to_vec()));
             }
@@ -54,7 +57,8 @@ pub fn s3_files(prefix: &str) -> Vec<(String, Vec<u8>)> {
     })
 }
 
-/// Every file under `root` on local disk, except the sink's staging folder.
+/// Every file under `root` on local disk, except the sink's staging folder
+/// and its claims.
 pub fn local_files(root: &Path) -> Vec<(String, Vec<u8>)> {
     let mut files = Vec::new();
     let mut pending = vec![root.to_path_buf()];
@@ -62,7 +66,7 @@ pub fn local_files(root: &Path) -> Vec<(String, Vec<u8>)> {
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
         for entry in entries.flatten() {
             let path = entry.path();
-            if entry.file_name().to_string_lossy().starts_with('.') {
+            if entry.file_name().to_string_lossy().starts_with(['.', '_']) {
                 continue;
             }
             if path.is_dir() {
