@@ -56,10 +56,22 @@ const EVENT_ID_NAMESPACE: Uuid = Uuid::from_u128(0x6c1f_3a52_9d0e_4b8a_a1c7_52e9
 
 impl EventId {
     pub fn new(source_id: &str, position: &Position) -> Self {
-        let name = format!("{source_id}/{position}");
+        use std::fmt::Write;
+        let mut name = String::with_capacity(source_id.len() + 48);
+        name.push_str(source_id);
+        name.push('/');
+        let _ = write!(name, "{position}");
         EventId(Uuid::new_v5(&EVENT_ID_NAMESPACE, name.as_bytes()))
     }
+
+    /// The id's text (as `Display` writes it) in `out`, without allocating.
+    pub fn write<'a>(&self, out: &'a mut [u8; ID_LEN]) -> &'a str {
+        self.0.hyphenated().encode_lower(out)
+    }
 }
+
+/// The length of an event id's text.
+pub const ID_LEN: usize = uuid::fmt::Hyphenated::LENGTH;
 
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -197,12 +209,12 @@ impl Serialize for Event {
 /// once per event, not twice.
 pub struct Envelope<'a> {
     pub event: &'a Event,
-    pub id: String,
+    pub id: std::borrow::Cow<'a, str>,
 }
 
 impl<'a> Envelope<'a> {
     pub fn new(event: &'a Event) -> Self {
-        Self { event, id: event.id().to_string() }
+        Self { event, id: event.id().to_string().into() }
     }
 }
 
@@ -220,7 +232,7 @@ impl Serialize for Envelope<'_> {
         }
         let unchanged: Vec<&str> = event.after.as_ref().map(|a| a.unchanged().collect()).unwrap_or_default();
         let mut map = serializer.serialize_map(Some(13 + usize::from(!unchanged.is_empty())))?;
-        map.serialize_entry("id", &self.id)?;
+        map.serialize_entry("id", &*self.id)?;
         map.serialize_entry("op", event.op.code())?;
         map.serialize_entry("source", &*event.source_id)?;
         map.serialize_entry("db", &*event.database)?;
@@ -236,7 +248,11 @@ impl Serialize for Envelope<'_> {
         map.serialize_entry("position", &event.position)?;
         map.serialize_entry("tx_id", &*event.tx_id)?;
         map.serialize_entry("tx_end", &event.tx_end)?;
-        map.serialize_entry("commit_time", &format_utc_micros(event.commit_time_us))?;
+        let mut text = [0; crate::time::UTC_MICROS_LEN];
+        match crate::time::write_utc_micros(event.commit_time_us, &mut text) {
+            Some(text) => map.serialize_entry("commit_time", text)?,
+            None => map.serialize_entry("commit_time", &format_utc_micros(event.commit_time_us))?,
+        }
         map.end()
     }
 }

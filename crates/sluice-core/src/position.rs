@@ -18,7 +18,25 @@ pub struct Lsn(pub u64);
 
 impl fmt::Display for Lsn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:X}/{:X}", self.0 >> 32, self.0 & 0xFFFF_FFFF)
+        // Written by hand: every PostgreSQL event's position and id print it.
+        let mut text = [0u8; 17];
+        let mut at = text.len();
+        for (half, slash) in [(self.0 & 0xFFFF_FFFF, false), (self.0 >> 32, true)] {
+            if slash {
+                at -= 1;
+                text[at] = b'/';
+            }
+            let mut rest = half;
+            loop {
+                at -= 1;
+                text[at] = b"0123456789ABCDEF"[(rest & 0xF) as usize];
+                rest >>= 4;
+                if rest == 0 {
+                    break;
+                }
+            }
+        }
+        f.write_str(std::str::from_utf8(&text[at..]).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -196,8 +214,20 @@ impl Position {
 impl fmt::Display for Position {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Position::Generator { tx, seq } => write!(f, "gen:{tx}:{seq}"),
-            Position::Postgres { commit_lsn, seq } => write!(f, "pg:{commit_lsn}:{seq}"),
+            // The common positions without format arguments: every event's
+            // id and JSON print its position.
+            Position::Generator { tx, seq } => {
+                f.write_str("gen:")?;
+                f.write_str(itoa::Buffer::new().format(*tx))?;
+                f.write_str(":")?;
+                f.write_str(itoa::Buffer::new().format(*seq))
+            }
+            Position::Postgres { commit_lsn, seq } => {
+                f.write_str("pg:")?;
+                fmt::Display::fmt(commit_lsn, f)?;
+                f.write_str(":")?;
+                f.write_str(itoa::Buffer::new().format(*seq))
+            }
             Position::Mysql(pos) => {
                 write!(f, "my:{}:{}:{}", pos.file, pos.offset, pos.seq)?;
                 match &pos.gtid_before {
@@ -409,6 +439,10 @@ mod tests {
             assert_eq!(text.parse::<Position>().unwrap(), position, "{text}");
         }
         assert_eq!(Position::Postgres { commit_lsn: Lsn(0x16_B374_D848), seq: 3 }.to_string(), "pg:16/B374D848:3");
+        for lsn in [0, 1, 0xF, 0x10, 0xFFFF_FFFF, 0x1_0000_0000, u64::MAX, 0xABC_0000_0DEF] {
+            assert_eq!(Lsn(lsn).to_string(), format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF));
+        }
+        assert_eq!(Position::Generator { tx: 12, seq: 0 }.to_string(), "gen:12:0");
     }
 
     fn binlog(file: &str, offset: u64, seq: u32, gtid: Option<&str>) -> Position {

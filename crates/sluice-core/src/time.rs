@@ -8,17 +8,54 @@ pub fn now_us() -> i64 {
 /// Formats microseconds since the Unix epoch as ISO-8601 UTC with six
 /// fractional digits, e.g. `2023-11-14T22:13:20.123456Z`.
 pub fn format_utc_micros(micros: i64) -> String {
+    let mut text = [0; UTC_MICROS_LEN];
+    match write_utc_micros(micros, &mut text) {
+        Some(text) => text.to_string(),
+        None => {
+            let (year, month, day, hour, minute, second, fraction) = parts(micros);
+            format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{fraction:06}Z")
+        }
+    }
+}
+
+/// The length of [`format_utc_micros`]'s text for years 0 to 9999.
+pub const UTC_MICROS_LEN: usize = 27;
+
+/// [`format_utc_micros`] into `out`, without allocating: every event's
+/// JSON carries its commit time. `None` for a year outside 0 to 9999,
+/// whose text is longer.
+pub fn write_utc_micros(micros: i64, out: &mut [u8; UTC_MICROS_LEN]) -> Option<&str> {
+    let (year, month, day, hour, minute, second, fraction) = parts(micros);
+    let year = u32::try_from(year).ok().filter(|y| *y <= 9999)?;
+    let mut at = 0;
+    for (value, width, after) in [
+        (year, 4, b'-'),
+        (month, 2, b'-'),
+        (day, 2, b'T'),
+        (hour, 2, b':'),
+        (minute, 2, b':'),
+        (second, 2, b'.'),
+        (fraction, 6, b'Z'),
+    ] {
+        let mut rest = value;
+        for slot in out[at..at + width].iter_mut().rev() {
+            *slot = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
+        out[at + width] = after;
+        at += width + 1;
+    }
+    std::str::from_utf8(out).ok()
+}
+
+type Parts = (i64, u32, u32, u32, u32, u32, u32);
+
+fn parts(micros: i64) -> Parts {
     let seconds = micros.div_euclid(1_000_000);
-    let fraction = micros.rem_euclid(1_000_000);
-    let days = seconds.div_euclid(86_400);
-    let second_of_day = seconds.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{fraction:06}Z",
-        second_of_day / 3600,
-        second_of_day % 3600 / 60,
-        second_of_day % 60
-    )
+    let fraction = micros.rem_euclid(1_000_000) as u32;
+    let second_of_day = seconds.rem_euclid(86_400) as u32;
+    let (year, month, day) = civil_from_days(seconds.div_euclid(86_400));
+    (year, month, day, second_of_day / 3600, second_of_day % 3600 / 60, second_of_day % 60, fraction)
 }
 
 /// The date `days` after 1970-01-01 in the proleptic Gregorian calendar
@@ -151,6 +188,28 @@ fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_written_commit_time_is_the_formatted_one() {
+        let slow = |micros: i64| {
+            let (year, month, day, hour, minute, second, fraction) = parts(micros);
+            format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{fraction:06}Z")
+        };
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut samples = vec![0, -1, 1, 951_782_400_000_000, -62_167_219_200_000_000, 253_402_300_799_999_999];
+        for _ in 0..10_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            samples.push((seed % 400_000_000_000_000_000) as i64 - 100_000_000_000_000_000);
+        }
+        for micros in samples {
+            assert_eq!(format_utc_micros(micros), slow(micros), "{micros}");
+        }
+        assert_eq!(format_utc_micros(0), "1970-01-01T00:00:00.000000Z");
+        // Past year 9999 the text is longer and takes the slow path.
+        assert_eq!(format_utc_micros(253_402_300_800_000_000), "10000-01-01T00:00:00.000000Z");
+    }
 
     #[test]
     fn parses_iso_dates_and_timestamps() {

@@ -57,13 +57,13 @@ impl Encoder {
     }
 
     pub fn encode(&mut self, event: &Event, id: &str, out: &mut Vec<Record>) -> Result<(), FormatError> {
-        let envelope = Envelope { event, id: id.to_string() };
+        let envelope = Envelope { event, id: id.into() };
         let data = serde_json::to_vec(&envelope)
             .map_err(|e| FormatError(format!("cannot encode event {}: {e}", event.position)))?;
         let source = self.settings.source.clone().unwrap_or_else(|| format!("/sluice/{}", event.source_id));
         let attributes = [
             ("specversion", "1.0".to_string()),
-            ("id", envelope.id.clone()),
+            ("id", envelope.id.to_string()),
             ("source", source),
             ("type", format!("{}.{}", self.settings.type_prefix, operation(event.op))),
             ("time", format_utc_micros(event.commit_time_us)),

@@ -180,11 +180,12 @@ impl Encoder {
     /// out (a truncate Debezium is told to skip) adds none.
     pub fn encode(&mut self, event: &Event, out: &mut Vec<Record>) -> Result<(), FormatError> {
         // Only the envelopes that carry the id pay for its hash.
+        let mut text = [0; sluice_core::event::ID_LEN];
         let id = match self.kind {
-            Kind::Debezium(_) => String::new(),
-            _ => event.id().to_string(),
+            Kind::Debezium(_) => "",
+            _ => event.id().write(&mut text),
         };
-        self.encode_with_id(event, &id, out)
+        self.encode_with_id(event, id, out)
     }
 
     /// As [`Encoder::encode`], with the event's id already computed by a
@@ -192,8 +193,10 @@ impl Encoder {
     pub fn encode_with_id(&mut self, event: &Event, id: &str, out: &mut Vec<Record>) -> Result<(), FormatError> {
         match &mut self.kind {
             Kind::Native => {
-                let envelope = sluice_core::Envelope { event, id: id.to_string() };
-                let value = serde_json::to_vec(&envelope)
+                let envelope = sluice_core::Envelope { event, id: id.into() };
+                // Room for a typical event, so the buffer seldom grows.
+                let mut value = Vec::with_capacity(512);
+                serde_json::to_writer(&mut value, &envelope)
                     .map_err(|e| FormatError(format!("cannot encode event {}: {e}", event.position)))?;
                 match &event.shape {
                     Shape::Tombstone => out.push(Record {

@@ -259,7 +259,7 @@ fn native(mode: HttpMode, events: &[Event]) -> Result<Request, SinkError> {
         position: events[0].position.clone(),
     })?;
     let key = match envelopes.as_slice() {
-        [only] => only.id.clone(),
+        [only] => only.id.to_string(),
         [first, .., last] => format!("{}..{}", first.id, last.id),
         [] => String::new(),
     };
