@@ -55,18 +55,34 @@ pub struct EventId(pub Uuid);
 const EVENT_ID_NAMESPACE: Uuid = Uuid::from_u128(0x6c1f_3a52_9d0e_4b8a_a1c7_52e9_0f3d_7b64);
 
 impl EventId {
+    /// UUIDv5 of `<source id>/<position>`, hashed as it is printed, with
+    /// no text in between.
     pub fn new(source_id: &str, position: &Position) -> Self {
-        use std::fmt::Write;
-        let mut name = String::with_capacity(source_id.len() + 48);
-        name.push_str(source_id);
-        name.push('/');
-        let _ = write!(name, "{position}");
-        EventId(Uuid::new_v5(&EVENT_ID_NAMESPACE, name.as_bytes()))
+        use sha1::Digest;
+        let mut hasher = sha1::Sha1::new();
+        hasher.update(EVENT_ID_NAMESPACE.as_bytes());
+        hasher.update(source_id.as_bytes());
+        hasher.update(b"/");
+        let _ = std::fmt::Write::write_fmt(&mut Hashing(&mut hasher), format_args!("{position}"));
+        let digest = hasher.finalize();
+        let mut bytes = [0; 16];
+        bytes.copy_from_slice(&digest[..16]);
+        EventId(uuid::Builder::from_sha1_bytes(bytes).into_uuid())
     }
 
     /// The id's text (as `Display` writes it) in `out`, without allocating.
     pub fn write<'a>(&self, out: &'a mut [u8; ID_LEN]) -> &'a str {
         self.0.hyphenated().encode_lower(out)
+    }
+}
+
+/// Text written into a hash as it is formatted.
+struct Hashing<'a>(&'a mut sha1::Sha1);
+
+impl std::fmt::Write for Hashing<'_> {
+    fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        sha1::Digest::update(self.0, text.as_bytes());
+        Ok(())
     }
 }
 
@@ -218,6 +234,53 @@ impl<'a> Envelope<'a> {
     }
 }
 
+impl Envelope<'_> {
+    /// The envelope's JSON appended to `out`: the bytes its `Serialize`
+    /// gives to `serde_json`, written field by field, so constant names
+    /// and texts that need no escaping (the id, the op, the commit time)
+    /// skip the serializer.
+    pub fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        let event = self.event;
+        if !matches!(event.shape, Shape::Envelope) {
+            return serde_json::to_writer(out, self);
+        }
+        out.extend_from_slice(b"{\"id\":");
+        serde_json::to_writer(&mut *out, &*self.id)?;
+        out.extend_from_slice(b",\"op\":\"");
+        out.extend_from_slice(event.op.code().as_bytes());
+        out.extend_from_slice(b"\",\"source\":");
+        serde_json::to_writer(&mut *out, &*event.source_id)?;
+        out.extend_from_slice(b",\"db\":");
+        serde_json::to_writer(&mut *out, &*event.database)?;
+        out.extend_from_slice(b",\"table\":");
+        serde_json::to_writer(&mut *out, &*event.table)?;
+        for (name, row) in [(&b",\"key\":"[..], &event.key), (b",\"before\":", &event.before), (b",\"after\":", &event.after)] {
+            out.extend_from_slice(name);
+            serde_json::to_writer(&mut *out, row)?;
+        }
+        let mut unchanged = event.after.iter().flat_map(|a| a.unchanged()).peekable();
+        if unchanged.peek().is_some() {
+            out.extend_from_slice(b",\"unchanged\":");
+            serde_json::to_writer(&mut *out, &unchanged.collect::<Vec<_>>())?;
+        }
+        out.extend_from_slice(b",\"schema_version\":");
+        out.extend_from_slice(itoa::Buffer::new().format(event.schema_version).as_bytes());
+        out.extend_from_slice(b",\"position\":");
+        serde_json::to_writer(&mut *out, &event.position)?;
+        out.extend_from_slice(b",\"tx_id\":");
+        serde_json::to_writer(&mut *out, &*event.tx_id)?;
+        out.extend_from_slice(if event.tx_end { b",\"tx_end\":true" } else { b",\"tx_end\":false" });
+        out.extend_from_slice(b",\"commit_time\":\"");
+        let mut text = [0; crate::time::UTC_MICROS_LEN];
+        match crate::time::write_utc_micros(event.commit_time_us, &mut text) {
+            Some(text) => out.extend_from_slice(text.as_bytes()),
+            None => out.extend_from_slice(format_utc_micros(event.commit_time_us).as_bytes()),
+        }
+        out.extend_from_slice(b"\"}");
+        Ok(())
+    }
+}
+
 impl Serialize for Envelope<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let event = self.event;
@@ -293,6 +356,13 @@ mod tests {
         let mut other_source = event(5, 2);
         other_source.source_id = "gen2".into();
         assert_ne!(a.id(), other_source.id());
+        // Hashed as printed: the UUIDv5 of the text, whatever the position.
+        for position in ["gen:5:2", "pg:16/B374D848:3", "my:bin.000001:4:0:0-1-9", "e2/pg:0/FF:0"] {
+            let position: Position = position.parse().unwrap();
+            let name = format!("src/{position}");
+            let expected = EventId(Uuid::new_v5(&EVENT_ID_NAMESPACE, name.as_bytes()));
+            assert_eq!(EventId::new("src", &position), expected, "{position}");
+        }
     }
 
     #[test]
@@ -326,6 +396,33 @@ mod tests {
         assert_eq!(json["commit_time"], "2023-11-14T22:13:20.123456Z");
         assert_eq!(json["id"], event(5, 2).id().to_string());
         assert!(json.get("unchanged").is_none());
+    }
+
+    #[test]
+    fn the_written_envelope_is_byte_for_byte_the_serialized_one() {
+        let mut odd = event(5, 2);
+        odd.database = "a\"b\\c\u{1}\u{e9}".into();
+        odd.table = "public.\"quoted\"\n".into();
+        odd.tx_id = "tx\t1".into();
+        odd.tx_end = true;
+        odd.commit_time_us = 253_402_300_800_000_000;
+        odd.op = Op::Update;
+        odd.before = odd.after.clone();
+        odd.after = Some(Row {
+            columns: vec![Arc::from("id"), Arc::from("b\"ody"), Arc::from("f")].into(),
+            values: vec![Value::Text("\u{2028}x".into()), Value::Unchanged, Value::Float(f64::NAN)],
+        });
+        let mut negative = event(1, 0);
+        negative.commit_time_us = -1;
+        negative.key = None;
+        let mut message = event(2, 0);
+        message.shape = Shape::Tombstone;
+        for event in [event(5, 2), odd, negative, message] {
+            let envelope = Envelope::new(&event);
+            let mut written = Vec::new();
+            envelope.write_json(&mut written).unwrap();
+            assert_eq!(String::from_utf8(written).unwrap(), serde_json::to_string(&envelope).unwrap());
+        }
     }
 
     #[test]

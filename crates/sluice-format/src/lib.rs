@@ -196,7 +196,8 @@ impl Encoder {
                 let envelope = sluice_core::Envelope { event, id: id.into() };
                 // Room for a typical event, so the buffer seldom grows.
                 let mut value = Vec::with_capacity(512);
-                serde_json::to_writer(&mut value, &envelope)
+                envelope
+                    .write_json(&mut value)
                     .map_err(|e| FormatError(format!("cannot encode event {}: {e}", event.position)))?;
                 match &event.shape {
                     Shape::Tombstone => out.push(Record {
