@@ -484,7 +484,13 @@ impl Batcher {
         if len == 0 {
             return None;
         }
-        let rest = self.current.split_off(len);
+        let rest = if len == self.current.len() {
+            // Room for a batch like this one, so the next does not grow
+            // event by event, moving every event each time it doubles.
+            Vec::with_capacity(len.min(self.limits.max_events))
+        } else {
+            self.current.split_off(len)
+        };
         let events = std::mem::replace(&mut self.current, rest);
         let byte_size = if self.current.is_empty() {
             std::mem::take(&mut self.byte_size)

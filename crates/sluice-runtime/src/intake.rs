@@ -8,6 +8,9 @@ use sluice_core::{AckWatermark, Event, Position, Source, SourceError, SourceStat
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
+/// The most events a new chunk has room for before the source fills it.
+const MAX_CHUNK_CAPACITY: usize = 8192;
+
 use crate::backoff::Backoff;
 use crate::shutdown::Shutdown;
 use crate::status::PipelineStatus;
@@ -34,6 +37,10 @@ impl Intake {
             return Ok(());
         }
         info!(from = %or_start(last.as_ref()), "source started");
+        // Each chunk is sent on, so the next starts empty; sized like the
+        // last one, it does not grow (and fault in fresh pages) event by
+        // event.
+        let mut capacity = 0;
         loop {
             if *self.paused.borrow_and_update() {
                 info!("paused through the API; the source is not read until resumed");
@@ -43,7 +50,7 @@ impl Intake {
                     _ = self.paused.wait_for(|p| !*p) => info!("resumed through the API"),
                 }
             }
-            let mut chunk = Vec::new();
+            let mut chunk = Vec::with_capacity(capacity);
             let polled = tokio::select! {
                 biased;
                 _ = self.shutdown.wait() => return Ok(()),
@@ -64,6 +71,7 @@ impl Intake {
                         chunk.retain(|e| e.position > *last);
                     }
                     self.status.source.read(&chunk);
+                    capacity = chunk.len().min(MAX_CHUNK_CAPACITY);
                     if let Some(event) = chunk.last() {
                         last = Some(event.position.clone());
                         if self.chunks.send(chunk).await.is_err() {
