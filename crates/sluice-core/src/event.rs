@@ -254,7 +254,9 @@ impl Envelope<'_> {
         serde_json::to_writer(&mut *out, &*event.database)?;
         out.extend_from_slice(b",\"table\":");
         serde_json::to_writer(&mut *out, &*event.table)?;
-        for (name, row) in [(&b",\"key\":"[..], &event.key), (b",\"before\":", &event.before), (b",\"after\":", &event.after)] {
+        for (name, row) in
+            [(&b",\"key\":"[..], &event.key), (b",\"before\":", &event.before), (b",\"after\":", &event.after)]
+        {
             out.extend_from_slice(name);
             serde_json::to_writer(&mut *out, row)?;
         }

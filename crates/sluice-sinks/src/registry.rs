@@ -172,6 +172,23 @@ macro_rules! sink_registry {
             }
         }
 
+        impl SinkConfig {
+            /// Whether this build has the sink's code: its cargo feature,
+            /// where it has one.
+            pub fn built(&self) -> Result<(), NotBuilt> {
+                #[allow(unreachable_patterns)]
+                match self {
+                    $(
+                        $(
+                            #[cfg(not(feature = $feature))]
+                            SinkConfig::$variant(_) => Err(NotBuilt($name)),
+                        )?
+                    )*
+                    _ => Ok(()),
+                }
+            }
+        }
+
         /// Builds the sink a config describes. Connecting and recovery
         /// happen in `Sink::open`, which the coordinator calls.
         pub fn build(config: &SinkConfig, context: &SinkContext) -> Result<Box<dyn Sink>, NotBuilt> {

@@ -256,3 +256,18 @@ async fn sinks_of_one_format_share_a_batchs_encoding() {
     let again = a.chunk(Some(&work), &events).await;
     assert_eq!(Arc::strong_count(&cell(&again)), 2, "a record set no sink held was kept");
 }
+
+#[test]
+fn a_sink_is_built_exactly_when_its_feature_is_on() {
+    let kafka: SinkConfig =
+        serde_json::from_str(r#"{"type":"kafka","config":{"id":"k","brokers":"127.0.0.1:9092","topic":"t"}}"#).unwrap();
+    let file: SinkConfig = serde_json::from_str(r#"{"type":"file","config":{"id":"f","path":"x.jsonl"}}"#).unwrap();
+    assert!(file.built().is_ok(), "the file sink has no feature: always built");
+    let context = SinkContext { pipeline: "p".into(), source_id: "src".into(), data_dir: "unused".into() };
+    // `built` answers what `build` does, without building.
+    assert_eq!(kafka.built().is_ok(), build(&kafka, &context).is_ok());
+    assert_eq!(kafka.built().is_ok(), cfg!(feature = "kafka"));
+    if let Err(missing) = kafka.built() {
+        assert!(missing.to_string().contains("`kafka` cargo feature"), "{missing}");
+    }
+}

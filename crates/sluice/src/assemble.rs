@@ -28,6 +28,8 @@ pub fn load(path: &Path) -> Result<Config, Failure> {
         .map_err(|e| Failure::bad_input(sluice_config::ConfigError::Invalid(e)))?;
     for (p, pipeline) in config.pipelines.iter().enumerate() {
         for (s, sink) in pipeline.sinks.iter().enumerate() {
+            // So `validate` refuses what `run` could not build.
+            sink.built().map_err(|missing| Failure::bad_input(anyhow!("pipelines[{p}].sinks[{s}].type: {missing}")))?;
             sluice_sinks::preflight(sink).map_err(|(field, problem)| {
                 Failure::bad_input(anyhow!("pipelines[{p}].sinks[{s}].config.{field}: {problem}"))
             })?;
