@@ -10,7 +10,9 @@
 #   scripts/test-my-versions.sh mysql-80     MySQL 8.0 (Maven Central)
 #
 # Needs the env file of scripts/services.sh sourced, and runs the test
-# binaries cargo already built (scripts/test.sh builds them first).
+# binaries cargo already built (scripts/test.sh builds them first):
+# `--workspace` keeps the features of `cargo test --workspace`, where `-p`
+# would build a second copy of the dependencies with other features.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,5 +35,5 @@ case "${1:-}" in
     ;;
 esac
 echo "== $1 on port $SLUICE_TEST_MY_PORT" >&2
-cargo test --locked -q -p sluice-mysql --test binlog --test binlog_purge -- "${skip[@]}"
-cargo test --locked -q -p sluice --test mysql --test mysql_restart --test snapshot_mysql --test mysql_reset -- "${skip[@]}"
+cargo test --locked -q --workspace --test binlog --test binlog_purge -- "${skip[@]}"
+cargo test --locked -q --workspace --test mysql --test mysql_restart --test snapshot_mysql --test mysql_reset -- "${skip[@]}"

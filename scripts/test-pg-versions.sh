@@ -10,7 +10,9 @@
 # SLUICE_TEST_PG_RESTARTS=no leaves out the crash-restart test.
 #
 # Needs the env file of scripts/services.sh sourced, and runs the test
-# binaries cargo already built (scripts/test.sh builds them first).
+# binaries cargo already built (scripts/test.sh builds them first):
+# `--workspace` keeps the features of `cargo test --workspace`, where `-p`
+# would build a second copy of the dependencies with other features.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,7 +36,7 @@ for major in "${majors[@]}"; do
   export SLUICE_TEST_PG_PORT="$port"
   export SLUICE_TEST_PG_SOCKET="${SLUICE_SERVICES_DIR:-/tmp/sluice-services}/postgres-$major"
   if [ "$major" -ge 15 ]; then
-    cargo test --locked -q -p sluice-postgres --test replication --test real_world
+    cargo test --locked -q --workspace --test replication --test real_world
   else
     # pgoutput before 15 keeps a partition's publication membership from
     # before ATTACH or DETACH PARTITION until a publication changes; the
@@ -42,16 +44,16 @@ for major in "${majors[@]}"; do
     # attach's transaction (docs/postgres.md, "Partitions attached or
     # detached while streaming"). Its neighbour in real_world.rs shows the
     # renewal on every major.
-    cargo test --locked -q -p sluice-postgres --test replication --test real_world \
+    cargo test --locked -q --workspace --test replication --test real_world \
       -- --skip partitions_attached_and_detached_mid_stream_lose_nothing
   fi
   if [ "$major" -ge 14 ]; then
-    cargo test --locked -q -p sluice --test snapshot --test incremental --test crash
+    cargo test --locked -q --workspace --test snapshot --test incremental --test crash
   else
     # Before 14 pgoutput sends no messages, so incremental snapshots and
     # the modes that re-read are refused: this test checks the refusal.
-    cargo test --locked -q -p sluice --test snapshot --test crash -- --skip under_when_needed_
-    cargo test --locked -q -p sluice --test incremental -- --exact \
+    cargo test --locked -q --workspace --test snapshot --test crash -- --skip under_when_needed_
+    cargo test --locked -q --workspace --test incremental -- --exact \
       incremental_snapshots_are_taken_from_postgresql_14_on_and_refused_before
   fi
 done
@@ -64,6 +66,6 @@ if [ "$restarts" = yes ]; then
     port_var="SLUICE_TEST_PG${major}_PORT"
     echo "== PostgreSQL $major: server restarts" >&2
     SLUICE_TEST_PG_PORT="${!port_var}" SLUICE_TEST_PG_SOCKET="${SLUICE_SERVICES_DIR:-/tmp/sluice-services}/postgres-$major" \
-      cargo test --locked -q -p sluice --test postgres_restart
+      cargo test --locked -q --workspace --test postgres_restart
   done
 fi

@@ -19,6 +19,9 @@ fi
 # the size of target/.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
+# What the disk holds at the start: target/ reaches about 7 GB, and the
+# servers' data and the jars about 3 GB more.
+df -h . >&2
 cargo fmt --all -- --check
 # The size limits of docs/architecture.md: files of 600 lines, functions of 100.
 python3 scripts/check-size.py
@@ -70,6 +73,10 @@ cat "$packaging_log"
 # oldest supported major, the newest as a primary and standby that fail
 # over mid-run, and a fleet of three instances (kills, instances stopped
 # past their leases, store outages). Debug builds: the pace suits them.
-cargo run --locked -p sluice-torture -- --minutes 2 --sluice target/debug/sluice --postgres-major 18 --failover
-cargo run --locked -p sluice-torture -- --minutes 1 --sluice target/debug/sluice --postgres-major 13
-cargo run --locked -p sluice-torture -- --minutes 1.5 --sluice target/debug/sluice --fleet 3
+# Built with the features of `cargo test --workspace` (`--tests`), where
+# `cargo run -p sluice-torture` would compile a second copy of most
+# dependencies.
+cargo build --workspace --bins --tests --locked
+target/debug/sluice-torture --minutes 2 --sluice target/debug/sluice --postgres-major 18 --failover
+target/debug/sluice-torture --minutes 1 --sluice target/debug/sluice --postgres-major 13
+target/debug/sluice-torture --minutes 1.5 --sluice target/debug/sluice --fleet 3
