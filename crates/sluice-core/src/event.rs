@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::position::Position;
 use crate::schema::{Origin, TableSchema};
-use crate::time::format_utc_micros;
+use crate::time::UTC_MICROS_LEN;
 use crate::value::Row;
 
 /// What happened to the row.
@@ -236,49 +236,94 @@ impl<'a> Envelope<'a> {
 
 impl Envelope<'_> {
     /// The envelope's JSON appended to `out`: the bytes its `Serialize`
-    /// gives to `serde_json`, written field by field, so constant names
-    /// and texts that need no escaping (the id, the op, the commit time)
-    /// skip the serializer.
+    /// gives to `serde_json`, with constant names and texts that need no
+    /// escaping (the op, the commit time) written without the serializer.
     pub fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
-        let event = self.event;
-        if !matches!(event.shape, Shape::Envelope) {
+        if !matches!(self.event.shape, Shape::Envelope) {
             return serde_json::to_writer(out, self);
         }
-        out.extend_from_slice(b"{\"id\":");
-        serde_json::to_writer(&mut *out, &*self.id)?;
-        out.extend_from_slice(b",\"op\":\"");
-        out.extend_from_slice(event.op.code().as_bytes());
-        out.extend_from_slice(b"\",\"source\":");
-        serde_json::to_writer(&mut *out, &*event.source_id)?;
-        out.extend_from_slice(b",\"db\":");
-        serde_json::to_writer(&mut *out, &*event.database)?;
-        out.extend_from_slice(b",\"table\":");
-        serde_json::to_writer(&mut *out, &*event.table)?;
-        for (name, row) in
-            [(&b",\"key\":"[..], &event.key), (b",\"before\":", &event.before), (b",\"after\":", &event.after)]
-        {
-            out.extend_from_slice(name);
-            serde_json::to_writer(&mut *out, row)?;
+        let unchanged = self.unchanged();
+        out.push(b'{');
+        self.fields(&unchanged, &mut JsonFields { out, first: true })?;
+        out.push(b'}');
+        Ok(())
+    }
+
+    fn unchanged(&self) -> Vec<&str> {
+        self.event.after.as_ref().map(|a| a.unchanged().collect()).unwrap_or_default()
+    }
+
+    /// The envelope's fields in order: the one description both writers
+    /// follow.
+    fn fields<F: Fields>(&self, unchanged: &[&str], out: &mut F) -> Result<(), F::Error> {
+        let event = self.event;
+        out.value("id", &*self.id)?;
+        out.plain("op", event.op.code())?;
+        out.value("source", &*event.source_id)?;
+        out.value("db", &*event.database)?;
+        out.value("table", &*event.table)?;
+        out.value("key", &event.key)?;
+        out.value("before", &event.before)?;
+        out.value("after", &event.after)?;
+        // Only when there are some, so every other event keeps its bytes.
+        if !unchanged.is_empty() {
+            out.value("unchanged", unchanged)?;
         }
-        let mut unchanged = event.after.iter().flat_map(|a| a.unchanged()).peekable();
-        if unchanged.peek().is_some() {
-            out.extend_from_slice(b",\"unchanged\":");
-            serde_json::to_writer(&mut *out, &unchanged.collect::<Vec<_>>())?;
+        out.value("schema_version", &event.schema_version)?;
+        out.value("position", &event.position)?;
+        out.value("tx_id", &*event.tx_id)?;
+        out.value("tx_end", &event.tx_end)?;
+        out.plain("commit_time", &crate::time::utc_micros_text(event.commit_time_us, &mut [0; UTC_MICROS_LEN]))
+    }
+}
+
+/// Where [`Envelope::fields`] goes: a serde map, or JSON bytes directly.
+trait Fields {
+    type Error;
+    fn value<T: Serialize + ?Sized>(&mut self, name: &'static str, value: &T) -> Result<(), Self::Error>;
+    /// Text JSON takes as it is: no quote, backslash or control character.
+    fn plain(&mut self, name: &'static str, text: &str) -> Result<(), Self::Error>;
+}
+
+struct MapFields<M>(M);
+
+impl<M: SerializeMap> Fields for MapFields<M> {
+    type Error = M::Error;
+    fn value<T: Serialize + ?Sized>(&mut self, name: &'static str, value: &T) -> Result<(), M::Error> {
+        self.0.serialize_entry(name, value)
+    }
+    fn plain(&mut self, name: &'static str, text: &str) -> Result<(), M::Error> {
+        self.0.serialize_entry(name, text)
+    }
+}
+
+struct JsonFields<'a> {
+    out: &'a mut Vec<u8>,
+    first: bool,
+}
+
+impl JsonFields<'_> {
+    fn name(&mut self, name: &str) {
+        if !std::mem::take(&mut self.first) {
+            self.out.push(b',');
         }
-        out.extend_from_slice(b",\"schema_version\":");
-        out.extend_from_slice(itoa::Buffer::new().format(event.schema_version).as_bytes());
-        out.extend_from_slice(b",\"position\":");
-        serde_json::to_writer(&mut *out, &event.position)?;
-        out.extend_from_slice(b",\"tx_id\":");
-        serde_json::to_writer(&mut *out, &*event.tx_id)?;
-        out.extend_from_slice(if event.tx_end { b",\"tx_end\":true" } else { b",\"tx_end\":false" });
-        out.extend_from_slice(b",\"commit_time\":\"");
-        let mut text = [0; crate::time::UTC_MICROS_LEN];
-        match crate::time::write_utc_micros(event.commit_time_us, &mut text) {
-            Some(text) => out.extend_from_slice(text.as_bytes()),
-            None => out.extend_from_slice(format_utc_micros(event.commit_time_us).as_bytes()),
-        }
-        out.extend_from_slice(b"\"}");
+        self.out.push(b'"');
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.extend_from_slice(b"\":");
+    }
+}
+
+impl Fields for JsonFields<'_> {
+    type Error = serde_json::Error;
+    fn value<T: Serialize + ?Sized>(&mut self, name: &'static str, value: &T) -> serde_json::Result<()> {
+        self.name(name);
+        serde_json::to_writer(&mut *self.out, value)
+    }
+    fn plain(&mut self, name: &'static str, text: &str) -> serde_json::Result<()> {
+        self.name(name);
+        self.out.push(b'"');
+        self.out.extend_from_slice(text.as_bytes());
+        self.out.push(b'"');
         Ok(())
     }
 }
@@ -295,30 +340,10 @@ impl Serialize for Envelope<'_> {
                 return value.serialize(serializer);
             }
         }
-        let unchanged: Vec<&str> = event.after.as_ref().map(|a| a.unchanged().collect()).unwrap_or_default();
-        let mut map = serializer.serialize_map(Some(13 + usize::from(!unchanged.is_empty())))?;
-        map.serialize_entry("id", &*self.id)?;
-        map.serialize_entry("op", event.op.code())?;
-        map.serialize_entry("source", &*event.source_id)?;
-        map.serialize_entry("db", &*event.database)?;
-        map.serialize_entry("table", &*event.table)?;
-        map.serialize_entry("key", &event.key)?;
-        map.serialize_entry("before", &event.before)?;
-        map.serialize_entry("after", &event.after)?;
-        // Only when there are some, so every other event keeps its bytes.
-        if !unchanged.is_empty() {
-            map.serialize_entry("unchanged", &unchanged)?;
-        }
-        map.serialize_entry("schema_version", &event.schema_version)?;
-        map.serialize_entry("position", &event.position)?;
-        map.serialize_entry("tx_id", &*event.tx_id)?;
-        map.serialize_entry("tx_end", &event.tx_end)?;
-        let mut text = [0; crate::time::UTC_MICROS_LEN];
-        match crate::time::write_utc_micros(event.commit_time_us, &mut text) {
-            Some(text) => map.serialize_entry("commit_time", text)?,
-            None => map.serialize_entry("commit_time", &format_utc_micros(event.commit_time_us))?,
-        }
-        map.end()
+        let unchanged = self.unchanged();
+        let mut map = MapFields(serializer.serialize_map(Some(13 + usize::from(!unchanged.is_empty())))?);
+        self.fields(&unchanged, &mut map)?;
+        map.0.end()
     }
 }
 

@@ -176,14 +176,31 @@ impl Position {
     /// A fixed-width text whose byte order is the position's order, for
     /// servers that can only compare strings (a Redis script, say).
     pub fn sort_key(&self) -> String {
-        match self {
-            Position::Generator { tx, seq } => format!("g{tx:020}{seq:010}"),
-            Position::Postgres { commit_lsn, seq } => format!("p{:016X}{seq:010}", commit_lsn.0),
-            Position::Mysql(pos) => format!("m{:020}{:020}{:010}", pos.file_index(), pos.offset, pos.seq),
-            Position::Snapshot(pos) => pos.sort_key(),
+        let mut key = String::new();
+        self.write_sort_key(&mut key);
+        key
+    }
+
+    /// [`Position::sort_key`] appended to `out`, for a caller that
+    /// compares every event's against a key and keeps one buffer for it.
+    pub fn write_sort_key(&self, out: &mut String) {
+        use std::fmt::Write;
+        // Writing into a String cannot fail.
+        let _ = match self {
+            Position::Generator { tx, seq } => write!(out, "g{tx:020}{seq:010}"),
+            Position::Postgres { commit_lsn, seq } => write!(out, "p{:016X}{seq:010}", commit_lsn.0),
+            Position::Mysql(pos) => write!(out, "m{:020}{:020}{:010}", pos.file_index(), pos.offset, pos.seq),
+            Position::Snapshot(pos) => {
+                out.push_str(&pos.sort_key());
+                Ok(())
+            }
             // `z` follows every other kind's first letter.
-            Position::Later { generation, inner } => format!("z{generation:010}{}", inner.sort_key()),
-        }
+            Position::Later { generation, inner } => {
+                let written = write!(out, "z{generation:010}");
+                inner.write_sort_key(out);
+                written
+            }
+        };
     }
 
     /// The same transaction's position at index `seq`; a snapshot
@@ -464,6 +481,28 @@ mod tests {
         assert_eq!(parsed.gtid_before.as_deref(), Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"));
         for bad in ["my:", "my::4:0", "my:f:x:0", "my:f:4", "my:f:4:-1"] {
             assert!(bad.parse::<Position>().is_err(), "{bad}");
+        }
+    }
+
+    /// Object names carry sort keys, so their text outlives any build.
+    #[test]
+    fn sort_keys_keep_their_text() {
+        let snapshot = SnapshotPos { table: "t".into(), key: Arc::from(&[1u8, 0xAB][..]), stream_from: "0/10".into() };
+        let later = Position::Later { generation: 2, inner: Box::new(generator(3, 4)) };
+        for (position, key) in [
+            (generator(7, 1), "g000000000000000000070000000001"),
+            (Position::Postgres { commit_lsn: Lsn(0x1AB), seq: 2 }, "p00000000000001AB0000000002"),
+            (
+                binlog("bin.000009", 500, 1, None),
+                concat!("m", "00000000000000000009", "00000000000000000500", "0000000001"),
+            ),
+            (Position::Snapshot(snapshot), "a74.01ab"),
+            (later, "z0000000002g000000000000000000030000000004"),
+        ] {
+            assert_eq!(position.sort_key(), key);
+            let mut appended = String::from("x");
+            position.write_sort_key(&mut appended);
+            assert_eq!(appended, format!("x{key}"));
         }
     }
 

@@ -1,5 +1,7 @@
 //! UTC timestamp formatting without a date-time dependency.
 
+use std::borrow::Cow;
+
 /// Microseconds since the Unix epoch, now.
 pub fn now_us() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
@@ -8,14 +10,18 @@ pub fn now_us() -> i64 {
 /// Formats microseconds since the Unix epoch as ISO-8601 UTC with six
 /// fractional digits, e.g. `2023-11-14T22:13:20.123456Z`.
 pub fn format_utc_micros(micros: i64) -> String {
-    let mut text = [0; UTC_MICROS_LEN];
-    match write_utc_micros(micros, &mut text) {
-        Some(text) => text.to_string(),
-        None => {
-            let (year, month, day, hour, minute, second, fraction) = parts(micros);
-            format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{fraction:06}Z")
-        }
+    utc_micros_text(micros, &mut [0; UTC_MICROS_LEN]).into_owned()
+}
+
+/// [`format_utc_micros`]'s text, in `buffer` when the year is 0 to 9999
+/// (every event's JSON carries its commit time, so that case allocates
+/// nothing), else in a string of its own.
+pub fn utc_micros_text(micros: i64, buffer: &mut [u8; UTC_MICROS_LEN]) -> Cow<'_, str> {
+    if let Some(text) = write_utc_micros(micros, buffer) {
+        return Cow::Borrowed(text);
     }
+    let (year, month, day, hour, minute, second, fraction) = parts(micros);
+    Cow::Owned(format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{fraction:06}Z"))
 }
 
 /// The length of [`format_utc_micros`]'s text for years 0 to 9999.

@@ -82,6 +82,9 @@ pub struct ObjectSink {
     /// Avro schemas made so far, by the address of their Connect schema,
     /// which the entry holds so the address is not reused.
     avro_schemas: HashMap<usize, AvroSchemas>,
+    /// An event's sort key, compared with the committed and owed files'
+    /// lasts: one buffer, not a string per event.
+    sort_key: String,
 }
 
 impl ObjectSink {
@@ -108,6 +111,7 @@ impl ObjectSink {
             durable: None,
             next_file: 0,
             avro_schemas: HashMap::new(),
+            sort_key: String::new(),
         }
     }
 
@@ -136,7 +140,9 @@ impl ObjectSink {
         }
         let Some(committed) = self.committed.get_mut(key) else { return Ok(false) };
         let Some(through) = &committed.skip_through else { return Ok(false) };
-        if event.position.sort_key() <= *through {
+        self.sort_key.clear();
+        event.position.write_sort_key(&mut self.sort_key);
+        if self.sort_key <= *through {
             return Ok(true);
         }
         committed.skip_through = None;
@@ -468,7 +474,11 @@ impl Sink for ObjectSink {
                 // An owed file ends at its last (or past it, which its
                 // commit refuses), whatever its size.
                 let due = match &file.owed {
-                    Some(owed) => event.position.sort_key() >= owed.last,
+                    Some(owed) => {
+                        self.sort_key.clear();
+                        event.position.write_sort_key(&mut self.sort_key);
+                        self.sort_key >= owed.last
+                    }
                     None => too_big(file, &self.config),
                 };
                 if due {
