@@ -67,6 +67,15 @@ pub trait Sink: Send {
         None
     }
 
+    /// Whether one write of several batches costs about what one write of
+    /// one batch does (a Kafka transaction, whose commit is a round trip
+    /// to the broker): batches that queued behind a write then go in the
+    /// next write together, so a sink that fell behind catches up in one
+    /// round. Asked once, when the sink is built.
+    fn merges_writes(&self) -> bool {
+        false
+    }
+
     /// Checks, without writing anything a running pipeline relies on, what
     /// a first run needs of the sink's server: that it answers, accepts the
     /// credentials, and allows what the sink does (`sluice validate

@@ -277,24 +277,32 @@ impl SinkBuffer {
     }
 
     fn try_take(&self) -> Option<Taken> {
-        let mut inner = lock(&self.inner);
-        if let Some(batch) = inner.queue.pop_front() {
-            let size = batch.byte_size as u64;
-            if batch.is_spilled() {
-                inner.disk_bytes -= size;
-            } else {
-                inner.memory_bytes -= size;
-                inner.memory_batches -= 1;
-            }
-            self.publish(&inner);
-            drop(inner);
-            self.space.notify_one();
+        if let Some(batch) = self.take_queued() {
             return Some(Taken::Batch(batch));
         }
+        let inner = lock(&self.inner);
         if let Some(after) = &inner.gap {
             return Some(Taken::Gap { after: after.clone() });
         }
         inner.closed.then_some(Taken::Closed)
+    }
+
+    /// The next batch if one is queued already, without waiting; a gap
+    /// or the end stays for [`SinkBuffer::take`].
+    pub fn take_queued(&self) -> Option<Arc<Batch>> {
+        let mut inner = lock(&self.inner);
+        let batch = inner.queue.pop_front()?;
+        let size = batch.byte_size as u64;
+        if batch.is_spilled() {
+            inner.disk_bytes -= size;
+        } else {
+            inner.memory_bytes -= size;
+            inner.memory_batches -= 1;
+        }
+        self.publish(&inner);
+        drop(inner);
+        self.space.notify_one();
+        Some(batch)
     }
 
     /// Batches waiting, for a writer deciding whether it caught up.

@@ -401,7 +401,9 @@ impl WriterParts<'_> {
             ));
             queues.push(buffer.clone());
             let sink_id = spec.sink.id().to_string();
+            let merges = spec.sink.merges_writes();
             let writer = SinkWriter {
+                merges,
                 index,
                 sink_id: sink_id.clone(),
                 sink: spec.sink,

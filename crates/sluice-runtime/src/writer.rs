@@ -37,10 +37,12 @@ use crate::deadline::{sleep_until, with_deadline};
 use crate::latency::{Latency, now_us};
 use crate::shutdown::Shutdown;
 use crate::status::{Detachment, PipelineStatus, SinkState, SinkStatus, lock};
+use merged::MergedChunks;
 
 mod at_most_once;
 mod dead_letter;
 mod detached;
+mod merged;
 mod open;
 mod transformed;
 
@@ -124,6 +126,9 @@ pub(crate) struct SinkWriter {
     /// The sink was detached and is being probed: a failed call is a
     /// failed probe, not retried.
     pub detached: bool,
+    /// Whether batches queued behind a write go in one write together
+    /// ([`Sink::merges_writes`]).
+    pub merges: bool,
 }
 
 /// The sink's histograms, looked up once.
@@ -299,6 +304,7 @@ impl SinkWriter {
             let _ =
                 self.sink_status().waiting_since_us.compare_exchange(0, since, Ordering::Relaxed, Ordering::Relaxed);
             state.retained.push_back(batch);
+            self.take_queued(state);
             let delivered = self.deliver(state).await;
             self.unless_detached(state, delivered).await?;
             self.spill_retained(state)?;
@@ -340,8 +346,10 @@ impl SinkWriter {
         let mut backoff = Backoff::default();
         self.trying_since = Some(Instant::now());
         'attempt: loop {
-            for index in 0..state.retained.len() {
+            let mut index = 0;
+            while index < state.retained.len() {
                 let batch = state.retained[index].clone();
+                index += 1;
                 let chunks = batch.chunks(state.position.as_ref()).map_err(|e| {
                     Stop::Fatal(SinkError::permanent(
                         format!("cannot read back a spilled batch: {e}"),
@@ -362,6 +370,16 @@ impl SinkWriter {
                     }
                     continue;
                 };
+                let merged = self.merged_after(state, index - 1);
+                index += merged.len();
+                let mut all = match merged.is_empty() {
+                    true => None,
+                    false => Some(MergedChunks::new(std::iter::once(&batch).chain(&merged), state.position.as_ref())?),
+                };
+                let chunks: &mut dyn EventChunks = match &mut all {
+                    Some(all) => all,
+                    None => &mut chunks,
+                };
                 let last = chunks.last_position().clone();
                 let count = chunks.event_count() as u64;
                 let from = state.position.clone();
@@ -380,30 +398,19 @@ impl SinkWriter {
                 let skips = state.skip.range(batch.first().clone()..=batch.last().clone()).next().is_some();
                 let written = if skips {
                     // Events sent to the dead letter queue are left out.
-                    let mut events = collect_chunks(&mut chunks).await.map_err(Stop::Fatal)?;
+                    let mut events = collect_chunks(chunks).await.map_err(Stop::Fatal)?;
                     events.retain(|e| !state.skip.contains(&e.position));
                     // Still a write, empty or not, so the sink's position
                     // moves to the batch's end.
                     let mut rest = SliceChunks::ending_at(&events, batch.last());
                     self.write(&mut rest).await
                 } else {
-                    self.write(&mut chunks).await
+                    self.write(chunks).await
                 };
                 match written {
                     Ok(durable) => {
                         self.trying_since = Some(Instant::now());
-                        let me = self.sink_status();
-                        me.succeeded();
-                        me.events.fetch_add(count, Ordering::Relaxed);
-                        me.batches.fetch_add(1, Ordering::Relaxed);
-                        me.bytes.fetch_add(batch.byte_size as u64, Ordering::Relaxed);
-                        if again {
-                            me.replayed.fetch_add(count, Ordering::Relaxed);
-                        } else {
-                            let skipped = (batch.event_count() as u64).saturating_sub(count);
-                            me.replay_skipped.fetch_add(skipped, Ordering::Relaxed);
-                        }
-                        self.metrics.batch_events.record(count as f64);
+                        self.count_written(std::iter::once(&batch).chain(&merged), count, again);
                         state.position = Some(last);
                         self.note_durable(state, durable).await;
                     }
@@ -425,6 +432,23 @@ impl SinkWriter {
             self.prune(state);
             return Ok(());
         }
+    }
+
+    /// The status counters of a write of `count` events from `batches`
+    /// that succeeded; `again` when it sent them a second time.
+    fn count_written<'a>(&self, batches: impl Iterator<Item = &'a Arc<Batch>> + Clone, count: u64, again: bool) {
+        let me = self.sink_status();
+        me.succeeded();
+        me.events.fetch_add(count, Ordering::Relaxed);
+        me.batches.fetch_add(batches.clone().count() as u64, Ordering::Relaxed);
+        me.bytes.fetch_add(batches.clone().map(|b| b.byte_size as u64).sum(), Ordering::Relaxed);
+        if again {
+            me.replayed.fetch_add(count, Ordering::Relaxed);
+        } else {
+            let held: usize = batches.map(|b| b.event_count()).sum();
+            me.replay_skipped.fetch_add((held as u64).saturating_sub(count), Ordering::Relaxed);
+        }
+        self.metrics.batch_events.record(count as f64);
     }
 
     /// One write under the deadline, through the sink's own transforms.

@@ -26,11 +26,11 @@ fn fault() -> impl Strategy<Value = Fault> {
 }
 
 fn sink() -> impl Strategy<Value = SinkScenario> {
-    (any::<bool>(), any::<bool>(), 1u32..4, prop::collection::vec(fault(), 0..12)).prop_map(
-        |(required, co_located, durable_every, faults)| SinkScenario {
+    (any::<bool>(), any::<bool>(), 1u32..4, any::<bool>(), prop::collection::vec(fault(), 0..12)).prop_map(
+        |(required, co_located, durable_every, merges_writes, faults)| SinkScenario {
             required,
             at_most_once: false,
-            options: MemoryOptions { co_located, retain: true, durable_every },
+            options: MemoryOptions { co_located, retain: true, durable_every, merges_writes },
             faults,
         },
     )
@@ -202,6 +202,22 @@ fn mode_all_retries_an_optional_sink_instead_of_detaching_it() {
     let last = Some(Position::Generator { tx: 20, seq: 2 });
     assert_eq!(report.checkpoints[0].1, last);
     assert_eq!(report.checkpoints[1].1, last);
+}
+
+#[test]
+fn batches_queued_behind_a_failed_write_go_in_one_write_to_a_sink_that_merges() {
+    // The first write fails; the batches the source produced meanwhile
+    // wait in the buffer, and the retry takes them with it.
+    let mut sink = plain_sink(true, true, vec![Fault::FailBefore]);
+    sink.options.merges_writes = true;
+    let world = World::new(scenario_with(vec![sink], PolicyMode::Required));
+    assert!(matches!(world.run_once(true), Outcome::Finished(_)));
+    assert_eq!(positions(&world.logs[0].events()), positions(&world.expected()));
+    let calls = world.calls[0].lock().unwrap().len();
+    let status = world.last_status.lock().unwrap().clone().unwrap();
+    let batches = status.sinks[0].batches.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(batches, 10, "60 events in batches of 6");
+    assert!(calls < 10, "{calls} writes for 10 batches: none was merged");
 }
 
 #[test]

@@ -75,7 +75,7 @@ fn run_case(case: &str) {
         }),
         "generator-to-memory" => {
             let log = MemoryLog::new();
-            let options = MemoryOptions { co_located: true, retain: false, durable_every: 1 };
+            let options = MemoryOptions { co_located: true, retain: false, ..MemoryOptions::default() };
             run_pipeline(&runtime, Box::new(MemorySink::new("memory", log.clone(), options)), dir.path());
             verify = Box::new(move || assert_eq!(log.event_count(), events));
         }

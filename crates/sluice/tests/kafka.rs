@@ -92,7 +92,12 @@ fn log_of(dir: &std::path::Path) -> String {
 fn exactly_once_survives_crashes_before_and_after_commit() {
     let id = &unique("eos");
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &generator_to_kafka(id, 3000, 10, Some(20_000), ", exactly_once: true"));
+    // Batches of 200 events, of which a transaction takes at most 16 when
+    // they queue: 30,000 events take many transactions, so every run
+    // below meets its failpoint mid-stream.
+    let pipeline = generator_to_kafka(id, 3000, 10, Some(20_000), ", exactly_once: true")
+        .replace("    sinks:\n", "    batch: { max_events: 200 }\n    sinks:\n");
+    let config = write_config(dir.path(), &pipeline);
     let config = config.to_str().unwrap();
     // Crash after producing a transaction but before committing it, then
     // after committing one but before the local checkpoint.

@@ -229,6 +229,9 @@ impl<S: Sink> Sink for Recording<S> {
     fn guarantee(&self) -> Guarantee {
         self.inner.guarantee()
     }
+    fn merges_writes(&self) -> bool {
+        self.inner.merges_writes()
+    }
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {
         self.inner.open().await
     }

@@ -53,7 +53,8 @@ pub enum ExactlyOnce {
     /// At-least-once: the idempotent producer, and replays after a crash.
     #[default]
     Off,
-    /// One batch, and its checkpoint, in one Kafka transaction.
+    /// Each write (a batch, or the batches queued behind the last
+    /// commit), and its checkpoint, in one Kafka transaction.
     Transactions,
     /// Each partition's last record read back on start, and every replayed
     /// record at or below it skipped.
@@ -139,7 +140,7 @@ fn default_timeout() -> u64 {
 }
 
 impl KafkaSinkConfig {
-    /// Whether each batch is a Kafka transaction.
+    /// Whether each write is a Kafka transaction.
     pub fn transactions(&self) -> bool {
         self.exactly_once == ExactlyOnce::Transactions
     }

@@ -31,6 +31,8 @@ mod preflight;
 #[cfg(feature = "kafka")]
 mod read_back;
 #[cfg(feature = "kafka")]
+mod record;
+#[cfg(feature = "kafka")]
 mod sink;
 
 pub use config::*;

@@ -95,6 +95,10 @@ impl<S: Sink> Sink for FaultySink<S> {
         self.inner.guarantee()
     }
 
+    fn merges_writes(&self) -> bool {
+        self.inner.merges_writes()
+    }
+
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {
         self.inner.open().await
     }

@@ -54,11 +54,14 @@ pub struct MemoryOptions {
     /// Make events durable only every N writes (and on flush), like a sink
     /// that buffers; events accepted but not yet durable die with a crash.
     pub durable_every: u32,
+    /// Take batches queued behind a write in one write, like a sink whose
+    /// commit costs the same whatever it holds.
+    pub merges_writes: bool,
 }
 
 impl Default for MemoryOptions {
     fn default() -> Self {
-        Self { co_located: false, retain: true, durable_every: 1 }
+        Self { co_located: false, retain: true, durable_every: 1, merges_writes: false }
     }
 }
 
@@ -112,6 +115,10 @@ impl Sink for MemorySink {
 
     fn id(&self) -> &str {
         &self.id
+    }
+
+    fn merges_writes(&self) -> bool {
+        self.options.merges_writes
     }
 
     fn guarantee(&self) -> Guarantee {
