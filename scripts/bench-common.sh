@@ -3,8 +3,13 @@
 # makes a scratch folder, and defines the helpers the scripts share.
 # Sets SLUICE, work and run_id.
 
-cargo build --release --locked -p sluice >&2
-SLUICE="$PWD/target/release/sluice"
+# SLUICE_BIN runs another build instead (an A/B comparison).
+if [ -n "${SLUICE_BIN:-}" ]; then
+  SLUICE=$SLUICE_BIN
+else
+  cargo build --release --locked -p sluice >&2
+  SLUICE="$PWD/target/release/sluice"
+fi
 
 started_services=no
 if [ ! -f "${SLUICE_SERVICES_DIR:-/tmp/sluice-services}/env" ]; then

@@ -277,7 +277,7 @@ impl SinkBuffer {
     }
 
     fn try_take(&self) -> Option<Taken> {
-        if let Some(batch) = self.take_queued() {
+        if let Some(batch) = self.take_queued(usize::MAX) {
             return Some(Taken::Batch(batch));
         }
         let inner = lock(&self.inner);
@@ -287,10 +287,14 @@ impl SinkBuffer {
         inner.closed.then_some(Taken::Closed)
     }
 
-    /// The next batch if one is queued already, without waiting; a gap
-    /// or the end stays for [`SinkBuffer::take`].
-    pub fn take_queued(&self) -> Option<Arc<Batch>> {
+    /// The next batch if one is queued already and holds no more than
+    /// `max_bytes`, without waiting; a gap or the end stays for
+    /// [`SinkBuffer::take`].
+    pub fn take_queued(&self, max_bytes: usize) -> Option<Arc<Batch>> {
         let mut inner = lock(&self.inner);
+        if inner.queue.front()?.byte_size > max_bytes {
+            return None;
+        }
         let batch = inner.queue.pop_front()?;
         let size = batch.byte_size as u64;
         if batch.is_spilled() {

@@ -19,6 +19,11 @@ use crate::batch::Batch;
 /// The most batches one write takes.
 pub(super) const MAX_MERGED_BATCHES: usize = 16;
 
+/// The most bytes (as batches count them) one merged write takes: a
+/// merged write takes batches out of the buffer, which makes room there
+/// for more, so this bounds what merging adds to the memory in use.
+pub(super) const MAX_MERGED_BYTES: usize = 8 * 1024 * 1024;
+
 impl SinkWriter {
     /// Moves batches already queued in the buffer to `retained`, where the
     /// next write takes them with the one just taken.
@@ -26,8 +31,10 @@ impl SinkWriter {
         if !self.merges {
             return;
         }
+        let mut bytes: usize = state.retained.iter().map(|b| b.byte_size).sum();
         while state.retained.len() < MAX_MERGED_BATCHES {
-            let Some(batch) = self.batches.take_queued() else { break };
+            let Some(batch) = self.batches.take_queued(MAX_MERGED_BYTES.saturating_sub(bytes)) else { break };
+            bytes += batch.byte_size;
             state.retained.push_back(batch);
         }
     }
@@ -45,7 +52,13 @@ impl SinkWriter {
         if !plain(&state.retained[index]) {
             return Vec::new();
         }
-        state.retained.iter().skip(index + 1).take(MAX_MERGED_BATCHES - 1).take_while(|b| plain(b)).cloned().collect()
+        let mut bytes = state.retained[index].byte_size;
+        let mut fits = |batch: &Batch| {
+            bytes += batch.byte_size;
+            bytes <= MAX_MERGED_BYTES
+        };
+        let after = state.retained.iter().skip(index + 1).take(MAX_MERGED_BATCHES - 1);
+        after.take_while(|b| plain(b) && fits(b)).cloned().collect()
     }
 }
 

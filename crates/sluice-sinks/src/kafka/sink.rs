@@ -407,9 +407,10 @@ impl Sink for KafkaSink {
         super::preflight::checks(self.base_config(), wanted, self.timeout).await
     }
 
-    /// A transaction's commit is a round trip whatever it holds.
+    /// A write waits for its last records' acknowledgements, or commits
+    /// a transaction: a round trip whatever it holds.
     fn merges_writes(&self) -> bool {
-        self.config.transactions()
+        true
     }
 
     fn guarantee(&self) -> Guarantee {
