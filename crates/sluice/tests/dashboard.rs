@@ -82,11 +82,21 @@ impl Driver {
         self.command("POST", "/execute/sync", json!({ "script": script, "args": [] }))
     }
 
-    /// Clicks the first element `selector` finds, as a user would.
+    /// Clicks the first element `selector` finds, as a user would. The
+    /// page redraws itself as the status changes, and an element found
+    /// just before a redraw is stale by the click: then it is found again.
     fn click(&self, selector: &str) {
-        let found = self.command("POST", "/element", json!({ "using": "css selector", "value": selector }));
-        let id = found.as_object().and_then(|o| o.values().next()).and_then(Value::as_str).unwrap().to_string();
-        self.command("POST", &format!("/element/{id}/click"), json!({}));
+        for _ in 0..20 {
+            let found = self.command("POST", "/element", json!({ "using": "css selector", "value": selector }));
+            let id = found.as_object().and_then(|o| o.values().next()).and_then(Value::as_str).unwrap().to_string();
+            let path = format!("/session/{}/element/{id}/click", self.session);
+            let answer = call(&self.addr, "POST", &path, None, Some("{}"));
+            if answer.status == 200 {
+                return;
+            }
+            assert!(answer.body.contains("stale element reference"), "POST {path}: {}", answer.body);
+        }
+        panic!("{selector} went stale at every one of 20 clicks");
     }
 
     /// Keeps a picture of the page for a person to look at; the tests
