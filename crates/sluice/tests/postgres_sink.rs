@@ -257,3 +257,42 @@ fn an_unreachable_target_is_retried_until_it_answers() {
     drop_slots(source);
     assert!(!log().contains(&common::pg::pg_env("SLUICE_TEST_PG_PASSWORD")), "no password in the log");
 }
+
+/// Pipelines of a fleet open their sinks at the same moment against one
+/// target; each creates the shared checkpoint table if it is missing. The
+/// catalog refuses the second of two concurrent creations, so without a
+/// lock some of these opens fail (a CI run failed this way, with
+/// "type sluice_checkpoints already exists").
+#[test]
+fn sinks_opened_at_once_share_one_new_checkpoint_table() {
+    let target = "pgsink_race_dst";
+    fresh_database(target);
+    let env = |name: &str| std::env::var(name).ok();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let mut opens = tokio::task::JoinSet::new();
+    for n in 0..8 {
+        let text = format!(
+            "pipelines:\n  - name: race\n    source: {{ type: generator, config: {{ id: g }} }}\n    sinks:\n      - type: postgres\n        config: {}\n",
+            sink(&format!("s{n}"), target, "")
+        );
+        let config = sluice_config::parse(std::path::Path::new("race.yaml"), &text, env).unwrap();
+        let staging = tempfile::tempdir().unwrap();
+        let context = sluice_sinks::SinkContext {
+            pipeline: format!("race{n}"),
+            source_id: "g".into(),
+            data_dir: staging.path().into(),
+        };
+        let mut built = sluice_sinks::build(&config.pipelines[0].sinks[0], &context).unwrap();
+        opens.spawn_on(
+            async move {
+                let opened = built.open().await.map_err(|e| e.to_string());
+                drop(staging);
+                opened
+            },
+            runtime.handle(),
+        );
+    }
+    let opened = runtime.block_on(opens.join_all());
+    assert_eq!(opened, vec![Ok(None); 8], "every sink opens, and finds nothing written");
+    assert_eq!(scalar(target, "SELECT count(*) FROM sluice.sluice_checkpoints"), "0");
+}

@@ -58,7 +58,8 @@ fn db_error(e: &sluice_pgwire::PgError, doing: &str) -> sluice_core::SinkError {
         Some("42P01" | "42703") => SinkError::transient(detail),
         // Another session created the same schema or table at the same
         // moment (`IF NOT EXISTS` is not atomic): the retry finds it.
-        Some("23505" | "42P06" | "42P07") => SinkError::transient(detail),
+        // The table's row type collides in pg_type first (42710).
+        Some("23505" | "42710" | "42P06" | "42P07") => SinkError::transient(detail),
         Some(code) if !e.is_transient() && !code.is_empty() => {
             SinkError::permanent(detail, "fix the target so it can take the change, then restart the pipeline")
         }

@@ -102,16 +102,24 @@ impl PostgresSink {
         if self.query(&found, "looking up the checkpoint table").await?.first("found") == Some("t") {
             return Ok(());
         }
+        // Sinks of several pipelines open at once against one target, and
+        // `IF NOT EXISTS` is not atomic: without the lock, the loser of the
+        // race fails on the catalog's unique index.
+        let mut create = format!(
+            "SELECT pg_advisory_xact_lock(hashtext('sluice checkpoint table'), hashtext({}));",
+            quote_literal(&self.checkpoints)
+        );
         let schema_found = format!("SELECT 1 AS found FROM pg_namespace WHERE nspname = {}", quote_literal(&schema));
+        // `CREATE SCHEMA IF NOT EXISTS` needs the CREATE privilege on the
+        // database even when the schema exists.
         if self.query(&schema_found, "looking up the checkpoint schema").await?.rows.is_empty() {
-            let create = format!("CREATE SCHEMA IF NOT EXISTS {}", ident(&schema));
-            self.query(&create, &format!("creating the checkpoint schema {schema}")).await?;
+            create.push_str(&format!(" CREATE SCHEMA IF NOT EXISTS {};", ident(&schema)));
         }
-        let create = format!(
-            "CREATE TABLE IF NOT EXISTS {} (source_id text NOT NULL, sink_id text NOT NULL, position text NOT NULL, \
+        create.push_str(&format!(
+            " CREATE TABLE IF NOT EXISTS {} (source_id text NOT NULL, sink_id text NOT NULL, position text NOT NULL, \
              updated_at timestamp with time zone NOT NULL DEFAULT now(), PRIMARY KEY (source_id, sink_id))",
             self.checkpoints
-        );
+        ));
         self.query(&create, &format!("creating the checkpoint table {}", self.checkpoints)).await?;
         Ok(())
     }
