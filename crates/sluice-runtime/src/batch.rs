@@ -206,6 +206,13 @@ impl Batch {
         }
     }
 
+    /// The events of an in-memory batch strictly after `position`;
+    /// `None` for a spilled one.
+    pub fn events_after(&self, position: Option<&Position>) -> Option<&[Event]> {
+        let events = self.events()?;
+        Some(&events[position.map_or(0, |p| events.partition_point(|e| e.position <= *p))..])
+    }
+
     /// The events strictly after `position` (what a sink at that checkpoint
     /// still needs), or `None` when there are none.
     pub fn chunks(&self, position: Option<&Position>) -> Result<Option<BatchChunks<'_>>, SpillError> {
@@ -215,11 +222,11 @@ impl Batch {
         let mut shared = None;
         let source = match &self.body {
             Body::Memory(events) => {
-                let start = position.map_or(0, |p| events.partition_point(|e| e.position <= *p));
-                shared = Some((self.shared.clone(), start as u64));
+                let after = self.events_after(position).unwrap_or_default();
+                shared = Some((self.shared.clone(), (events.len() - after.len()) as u64));
                 // A batch whose events were all dropped, or that the sink
                 // holds up to past its last kept event, has no chunk.
-                Source::Memory((start < events.len()).then(|| &events[start..]))
+                Source::Memory((!after.is_empty()).then_some(after))
             }
             // A spilled batch is read chunk by chunk by each sink: nothing
             // is shared, so nothing of it has to stay in memory.

@@ -165,6 +165,18 @@ struct State {
     handed: Option<Position>,
 }
 
+impl State {
+    /// Whether the batch holds an event sent to the dead letter queue.
+    fn skips_within(&self, batch: &Batch) -> bool {
+        self.skip.range(batch.first().clone()..=batch.last().clone()).next().is_some()
+    }
+
+    /// The retained batches the sink has not been handed yet.
+    fn unwritten(&self) -> impl Iterator<Item = &Arc<Batch>> {
+        self.retained.iter().filter(|b| self.position.as_ref().is_none_or(|p| b.last() > p))
+    }
+}
+
 impl SinkWriter {
     fn sink_status(&self) -> &SinkStatus {
         &self.status.sinks[self.index]
@@ -395,8 +407,7 @@ impl SinkWriter {
                     self.note_durable(state, Some(last.clone())).await;
                     self.wait_stored(&last).await?;
                 }
-                let skips = state.skip.range(batch.first().clone()..=batch.last().clone()).next().is_some();
-                let written = if skips {
+                let written = if state.skips_within(&batch) {
                     // Events sent to the dead letter queue are left out.
                     let mut events = collect_chunks(chunks).await.map_err(Stop::Fatal)?;
                     events.retain(|e| !state.skip.contains(&e.position));

@@ -1,7 +1,8 @@
 //! One write for several queued batches, for a sink whose every write
-//! costs a fixed round trip (a Kafka transaction's commit): when batches
-//! queue behind a slow write, the next write takes them all, so the sink
-//! catches up in one round instead of one per batch.
+//! ends in a fixed round trip (Kafka's: the wait for the brokers'
+//! acknowledgements, and with exactly-once the transaction's commit): when
+//! batches queue behind a slow write, the next write takes them all, so
+//! the sink catches up in one round instead of one per batch.
 //!
 //! Only batches in memory and with no event sent to the dead letter queue
 //! are merged; the others go alone, as before. A merged write shares no
@@ -31,7 +32,7 @@ impl SinkWriter {
         if !self.merges {
             return;
         }
-        let mut bytes: usize = state.retained.iter().map(|b| b.byte_size).sum();
+        let mut bytes = next_write_bytes(state.unwritten());
         while state.retained.len() < MAX_MERGED_BATCHES {
             let Some(batch) = self.batches.take_queued(MAX_MERGED_BYTES.saturating_sub(bytes)) else { break };
             bytes += batch.byte_size;
@@ -46,20 +47,26 @@ impl SinkWriter {
         if !self.merges || self.at_most_once {
             return Vec::new();
         }
-        let plain = |batch: &Batch| {
-            batch.events().is_some() && state.skip.range(batch.first().clone()..=batch.last().clone()).next().is_none()
-        };
+        let plain = |batch: &Batch| batch.events().is_some() && !state.skips_within(batch);
         if !plain(&state.retained[index]) {
             return Vec::new();
         }
-        let mut bytes = state.retained[index].byte_size;
-        let mut fits = |batch: &Batch| {
-            bytes += batch.byte_size;
-            bytes <= MAX_MERGED_BYTES
-        };
-        let after = state.retained.iter().skip(index + 1).take(MAX_MERGED_BATCHES - 1);
-        after.take_while(|b| plain(b) && fits(b)).cloned().collect()
+        let mut merged = Vec::new();
+        for batch in state.retained.iter().skip(index + 1).take(MAX_MERGED_BATCHES - 1) {
+            let bytes = next_write_bytes(std::iter::once(&state.retained[index]).chain(&merged).chain([batch]));
+            if !plain(batch) || bytes > MAX_MERGED_BYTES {
+                break;
+            }
+            merged.push(batch.clone());
+        }
+        merged
     }
+}
+
+/// The bytes (as batches count them) of batches that go in one write; both
+/// what is taken from the buffer and what is merged are bounded by it.
+fn next_write_bytes<'a>(batches: impl Iterator<Item = &'a Arc<Batch>>) -> usize {
+    batches.map(|b| b.byte_size).sum()
 }
 
 /// The events of several in-memory batches after the sink's position, a
@@ -79,10 +86,9 @@ impl<'a> MergedChunks<'a> {
         let bug =
             || Stop::Fatal(SinkError::permanent("a batch chosen to merge is not in memory", "report this as a bug"));
         for batch in batches {
-            let events = batch.events().ok_or_else(bug)?;
-            let start = after.map_or(0, |p| events.partition_point(|e| e.position <= *p));
-            if start < events.len() {
-                chunks.push_back(&events[start..]);
+            let events = batch.events_after(after).ok_or_else(bug)?;
+            if !events.is_empty() {
+                chunks.push_back(events);
             }
             last = Some(batch.last().clone());
         }
