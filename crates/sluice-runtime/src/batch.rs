@@ -316,6 +316,9 @@ struct Spilling {
     last_commit_us: i64,
 }
 
+/// The most events a batcher reserves room for ahead of them.
+const MAX_RESERVED_EVENTS: usize = 1 << 16;
+
 pub struct Batcher {
     limits: BatchConfig,
     spill_dir: PathBuf,
@@ -340,7 +343,7 @@ pub struct Batcher {
 impl Batcher {
     pub fn new(limits: BatchConfig, spill_dir: PathBuf) -> Self {
         Self {
-            current: Vec::with_capacity(limits.max_events.min(1 << 16)),
+            current: Vec::with_capacity(limits.max_events.min(MAX_RESERVED_EVENTS)),
             limits,
             spill_dir,
             transforms: Arc::default(),
@@ -462,7 +465,7 @@ impl Batcher {
             }
         }
         events.clear();
-        events.shrink_to(self.limits.max_events.min(1 << 16));
+        events.shrink_to(self.limits.max_events.min(MAX_RESERVED_EVENTS));
         self.current = events;
         if let Some((first, (last, last_commit_us))) = ends {
             self.spill = Some(Spilling { writer, first, last, last_commit_us });
@@ -493,8 +496,12 @@ impl Batcher {
         }
         let rest = if len == self.current.len() {
             // Room for a batch like this one, so the next does not grow
-            // event by event, moving every event each time it doubles.
-            Vec::with_capacity(len.min(self.limits.max_events))
+            // event by event, moving every event each time it doubles: a
+            // run of transactions larger than `max_events` would otherwise
+            // reallocate each of their batches three or four times, and
+            // the blocks they leave behind stay resident until the
+            // allocator returns them. Room not filled is never touched.
+            Vec::with_capacity(len.min(MAX_RESERVED_EVENTS))
         } else {
             self.current.split_off(len)
         };

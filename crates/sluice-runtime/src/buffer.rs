@@ -73,10 +73,23 @@ pub(crate) enum Taken {
     Closed,
 }
 
+/// How much of the stream a buffer keeps in memory besides its byte
+/// limit: `batches` batches, holding no more than `events` events (as many
+/// as that many full batches hold). A transaction that grew its batch past
+/// the batch's event limit so counts for the batches it would have made,
+/// and a backlog of large transactions does not keep several of them in
+/// memory per sink. An empty buffer takes any batch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Inflight {
+    pub batches: usize,
+    pub events: usize,
+}
+
 struct Inner {
     queue: VecDeque<Arc<Batch>>,
     memory_bytes: u64,
     memory_batches: usize,
+    memory_events: usize,
     disk_bytes: u64,
     /// Set when the buffer overflowed: the last position kept before the
     /// first dropped batch.
@@ -101,7 +114,7 @@ pub(crate) struct SinkBuffer {
     /// taking batches (a detached one).
     done: tokio::sync::watch::Sender<bool>,
     limits: BufferLimits,
-    max_memory_batches: usize,
+    inflight: Inflight,
     /// Whether a full buffer overflows (an optional sink) instead of
     /// holding the pipeline back.
     may_overflow: bool,
@@ -113,7 +126,7 @@ pub(crate) struct SinkBuffer {
 impl SinkBuffer {
     pub fn new(
         limits: BufferLimits,
-        max_memory_batches: usize,
+        inflight: Inflight,
         may_overflow: bool,
         dir: PathBuf,
         (status, index): (Arc<PipelineStatus>, usize),
@@ -123,6 +136,7 @@ impl SinkBuffer {
                 queue: VecDeque::new(),
                 memory_bytes: 0,
                 memory_batches: 0,
+                memory_events: 0,
                 disk_bytes: 0,
                 gap: None,
                 last_kept: None,
@@ -133,7 +147,7 @@ impl SinkBuffer {
             space: Notify::new(),
             done: tokio::sync::watch::channel(false).0,
             limits,
-            max_memory_batches: max_memory_batches.max(1),
+            inflight: Inflight { batches: inflight.batches.max(1), events: inflight.events.max(1) },
             may_overflow,
             dir,
             status,
@@ -194,7 +208,8 @@ impl SinkBuffer {
             return Placement::Done(Pushed::Dropped);
         }
         let fits_memory = !batch.is_spilled()
-            && inner.memory_batches < self.max_memory_batches
+            && inner.memory_batches < self.inflight.batches
+            && inner.memory_events + batch.event_count() <= self.inflight.events
             && inner.memory_bytes + size <= self.limits.max_memory_bytes;
         // An empty buffer always takes the batch, so one batch larger
         // than every limit still moves.
@@ -254,6 +269,7 @@ impl SinkBuffer {
         if in_memory {
             inner.memory_bytes += size;
             inner.memory_batches += 1;
+            inner.memory_events += batch.event_count();
         } else {
             inner.disk_bytes += size;
         }
@@ -302,6 +318,7 @@ impl SinkBuffer {
         } else {
             inner.memory_bytes -= size;
             inner.memory_batches -= 1;
+            inner.memory_events -= batch.event_count();
         }
         self.publish(&inner);
         drop(inner);
@@ -336,6 +353,7 @@ impl SinkBuffer {
         inner.queue.clear();
         inner.memory_bytes = 0;
         inner.memory_batches = 0;
+        inner.memory_events = 0;
         inner.disk_bytes = 0;
         self.publish(&inner);
         drop(inner);
@@ -437,11 +455,20 @@ mod tests {
     }
 
     fn buffer(max_disk_bytes: u64, may_overflow: bool, dir: &std::path::Path) -> (SinkBuffer, Arc<PipelineStatus>) {
+        buffer_holding(Inflight { batches: 2, events: usize::MAX }, max_disk_bytes, may_overflow, dir)
+    }
+
+    fn buffer_holding(
+        inflight: Inflight,
+        max_disk_bytes: u64,
+        may_overflow: bool,
+        dir: &std::path::Path,
+    ) -> (SinkBuffer, Arc<PipelineStatus>) {
         let sink =
             SinkInfo { id: "k".into(), guarantee: Guarantee::ExactlyOnce { condition: None }, required: !may_overflow };
         let handle = crate::PipelineHandle::new("p", "s", "generator", vec![sink]);
         let limits = BufferLimits { max_memory_bytes: 1 << 30, max_disk_bytes };
-        let buffer = SinkBuffer::new(limits, 2, may_overflow, dir.join("buffer"), (handle.status.clone(), 0));
+        let buffer = SinkBuffer::new(limits, inflight, may_overflow, dir.join("buffer"), (handle.status.clone(), 0));
         (buffer, handle.status)
     }
 
@@ -472,6 +499,36 @@ mod tests {
         let kept: Vec<Position> = all[..4].iter().map(|b| b.last().clone()).collect();
         assert_eq!(taken, kept, "what was kept comes out in order, from memory and from disk");
         assert_eq!(status.sinks[0].buffer.disk_bytes.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn memory_holds_no_more_events_than_its_bound_and_an_empty_buffer_takes_any_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let all = batches(5);
+        let (buffer, status) = buffer_holding(Inflight { batches: 4, events: 2 }, 1 << 30, true, dir.path());
+        let pushed: Vec<Pushed> = futures_pushes(&buffer, &all[..3]).await;
+        assert_eq!(pushed, [Pushed::Memory, Pushed::Memory, Pushed::Disk], "two batches of one event fill it");
+        for _ in 0..3 {
+            assert!(matches!(buffer.take().await, Taken::Batch(_)));
+        }
+        assert_eq!(status.sinks[0].buffer.memory_bytes.load(Ordering::Relaxed), 0, "taking gives the room back");
+        let (tight, _) = buffer_holding(Inflight { batches: 4, events: 1 }, 1 << 30, true, dir.path());
+        let big = Batcher::new(
+            BatchConfig { max_events: 10, respect_source_tx: false, ..Default::default() },
+            dir.path().into(),
+        );
+        let two = merged_batch(big, &all[3..5]);
+        assert_eq!(two.event_count(), 2);
+        assert_eq!(tight.push(&two).await.unwrap(), Pushed::Memory, "a batch past the bound still moves");
+        assert_eq!(tight.push(&all[0]).await.unwrap(), Pushed::Disk);
+    }
+
+    /// One batch of the events of `batches`.
+    fn merged_batch(mut batcher: Batcher, batches: &[Arc<Batch>]) -> Arc<Batch> {
+        for event in batches.iter().flat_map(|b| b.events().unwrap()) {
+            assert!(batcher.push(event.clone()).unwrap().is_none());
+        }
+        batcher.finish().unwrap()
     }
 
     #[tokio::test(start_paused = true)]

@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::batch::Batcher;
-use crate::buffer::{Rereads, SinkBuffer};
+use crate::buffer::{Inflight, Rereads, SinkBuffer};
 use crate::checkpointer::{Checkpointer, lowest};
 use crate::control::PipelineHandle;
 use crate::dispatch::Dispatcher;
@@ -394,7 +394,10 @@ impl WriterParts<'_> {
             let may_detach = !spec.required && may_detach_optional;
             let buffer = Arc::new(SinkBuffer::new(
                 spec.buffer,
-                settings.batch.max_inflight,
+                Inflight {
+                    batches: settings.batch.max_inflight,
+                    events: settings.batch.max_inflight.saturating_mul(settings.batch.max_events),
+                },
                 may_detach,
                 settings.spill_dir.join(format!("buffer-{index}")),
                 (self.handle.status.clone(), index),
