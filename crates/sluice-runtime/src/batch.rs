@@ -329,6 +329,8 @@ pub struct Batcher {
     /// Set while the open batch is one transaction growing on disk.
     spill: Option<Spilling>,
     byte_size: usize,
+    /// What the open batch's events take in memory, which `max_bytes` bounds.
+    heap_bytes: usize,
     /// Length of the prefix of `current` that ends on a transaction end.
     whole_tx_len: usize,
     opened_at: Option<Instant>,
@@ -350,6 +352,7 @@ impl Batcher {
             failed: None,
             spill: None,
             byte_size: 0,
+            heap_bytes: 0,
             whole_tx_len: 0,
             opened_at: None,
             age_expired: false,
@@ -401,6 +404,7 @@ impl Batcher {
             self.opened_at = Some(Instant::now());
         }
         self.byte_size += event.approx_byte_size();
+        self.heap_bytes += event.heap_bytes();
         let tx_end = event.tx_end;
         if self.spill.is_some() {
             let kept = self.keep(&mut event);
@@ -417,14 +421,14 @@ impl Batcher {
         if tx_end {
             self.whole_tx_len = self.current.len();
         }
-        let full = self.current.len() >= self.limits.max_events || self.byte_size >= self.limits.max_bytes;
+        let full = self.current.len() >= self.limits.max_events || self.heap_bytes >= self.limits.max_bytes;
         if (full || (self.age_expired && tx_end))
             && let Some(batch) = self.cut()
         {
             return Ok(Some(batch));
         }
         let one_huge_tx = self.limits.respect_source_tx && self.whole_tx_len == 0 && !tx_end;
-        if one_huge_tx && self.byte_size >= self.limits.max_bytes {
+        if one_huge_tx && self.heap_bytes >= self.limits.max_bytes {
             self.start_spill()?;
         }
         Ok(None)
@@ -446,6 +450,7 @@ impl Batcher {
         self.spill = None;
         self.whole_tx_len = 0;
         self.byte_size = 0;
+        self.heap_bytes = 0;
         self.opened_at = None;
         self.age_expired = false;
         batch
@@ -481,6 +486,7 @@ impl Batcher {
         let seq = self.next_seq;
         self.next_seq += 1;
         let byte_size = std::mem::take(&mut self.byte_size);
+        self.heap_bytes = 0;
         self.opened_at = None;
         self.age_expired = false;
         // The events are on disk: all of them are counted at the last commit.
@@ -507,8 +513,10 @@ impl Batcher {
         };
         let events = std::mem::replace(&mut self.current, rest);
         let byte_size = if self.current.is_empty() {
+            self.heap_bytes = 0;
             std::mem::take(&mut self.byte_size)
         } else {
+            self.heap_bytes = self.current.iter().map(Event::heap_bytes).sum();
             let rest_bytes: usize = self.current.iter().map(Event::approx_byte_size).sum();
             std::mem::replace(&mut self.byte_size, rest_bytes) - rest_bytes
         };
