@@ -21,6 +21,9 @@ use super::record::{Placed, kafka_record};
 use crate::registry::SinkSettings;
 use crate::template::{Template, default_key};
 
+/// Deliveries a write leaves pending before it waits for the oldest.
+const MAX_PENDING_DELIVERIES: usize = 8192;
+
 pub struct KafkaSink {
     config: KafkaSinkConfig,
     pipeline: String,
@@ -277,7 +280,19 @@ impl KafkaSink {
         let mut record = Some(record);
         while let Some(next) = record.take() {
             match producer.send_result(next) {
-                Ok(delivery) => pending.push_back((delivery, event.position.clone())),
+                Ok(delivery) => {
+                    pending.push_back((delivery, event.position.clone()));
+                    // Each pending delivery holds a channel with room for
+                    // the message (about 300 bytes): a write of a 300,000
+                    // row transaction otherwise kept 90 MB of them until
+                    // its end. The oldest is long delivered by now, and
+                    // settling in order reports a refusal as `settle_all` does.
+                    if pending.len() > MAX_PENDING_DELIVERIES
+                        && let Some((oldest, position)) = pending.pop_front()
+                    {
+                        self.settle(oldest, &position).await?;
+                    }
+                }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                     // The local queue is full: wait for the oldest delivery.
                     match pending.pop_front() {
