@@ -20,7 +20,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for bench in bench bench-postgres bench-mysql bench-kafka bench-s3 bench-latency bench-snapshot bench-snapshot-mysql; do
+for bench in bench bench-postgres bench-mysql bench-kafka bench-s3 bench-latency bench-snapshot bench-snapshot-mysql bench-memory; do
   echo "running scripts/$bench.sh" >&2
   "scripts/$bench.sh" > "$out/$bench.txt" 2> "$out/$bench.err" || { cat "$out/$bench.err" >&2; exit 1; }
 done
@@ -67,3 +67,6 @@ echo
 echo "| sink | events/s reached | events | p50 ms | p99 ms | max ms |"
 echo "|---|---|---|---|---|---|"
 awk 'NR > 1 { printf "| %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6 }' "$out/bench-latency.txt"
+echo
+awk '$1 == "median" { printf "One transaction of 300,000 rows into the file sink, Kafka exactly-once, Redis and NATS at once (bench-memory.sh, medians of three rounds): %s rows/s, peak RSS %s MB.\n", $2, $4 }' \
+  "$out/bench-memory.txt"
