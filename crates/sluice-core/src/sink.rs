@@ -69,9 +69,10 @@ pub trait Sink: Send {
 
     /// Whether one write of several batches costs about what one write of
     /// one batch does (Kafka's, which ends waiting for the brokers'
-    /// acknowledgements or a transaction's commit): batches that queued behind a write then go in the
-    /// next write together, so a sink that fell behind catches up in one
-    /// round. Asked once, when the sink is built.
+    /// acknowledgements or a transaction's commit): batches that queued
+    /// behind a write then go in the next write together, so a sink that
+    /// fell behind catches up in one round. Asked once, when the sink is
+    /// built.
     fn merges_writes(&self) -> bool {
         false
     }

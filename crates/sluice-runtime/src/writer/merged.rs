@@ -32,7 +32,8 @@ impl SinkWriter {
         if !self.merges {
             return;
         }
-        let mut bytes = next_write_bytes(state.unwritten());
+        // Counted as `merged_after` counts: the batches the next write sends.
+        let mut bytes: usize = state.unwritten().map(|b| b.byte_size).sum();
         while state.retained.len() < MAX_MERGED_BATCHES {
             let Some(batch) = self.batches.take_queued(MAX_MERGED_BYTES.saturating_sub(bytes)) else { break };
             bytes += batch.byte_size;
@@ -51,9 +52,9 @@ impl SinkWriter {
         if !plain(&state.retained[index]) {
             return Vec::new();
         }
-        let mut merged = Vec::new();
+        let (mut merged, mut bytes) = (Vec::new(), state.retained[index].byte_size);
         for batch in state.retained.iter().skip(index + 1).take(MAX_MERGED_BATCHES - 1) {
-            let bytes = next_write_bytes(std::iter::once(&state.retained[index]).chain(&merged).chain([batch]));
+            bytes += batch.byte_size;
             if !plain(batch) || bytes > MAX_MERGED_BYTES {
                 break;
             }
@@ -61,12 +62,6 @@ impl SinkWriter {
         }
         merged
     }
-}
-
-/// The bytes (as batches count them) of batches that go in one write; both
-/// what is taken from the buffer and what is merged are bounded by it.
-fn next_write_bytes<'a>(batches: impl Iterator<Item = &'a Arc<Batch>>) -> usize {
-    batches.map(|b| b.byte_size).sum()
 }
 
 /// The events of several in-memory batches after the sink's position, a
