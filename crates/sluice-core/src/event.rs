@@ -208,22 +208,24 @@ impl Event {
     /// A rough size of the change: its values and table name, what the
     /// byte counters of sources, sinks and lag count.
     pub fn approx_byte_size(&self) -> usize {
-        let rows = [&self.key, &self.before, &self.after];
-        let row_bytes: usize = rows.iter().filter_map(|r| r.as_ref()).map(Row::approx_byte_size).sum();
-        row_bytes + self.table.len() + 64
+        self.sizes().0
     }
 
-    /// Roughly what the event takes in memory: itself, its rows' value
-    /// slots and what the values own; several times
-    /// [`Self::approx_byte_size`] for narrow rows. The batcher's byte limit
-    /// counts this, so a large transaction moves to disk before it has
-    /// filled that much of the heap.
-    pub fn heap_bytes(&self) -> usize {
-        let rows = [&self.key, &self.before, &self.after];
+    /// [`Self::approx_byte_size`] and roughly what the event takes in
+    /// memory (itself, its rows' value slots and what the values own), in
+    /// one walk over the values. The second is several times the first for
+    /// narrow rows; the batcher's byte limit counts it, so a large
+    /// transaction moves to disk before it has filled that much of the heap.
+    pub fn sizes(&self) -> (usize, usize) {
         let slots = std::mem::size_of::<crate::value::Value>();
-        let row_bytes: usize =
-            rows.iter().filter_map(|r| r.as_ref()).map(|r| r.values.len() * slots + r.approx_byte_size()).sum();
-        std::mem::size_of::<Event>() + row_bytes
+        let mut approx = self.table.len() + 64;
+        let mut heap = std::mem::size_of::<Event>();
+        for row in [&self.key, &self.before, &self.after].into_iter().flatten() {
+            let values = row.approx_byte_size();
+            approx += values;
+            heap += values + row.values.len() * slots;
+        }
+        (approx, heap)
     }
 }
 

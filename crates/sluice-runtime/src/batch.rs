@@ -403,8 +403,9 @@ impl Batcher {
         if self.opened_at.is_none() {
             self.opened_at = Some(Instant::now());
         }
-        self.byte_size += event.approx_byte_size();
-        self.heap_bytes += event.heap_bytes();
+        let (approx, heap) = event.sizes();
+        self.byte_size += approx;
+        self.heap_bytes += heap;
         let tx_end = event.tx_end;
         if self.spill.is_some() {
             let kept = self.keep(&mut event);
@@ -516,8 +517,9 @@ impl Batcher {
             self.heap_bytes = 0;
             std::mem::take(&mut self.byte_size)
         } else {
-            self.heap_bytes = self.current.iter().map(Event::heap_bytes).sum();
-            let rest_bytes: usize = self.current.iter().map(Event::approx_byte_size).sum();
+            let (rest_bytes, rest_heap) =
+                self.current.iter().map(Event::sizes).fold((0, 0), |(a, h), (ea, eh)| (a + ea, h + eh));
+            self.heap_bytes = rest_heap;
             std::mem::replace(&mut self.byte_size, rest_bytes) - rest_bytes
         };
         self.whole_tx_len = 0;

@@ -255,16 +255,27 @@ fn poison_events_go_to_the_dead_letter_queue_and_are_never_dropped() {
         }
     }
 
-    // A topic template that renders an invalid name: per-event, to the queue.
+    // A topic that only the table's name makes too long: per-event, to
+    // the queue.
     let dir = tempfile::tempdir().unwrap();
     let bad = unique("badtopic");
+    let long = format!("{bad}{}", "x".repeat(248 - bad.len()));
     let text = generator_to_kafka(&bad, 5, 2, None, "")
-        .replace(&format!("topic: \"{bad}.${{table}}\""), "topic: \"bad topic ${table}\"");
+        .replace(&format!("topic: \"{bad}.${{table}}\""), &format!("topic: \"{long}.${{table}}\""));
     let config = write_config(dir.path(), &text);
     let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
     assert!(output.status.success(), "{}", log_of(dir.path()));
-    let list = run(&["dlq", "list", "-c", config.to_str().unwrap()], dir.path());
-    assert!(String::from_utf8_lossy(&list.stdout).contains("not a valid topic name"));
+    let show = run(&["dlq", "show", "-c", config.to_str().unwrap(), &format!("{bad}::sink::k::gen:1:0")], dir.path());
+    assert!(String::from_utf8_lossy(&show.stdout).contains("not a valid topic name"), "{}", stderr(&show));
+    // A template whose own text cannot name a topic would fail every
+    // event: it is refused before anything runs.
+    let text = text.replace(&format!("topic: \"{long}.${{table}}\""), "topic: \"bad topic ${table}\"");
+    let config = write_config(dir.path(), &text);
+    for command in ["validate", "run"] {
+        let output = run(&[command, "-c", config.to_str().unwrap()], dir.path());
+        let said = stderr(&output);
+        assert!(!output.status.success() && said.contains(".topic") && said.contains("' '"), "{command}: {said}");
+    }
 
     // A full queue stops the pipeline rather than drop anything.
     let tiny = unique("tiny");

@@ -112,6 +112,29 @@ pub fn check_template(template: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A topic template whose own text breaks Kafka's rule for topic names
+/// would fail every event at run time, so it is refused up front. What a
+/// placeholder yields (a table's name) is checked per event.
+pub fn check_topic_template(template: &str) -> Result<(), String> {
+    check_template(template)?;
+    let mut literal = String::new();
+    let mut rest = template;
+    while let Some(start) = rest.find("${") {
+        literal.push_str(&rest[..start]);
+        // `check_template` found the closing brace.
+        let end = rest[start..].find('}').map_or(rest.len(), |end| start + end + 1);
+        rest = &rest[end..];
+    }
+    literal.push_str(rest);
+    if let Some(bad) = literal.chars().find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+        return Err(format!("{template:?} has {bad:?}, which a Kafka topic name may not contain"));
+    }
+    if literal.len() > 249 || (literal.len() == template.len() && !valid_topic(template)) {
+        return Err(format!("{template:?} is not a valid Kafka topic name"));
+    }
+    Ok(())
+}
+
 /// Kafka's rule for topic names.
 pub fn valid_topic(name: &str) -> bool {
     !name.is_empty()
@@ -119,4 +142,20 @@ pub fn valid_topic(name: &str) -> bool {
         && name != "."
         && name != ".."
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_templates_whose_own_text_cannot_name_a_topic_are_refused() {
+        for good in ["${db}.${table}", "cdc_${table}-${op}", "orders", "a.${key.id}"] {
+            assert_eq!(check_topic_template(good), Ok(()), "{good}");
+        }
+        for bad in ["t$X", "cdc/${table}", "${db} ${table}", "", "..", &"x".repeat(250)] {
+            assert!(check_topic_template(bad).is_err(), "{bad}");
+        }
+        assert!(check_topic_template("${nope}").unwrap_err().contains("unknown placeholder"));
+    }
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use sluice_core::Guarantee;
-use sluice_core::settings::{Invalid, check_seconds, check_template, valid_topic};
+use sluice_core::settings::{Invalid, check_seconds, check_template, check_topic_template, valid_topic};
 
 pub use super::security::{KafkaSasl, KafkaSaslMechanism, KafkaTls};
 use crate::registry::SinkSettings;
@@ -169,8 +169,13 @@ impl SinkSettings for KafkaSinkConfig {
         if c.brokers.trim().is_empty() {
             return Err(Invalid::new(format!("{at}.brokers"), "is empty", "list the brokers as host:port[,host:port]"));
         }
-        check_template(&c.topic)
-            .map_err(|problem| Invalid::new(format!("{at}.topic"), problem, "fix the topic template"))?;
+        check_topic_template(&c.topic).map_err(|problem| {
+            Invalid::new(
+                format!("{at}.topic"),
+                problem,
+                "use ${db}, ${table}, ${op}, ${key.<column>} and a-z, A-Z, 0-9, '.', '_' and '-'",
+            )
+        })?;
         if let Some(key) = &c.key {
             check_template(key).map_err(|problem| Invalid::new(format!("{at}.key"), problem, "fix the key template"))?;
         }

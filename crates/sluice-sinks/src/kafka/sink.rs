@@ -287,17 +287,14 @@ impl KafkaSink {
                     // row transaction otherwise kept 90 MB of them until
                     // its end. The oldest is long delivered by now, and
                     // settling in order reports a refusal as `settle_all` does.
-                    if pending.len() > MAX_PENDING_DELIVERIES
-                        && let Some((oldest, position)) = pending.pop_front()
-                    {
-                        self.settle(oldest, &position).await?;
+                    if pending.len() > MAX_PENDING_DELIVERIES {
+                        self.settle_oldest(pending).await?;
                     }
                 }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                     // The local queue is full: wait for the oldest delivery.
-                    match pending.pop_front() {
-                        Some((oldest, position)) => self.settle(oldest, &position).await?,
-                        None => tokio::time::sleep(Duration::from_millis(10)).await,
+                    if !self.settle_oldest(pending).await? {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
                     }
                     record = Some(back);
                 }
@@ -310,6 +307,15 @@ impl KafkaSink {
             }
         }
         Ok(())
+    }
+
+    /// Waits for the oldest pending delivery; false when none is pending.
+    async fn settle_oldest(&self, pending: &mut VecDeque<(DeliveryFuture, Position)>) -> Result<bool, SinkError> {
+        let Some((oldest, position)) = pending.pop_front() else {
+            return Ok(false);
+        };
+        self.settle(oldest, &position).await?;
+        Ok(true)
     }
 
     async fn settle(&self, delivery: DeliveryFuture, position: &Position) -> Result<(), SinkError> {

@@ -9,7 +9,7 @@ use sluice_pgwire::{ConnectParams, Connection, PgError};
 use super::config::PostgresSinkConfig;
 use super::text::CopyText;
 use crate::db::plan::{Kind, Run, TablePlan};
-use super::tables::Tables;
+use super::tables::{Tables, create_locked};
 use super::text::{ident, quote_literal};
 use super::{db_error, fail, is_row_error};
 use crate::db::apply::{Applier, apply};
@@ -102,26 +102,14 @@ impl PostgresSink {
         if self.query(&found, "looking up the checkpoint table").await?.first("found") == Some("t") {
             return Ok(());
         }
-        // Sinks of several pipelines open at once against one target, and
-        // `IF NOT EXISTS` is not atomic: without the lock, the loser of the
-        // race fails on the catalog's unique index.
-        let mut create = format!(
-            "SELECT pg_advisory_xact_lock(hashtext('sluice checkpoint table'), hashtext({}));",
-            quote_literal(&self.checkpoints)
-        );
-        let schema_found = format!("SELECT 1 AS found FROM pg_namespace WHERE nspname = {}", quote_literal(&schema));
-        // `CREATE SCHEMA IF NOT EXISTS` needs the CREATE privilege on the
-        // database even when the schema exists.
-        if self.query(&schema_found, "looking up the checkpoint schema").await?.rows.is_empty() {
-            create.push_str(&format!(" CREATE SCHEMA IF NOT EXISTS {};", ident(&schema)));
-        }
-        create.push_str(&format!(
-            " CREATE TABLE IF NOT EXISTS {} (source_id text NOT NULL, sink_id text NOT NULL, position text NOT NULL, \
+        let create = format!(
+            "CREATE TABLE IF NOT EXISTS {} (source_id text NOT NULL, sink_id text NOT NULL, position text NOT NULL, \
              updated_at timestamp with time zone NOT NULL DEFAULT now(), PRIMARY KEY (source_id, sink_id))",
             self.checkpoints
-        ));
-        self.query(&create, &format!("creating the checkpoint table {}", self.checkpoints)).await?;
-        Ok(())
+        );
+        let doing = format!("creating the checkpoint table {}", self.checkpoints);
+        let conn = self.conn.as_mut().ok_or_else(|| SinkError::transient("postgres sink used before open"))?;
+        create_locked(conn, &schema, &self.checkpoints, &create, &doing).await
     }
 
     fn checkpoint_where(&self) -> String {

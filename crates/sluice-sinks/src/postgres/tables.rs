@@ -121,30 +121,39 @@ async fn create(
     let mut columns: Vec<String> = wanted.iter().map(|(c, t)| format!("{} {t}", ident(c))).collect();
     let key = if config.mode == ApplyMode::Changelog { vec![Arc::from("event_id")] } else { table.key.clone() };
     columns.push(format!("PRIMARY KEY ({})", key.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", ")));
-    let sql = format!(
-        "CREATE SCHEMA IF NOT EXISTS {}; CREATE TABLE IF NOT EXISTS {} ({})",
-        ident(schema),
-        table.name,
-        columns.join(", ")
-    );
-    if to_regnamespace(conn, schema).await? {
-        let sql = sql.split_once("; ").map_or(sql.as_str(), |(_, create)| create);
-        conn.simple_query(sql).await
-    } else {
-        conn.simple_query(&sql).await
-    }
-    .map_err(|e| db_error(&e, &format!("creating target table {}", table.display)))?;
+    let sql = format!("CREATE TABLE IF NOT EXISTS {} ({})", table.name, columns.join(", "));
+    create_locked(conn, schema, &table.name, &sql, &format!("creating target table {}", table.display)).await?;
     tracing::info!(table = %table.display, "created the target table");
     table.columns = wanted.to_vec();
     Ok(())
 }
 
-/// Whether the schema exists; `CREATE SCHEMA IF NOT EXISTS` needs the
-/// CREATE privilege on the database even when it does.
-async fn to_regnamespace(conn: &mut Connection, schema: &str) -> Result<bool, SinkError> {
-    let sql = format!("SELECT 1 AS found FROM pg_namespace WHERE nspname = {}", quote_literal(schema));
-    let rows = conn.simple_query(&sql).await.map_err(|e| db_error(&e, "looking up the target schema"))?;
-    Ok(!rows.rows.is_empty())
+/// Runs `create` (a `CREATE … IF NOT EXISTS` of the table `name`), after
+/// creating `schema` if it is missing. Sinks of several pipelines open
+/// at once against one target, and `IF NOT EXISTS` is not atomic: the
+/// loser of a race fails on the catalog's unique index. So the statements
+/// run under a transaction-scoped advisory lock keyed on the name, which
+/// needs no privilege; a second creator waits, then finds the table. Inside
+/// a batch's transaction the lock is held to its end.
+pub(super) async fn create_locked(
+    conn: &mut Connection,
+    schema: &str,
+    name: &str,
+    create: &str,
+    doing: &str,
+) -> Result<(), SinkError> {
+    let mut sql = format!("SELECT pg_advisory_xact_lock(hashtext('sluice create table'), hashtext({}));", quote_literal(name));
+    // `CREATE SCHEMA IF NOT EXISTS` needs the CREATE privilege on the
+    // database even when the schema exists.
+    let found = format!("SELECT 1 AS found FROM pg_namespace WHERE nspname = {}", quote_literal(schema));
+    let rows = conn.simple_query(&found).await.map_err(|e| db_error(&e, "looking up the target schema"))?;
+    if rows.rows.is_empty() {
+        sql.push_str(&format!(" CREATE SCHEMA IF NOT EXISTS {};", ident(schema)));
+    }
+    sql.push(' ');
+    sql.push_str(create);
+    conn.simple_query(&sql).await.map_err(|e| db_error(&e, doing))?;
+    Ok(())
 }
 
 /// Adds missing columns and widens narrower ones, or says why it cannot.
