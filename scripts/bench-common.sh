@@ -27,6 +27,13 @@ cleanup() {
 trap cleanup EXIT
 run_id=$$
 now() { date +%s.%N; }
+export PGPASSWORD="$SLUICE_TEST_PG_PASSWORD"
+psql_db() { psql -X -q -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -v ON_ERROR_STOP=1 "$@"; }
+# Drops database $1 with the replication slots in it, and creates it empty.
+fresh_pg_db() {
+  psql_db -d postgres -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '$1'" >/dev/null
+  psql_db -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $1 WITH (FORCE)" -c "CREATE DATABASE $1"
+}
 calc() { awk "BEGIN { print $1 }"; }
 
 # Runs sluice until `done_check` succeeds (or it exits); prints "seconds peak_kib".
@@ -81,6 +88,29 @@ run_until_row() {
   kill -TERM "$sluice_pid"
   wait "$sluice_pid"
   sluice_pid=
+}
+
+# The peer: Debezium embedded (scripts/debezium.sh, set $1: pg or mariadb)
+# on properties file $2 with its defaults and its JSON converter, each
+# record written to /dev/null, until it has $3 records; sets peer_secs
+# and peer_kib. Extra arguments go to the capture.
+run_peer() {
+  local set=$1 properties=$2 records=$3 classpath start sample pid
+  shift 3
+  classpath=$(scripts/debezium.sh fetch "$set")
+  echo "peer: debezium embedded ($set) to /dev/null" >&2
+  start=$(now)
+  java -cp "$classpath" Capture "$properties" --max-records "$records" --timeout-ms 1800000 "$@" \
+    > /dev/null 2> "$work/debezium.log" &
+  pid=$!
+  peer_kib=0
+  while kill -0 "$pid" 2>/dev/null; do
+    sample=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+    if [ -n "$sample" ] && [ "$sample" -gt "$peer_kib" ]; then peer_kib=$sample; fi
+    sleep 0.1
+  done
+  wait "$pid" || { cat "$work/debezium.log" >&2; exit 1; }
+  peer_secs=$(calc "$(now) - $start")
 }
 
 # A snapshot bench: the `ceiling` function the script defines, run before

@@ -21,14 +21,11 @@ KILLS=${KILLS:-20}
 # shellcheck source=scripts/bench-common.sh
 . scripts/bench-common.sh
 
-export PGPASSWORD="$SLUICE_TEST_PG_PASSWORD"
-psql_db() { psql -X -q -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -v ON_ERROR_STOP=1 "$@"; }
 server="host: 127.0.0.1, port: $SLUICE_TEST_PG_PORT, user: $SLUICE_TEST_PG_USER, password: \"\${PGPASSWORD}\", ssl_mode: disable"
 store_yaml="store: { type: postgres, config: { $server, database: postgres, schema: bench_fleet_store } }"
 psql_db -d postgres -c "DROP SCHEMA IF EXISTS bench_fleet_store CASCADE" >/dev/null
 for db in bench_fleet bench_failover bench_failover_target; do
-  psql_db -d postgres -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '$db'" >/dev/null
-  psql_db -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
+  fresh_pg_db $db
 done
 
 # --- Throughput through each store ---------------------------------------

@@ -15,10 +15,7 @@ TOTAL=$((ROWS_PER_TX * TX_COUNT))
 # shellcheck source=scripts/bench-common.sh
 . scripts/bench-common.sh
 
-export PGPASSWORD="$SLUICE_TEST_PG_PASSWORD"
-psql_db() { psql -X -q -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -v ON_ERROR_STOP=1 "$@"; }
-psql_db -d postgres -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = 'bench_isolation'" >/dev/null
-psql_db -d postgres -c "DROP DATABASE IF EXISTS bench_isolation WITH (FORCE)" -c "CREATE DATABASE bench_isolation"
+fresh_pg_db bench_isolation
 psql_db -d bench_isolation <<SQL
 CREATE TABLE orders (id bigint PRIMARY KEY, customer text, amount numeric(12,2), status text, created_at timestamptz);
 CREATE TABLE bench_done (id int PRIMARY KEY);

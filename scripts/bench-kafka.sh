@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Kafka sink throughput, at-least-once against exactly-once (read_back and
 # transactions), with default batch settings: generator → Kafka (1M events) and PostgreSQL → Kafka
-# (1M rows in 100 transactions), each with its peak RSS.
+# (1M rows in 100 transactions), each with its peak RSS; and the sink's
+# ceiling, Kafka's own producer benchmark (kafka-producer-perf-test) on
+# the same broker, run before and after the generator runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +17,32 @@ label() {
     read_back) echo "exactly-once (read_back)" ;;
     *) echo "at-least-once" ;;
   esac
+}
+
+# Kafka's producer benchmark with the sink's settings (acks=all,
+# idempotence, lz4, linger.ms=5): values taken from messages the sink
+# wrote, so each record has the size and compressibility of Sluice's (the
+# sink's messages also carry a key of a few bytes). Prints its records/s.
+perf_payload=$work/payload.txt
+tools="${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/kafka-tools-4.1.1"
+if [ ! -f "$tools/libs/kafka-tools-4.1.1.jar" ]; then
+  echo "fetching Kafka's tools from Maven Central" >&2
+  mvn -q -f scripts/kafka/tools/pom.xml dependency:copy-dependencies -DoutputDirectory="$tools/libs" \
+    -DincludeScope=runtime >&2
+fi
+perf_test() {
+  local topic=bench-perf-$run_id-$RANDOM
+  java -Xms256m -Xmx512m -cp "$tools/libs/*" org.apache.kafka.tools.ProducerPerformance \
+    --topic "$topic" --num-records 1000000 --throughput -1 --payload-file "$perf_payload" \
+    --producer-props bootstrap.servers="$SLUICE_TEST_KAFKA_BROKERS" acks=all enable.idempotence=true \
+    compression.type=lz4 linger.ms=5 2> "$work/perf.err" |
+    awk '/records sent/ { sub(/.*records sent, /, ""); print $1 + 0 }' | tail -1
+}
+sample_payload() {
+  java -Xms128m -Xmx256m -cp "$tools/libs/*" org.apache.kafka.tools.consumer.ConsoleConsumer \
+    --bootstrap-server "$SLUICE_TEST_KAFKA_BROKERS" --topic "$1" --from-beginning --max-messages 10000 \
+    > "$perf_payload" 2> "$work/consumer.err"
+  [ "$(wc -l < "$perf_payload")" -eq 10000 ] || { cat "$work/consumer.err" >&2; exit 1; }
 }
 
 printf '%-52s %12s %10s %12s\n' "run" "events/s" "seconds" "peak RSS MB"
@@ -31,12 +59,20 @@ YAML
   label=$(label "$mode")
   printf '%-52s %12.0f %10.2f %12.1f\n' "generator -> kafka, $label" "$(calc "1000000 / $secs")" "$secs" "$(calc "$peak / 1024")"
   eval "gen_$mode=$secs"
+  if [ "$mode" = false ]; then
+    sample_payload "bench-gen-false-$run_id"
+    perf_first=$(perf_test)
+  fi
 done
+perf_second=$(perf_test)
+for perf in "$perf_first" "$perf_second"; do
+  printf '%-52s %12.0f %10.2f %12s\n' "kafka-producer-perf-test, same records" "$perf" "$(calc "1000000 / $perf")" "-"
+done
+perf_best=$(calc "($perf_first > $perf_second) ? $perf_first : $perf_second")
+printf 'average record: %.0f bytes; generator -> kafka at-least-once / faster perf-test: %.2f\n' \
+  "$(calc "$(wc -c < "$perf_payload") / 10000 - 1")" "$(calc "1000000 / $gen_false / $perf_best")"
 
-export PGPASSWORD="$SLUICE_TEST_PG_PASSWORD"
-psql_db() { psql -X -q -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -v ON_ERROR_STOP=1 "$@"; }
-psql_db -d postgres -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = 'bench_kafka'" >/dev/null
-psql_db -d postgres -c "DROP DATABASE IF EXISTS bench_kafka WITH (FORCE)" -c "CREATE DATABASE bench_kafka"
+fresh_pg_db bench_kafka
 psql_db -d bench_kafka >/dev/null <<SQL
 CREATE TABLE orders (id bigint PRIMARY KEY, customer text, amount numeric(12,2), status text, created_at timestamptz);
 CREATE TABLE bench_done (id int PRIMARY KEY);

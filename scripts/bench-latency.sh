@@ -23,8 +23,6 @@ ROWS_PER_TX=10
 # shellcheck source=scripts/bench-common.sh
 . scripts/bench-common.sh
 
-export PGPASSWORD="$SLUICE_TEST_PG_PASSWORD"
-psql_db() { psql -X -q -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -v ON_ERROR_STOP=1 "$@"; }
 
 echo "INSERT INTO ticks (note) SELECT 'tick' FROM generate_series(1, $ROWS_PER_TX);" > "$work/tick.sql"
 
@@ -52,9 +50,8 @@ PY
 # past the last write, and a clean stop that logs the latency.
 run_sink() {
   local name=$1 sink=$2 db="bench_lat_$1" end_lsn
-  psql_db -d postgres -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '$db'" >/dev/null
-  psql_db -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" \
-    -c "CREATE DATABASE $db" -c "ALTER DATABASE $db SET synchronous_commit = on"
+  fresh_pg_db "$db"
+  psql_db -d postgres -c "ALTER DATABASE $db SET synchronous_commit = on"
   psql_db -d "$db" >/dev/null <<SQL
 CREATE TABLE ticks (id bigserial PRIMARY KEY, note text, at timestamptz NOT NULL DEFAULT now());
 CREATE PUBLICATION sluice_lat_$name FOR TABLE ticks;

@@ -24,10 +24,7 @@ TOTAL=$((ROWS_PER_TX * TX_COUNT))
 # shellcheck source=scripts/bench-common.sh
 . scripts/bench-common.sh
 
-export PGPASSWORD="$SLUICE_TEST_PG_PASSWORD"
-psql_db() { psql -X -q -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -v ON_ERROR_STOP=1 "$@"; }
-psql_db -d postgres -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = 'bench_pg'" >/dev/null
-psql_db -d postgres -c "DROP DATABASE IF EXISTS bench_pg WITH (FORCE)" -c "CREATE DATABASE bench_pg"
+fresh_pg_db bench_pg
 psql_db -d bench_pg >/dev/null <<SQL
 CREATE TABLE orders (id bigint PRIMARY KEY, customer text, amount numeric(12,2), status text, created_at timestamptz);
 CREATE TABLE bench_done (id int PRIMARY KEY);
@@ -121,9 +118,6 @@ read -r native_key native_value < <(sizes kafka_native_1)
 read -r debezium_key debezium_value < <(sizes kafka_debezium)
 read -r avro_key avro_value < <(sizes kafka_avro_1)
 
-# The peer: Debezium embedded with its defaults and its JSON converter
-# (schemas off), each record written to /dev/null, until it has them all.
-classpath=$(scripts/debezium.sh fetch pg)
 cat > "$work/debezium.properties" <<PROPS
 name=bench
 connector.class=io.debezium.connector.postgresql.PostgresConnector
@@ -142,19 +136,7 @@ publication.autocreate.mode=disabled
 snapshot.mode=no_data
 capture.converter.schemas.enable=false
 PROPS
-echo "peer: debezium embedded to /dev/null" >&2
-peer_start=$(now)
-java -cp "$classpath" Capture "$work/debezium.properties" --max-records $((TOTAL + 1)) --timeout-ms 1800000 \
-  > /dev/null 2> "$work/debezium.log" &
-peer_pid=$!
-peer_kib=0
-while kill -0 "$peer_pid" 2>/dev/null; do
-  sample=$(awk '/VmHWM/ {print $2}' "/proc/$peer_pid/status" 2>/dev/null || true)
-  if [ -n "$sample" ] && [ "$sample" -gt "$peer_kib" ]; then peer_kib=$sample; fi
-  sleep 0.1
-done
-wait "$peer_pid" || { cat "$work/debezium.log" >&2; exit 1; }
-peer_secs=$(calc "$(now) - $peer_start")
+run_peer pg "$work/debezium.properties" $((TOTAL + 1))
 
 echo "ceiling: pg_recvlogical to /dev/null (second run)" >&2
 ceiling_second=$(ceiling ceiling_2)
@@ -180,6 +162,7 @@ row "sluice postgres -> kafka, debezium in avro (median)" "$avro_secs" "$(mb "$a
 row "sluice postgres -> kafka, native, read_back" "$read_back_secs" "$(mb "$read_back_kib")"
 row "debezium embedded 3.6.1, JSON -> /dev/null" "$peer_secs" "$(mb "$peer_kib")"
 printf 'ratio (sluice file / faster ceiling): %.2f\n' "$(calc "$ceiling_secs / $sluice_secs")"
+printf 'ratio (sluice file / debezium embedded): %.2f\n' "$(calc "$peer_secs / $sluice_secs")"
 printf 'ratio (kafka debezium envelope / kafka native): %.2f\n' "$(calc "$native_secs / $debezium_secs")"
 printf 'ratio (kafka debezium envelope / debezium embedded): %.2f\n' "$(calc "$peer_secs / $debezium_secs")"
 printf 'ratio (kafka avro / kafka native, medians of three rounds): %.2f\n' "$(calc "$native_secs / $avro_secs")"

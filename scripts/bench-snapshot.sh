@@ -15,11 +15,7 @@ ROWS=${ROWS:-5000000}
 # shellcheck source=scripts/bench-common.sh
 . scripts/bench-common.sh
 
-export PGPASSWORD="$SLUICE_TEST_PG_PASSWORD"
-psql_db() { psql -X -q -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -v ON_ERROR_STOP=1 "$@"; }
-psql_db -d postgres -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = 'bench_snap'" >/dev/null
-psql_db -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS bench_snap WITH (FORCE)" \
-  -c "CREATE DATABASE bench_snap"
+fresh_pg_db bench_snap
 echo "loading $ROWS rows" >&2
 psql_db -d bench_snap <<SQL
 CREATE TABLE orders (id bigint PRIMARY KEY, customer text, amount numeric(12,2), status text, created_at timestamptz);
