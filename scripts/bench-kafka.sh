@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Kafka sink throughput, at-least-once against exactly-once (read_back and
 # transactions), with default batch settings: generator → Kafka (1M events) and PostgreSQL → Kafka
-# (1M rows in 100 transactions), each with its peak RSS; and the sink's
+# (1M rows in 100 transactions), each with its peak RSS; the sink's
 # ceiling, Kafka's own producer benchmark (kafka-producer-perf-test) on
-# the same broker, run before and after the generator runs.
+# the same broker, run before and after the generator runs; and the peer,
+# Debezium on Kafka Connect, on the same PostgreSQL backlog.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -80,12 +81,14 @@ CREATE PUBLICATION sluice_bench_kafka FOR TABLE orders, bench_done;
 SELECT 'slot' FROM pg_create_logical_replication_slot('bench_false', 'pgoutput');
 SELECT 'slot' FROM pg_create_logical_replication_slot('bench_true', 'pgoutput');
 SELECT 'slot' FROM pg_create_logical_replication_slot('bench_read_back', 'pgoutput');
+SELECT 'slot' FROM pg_create_logical_replication_slot('bench_connect', 'pgoutput');
 SQL
 for tx in $(seq 0 99); do
   first=$((tx * 10000 + 1))
   echo "INSERT INTO orders SELECT g, 'customer-' || (g % 1000), (g % 100000) / 100.0, 'paid', now() FROM generate_series($first, $((first + 9999))) g;"
 done | psql_db -d bench_kafka
 # A last one-row transaction: its checkpoint (sequence 0) marks the end.
+before_done=$(psql_db -d bench_kafka -At -c "SELECT pg_current_wal_insert_lsn()")
 psql_db -d bench_kafka -c "INSERT INTO bench_done VALUES (1)"
 pg_done() { grep -q 'checkpoint stored.*position=pg:[0-9A-F]*/[0-9A-F]*:0$' "$work/sluice.log"; }
 for mode in false read_back true; do
@@ -104,6 +107,61 @@ YAML
   printf '%-52s %12.0f %10.2f %12.1f\n' "postgres -> kafka, $label" "$(calc "1000000 / $secs")" "$secs" "$(calc "$peak / 1024")"
   eval "pg_$mode=$secs"
 done
+# The peer: Debezium 3.6.1's PostgreSQL connector on Kafka Connect 4.3
+# (standalone, its jars from scripts/debezium.sh) into the same broker,
+# JSON without schemas. Its records are all in Kafka once it confirms to
+# its slot a position past the start of the last transaction: it does so
+# when it commits its offsets, after the producer's flush, and with no
+# change after that only on a heartbeat; both come every second
+# (offset.flush.interval.ms, heartbeat.interval.ms), which the time includes.
+classpath=$(scripts/debezium.sh fetch pg)
+cat > "$work/worker.properties" <<PROPS
+bootstrap.servers=$SLUICE_TEST_KAFKA_BROKERS
+key.converter=org.apache.kafka.connect.json.JsonConverter
+value.converter=org.apache.kafka.connect.json.JsonConverter
+key.converter.schemas.enable=false
+value.converter.schemas.enable=false
+offset.storage.file.filename=$work/connect.offsets
+offset.flush.interval.ms=1000
+listeners=http://127.0.0.1:0
+PROPS
+cat > "$work/connector.properties" <<PROPS
+name=bench-connect
+connector.class=io.debezium.connector.postgresql.PostgresConnector
+database.hostname=127.0.0.1
+database.port=$SLUICE_TEST_PG_PORT
+database.user=$SLUICE_TEST_PG_USER
+database.password=$PGPASSWORD
+database.dbname=bench_kafka
+topic.prefix=bench-connect-$run_id
+plugin.name=pgoutput
+slot.name=bench_connect
+publication.name=sluice_bench_kafka
+publication.autocreate.mode=disabled
+snapshot.mode=no_data
+heartbeat.interval.ms=1000
+PROPS
+echo "peer: debezium on kafka connect to kafka" >&2
+connect_done() {
+  [ "$(psql_db -d postgres -At -c "SELECT confirmed_flush_lsn > '$before_done' FROM pg_replication_slots WHERE slot_name = 'bench_connect'")" = t ]
+}
+start=$(now)
+java -Xmx768m -cp "$classpath" org.apache.kafka.connect.cli.ConnectStandalone \
+  "$work/worker.properties" "$work/connector.properties" > "$work/connect.log" 2>&1 &
+peer_pid=$!
+peer_kib=0
+until connect_done; do
+  kill -0 "$peer_pid" 2>/dev/null || { tail -40 "$work/connect.log" >&2; exit 1; }
+  sample=$(awk '/VmHWM/ {print $2}' "/proc/$peer_pid/status" 2>/dev/null || true)
+  if [ -n "$sample" ] && [ "$sample" -gt "$peer_kib" ]; then peer_kib=$sample; fi
+  sleep 0.2
+done
+peer_secs=$(calc "$(now) - $start")
+kill "$peer_pid"
+wait "$peer_pid" || true
+printf '%-52s %12.0f %10.2f %12.1f\n' "debezium 3.6.1 on kafka connect -> kafka" "$(calc "1000000 / $peer_secs")" \
+  "$peer_secs" "$(calc "$peer_kib / 1024")"
+printf 'postgres -> kafka at-least-once / debezium on kafka connect: %.2f\n' "$(calc "$peer_secs / $pg_false")"
 printf 'exactly-once overhead: generator %.1f%%, postgres %.1f%%\n' \
   "$(calc "($gen_true / $gen_false - 1) * 100")" "$(calc "($pg_true / $pg_false - 1) * 100")"
 printf 'read_back / at-least-once throughput: generator %.2f, postgres %.2f\n' \
