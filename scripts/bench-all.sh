@@ -2,8 +2,9 @@
 # Every benchmark in one run, and one table: scenario, Sluice events/s, the
 # ceiling measured in this same run (generator alone, pg_recvlogical,
 # mariadb-binlog, COPY and mariadb --quick for the snapshots, Kafka's own
-# producer benchmark), their ratio, Sluice's peak RSS, Debezium embedded on
-# the same backlog where the script runs it, and for the PostgreSQL
+# producer benchmark), their ratio, Sluice's peak RSS, Debezium on the same
+# backlog where the script runs it (embedded; on Kafka Connect for
+# PostgreSQL → Kafka), and for the PostgreSQL
 # source the end-to-end latency at a steady 10k events/s (p50 / p99,
 # bench-latency.sh); then that latency for every sink. Prints Markdown;
 # docs/benchmarks.md holds the latest output.
@@ -36,6 +37,7 @@ my=$(best bench-mysql "mariadb-binlog" 1)
 pg_rss=$(field bench-postgres "sluice postgres -> file sink" 0)
 pg_peer=$(field bench-postgres "debezium embedded" 2)
 my_peer=$(field bench-mysql "debezium embedded" 1)
+connect_peer=$(field bench-kafka "debezium 3.6.1 on kafka connect" 2)
 my_rss=$(awk '/sluice peak RSS/ { print $4 }' "$out/bench-mysql.txt")
 
 # A sink's "p50 / p99" ms from bench-latency.sh; "n/a" where not measured.
@@ -43,13 +45,13 @@ latency() {
   awk -v sink="$1" '$1 == sink { printf "%.0f / %.0f", $4, $5; found = 1 } END { if (!found) printf "n/a" }' \
     "$out/bench-latency.txt"
 }
-# Debezium embedded's events/s and Sluice's multiple of it; "–" without one.
+# The peer's events/s and Sluice's multiple of it; "–" without one.
 peer() { if [ -n "${2:-}" ]; then printf '%.0f (%.1f ×)' "$2" "$(awk "BEGIN { print $1 / $2 }")"; else printf '–'; fi; }
 row() { # scenario, sluice events/s, ceiling name, ceiling events/s, peak RSS MB[, latency sink[, peer events/s]]
   printf '| %s | %.0f | %s %.0f | %.2f | %s | %s | %s |\n' "$1" "$2" "$3" "$4" "$(awk "BEGIN { print $2 / $4 }")" "$5" \
     "$(peer "$2" "${7:-}")" "$(latency "${6:-none}")"
 }
-echo "| scenario | Sluice events/s | ceiling (same run) events/s | ratio | peak RSS MB | Debezium embedded (same run) events/s, Sluice ÷ it | latency p50 / p99 ms at 10k events/s |"
+echo "| scenario | Sluice events/s | ceiling (same run) events/s | ratio | peak RSS MB | Debezium (same run; embedded, or on Kafka Connect for the Kafka rows) events/s, Sluice ÷ it | latency p50 / p99 ms at 10k events/s |"
 echo "|---|---|---|---|---|---|---|"
 row "generator → memory sink" "$(field bench generator-to-memory 1)" "generator alone" "$generator" "$(field bench generator-to-memory 0)"
 row "generator → file sink" "$(field bench generator-to-file 1)" "generator alone" "$generator" "$(field bench generator-to-file 0)"
@@ -62,7 +64,7 @@ row "MariaDB snapshot → file sink" "$(field bench-snapshot-mysql "sluice snaps
 for mode in at-least-once "exactly-once (transactions)"; do
   row "generator → Kafka, $mode" "$(field bench-kafka "generator -> kafka, $mode" 2)" "generator alone" "$generator" "$(field bench-kafka "generator -> kafka, $mode" 0)"
   sink=kafka_alo; [ "$mode" = at-least-once ] || sink=kafka_eos
-  row "PostgreSQL → Kafka, $mode" "$(field bench-kafka "postgres -> kafka, $mode" 2)" "pg_recvlogical" "$pg" "$(field bench-kafka "postgres -> kafka, $mode" 0)" "$sink" "$pg_peer"
+  row "PostgreSQL → Kafka, $mode" "$(field bench-kafka "postgres -> kafka, $mode" 2)" "pg_recvlogical" "$pg" "$(field bench-kafka "postgres -> kafka, $mode" 0)" "$sink" "$connect_peer"
 done
 row "the Kafka sink alone (generator → Kafka, at-least-once)" "$(field bench-kafka "generator -> kafka, at-least-once" 2)" "kafka-producer-perf-test" \
   "$(best bench-kafka "kafka-producer-perf-test" 2)" "$(field bench-kafka "generator -> kafka, at-least-once" 0)"
