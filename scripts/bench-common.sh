@@ -90,12 +90,19 @@ run_until_row() {
   sluice_pid=
 }
 
+# Raises peer_kib to process $1's peak RSS (KiB) so far.
+note_peer_peak() {
+  local sample
+  sample=$(awk '/VmHWM/ {print $2}' "/proc/$1/status" 2>/dev/null || true)
+  if [ -n "$sample" ] && [ "$sample" -gt "$peer_kib" ]; then peer_kib=$sample; fi
+}
+
 # The peer: Debezium embedded (scripts/debezium.sh, set $1: pg or mariadb)
 # on properties file $2 with its defaults and its JSON converter, each
 # record written to /dev/null, until it has $3 records; sets peer_secs
 # and peer_kib. Extra arguments go to the capture.
 run_peer() {
-  local set=$1 properties=$2 records=$3 classpath start sample pid
+  local set=$1 properties=$2 records=$3 classpath start pid
   shift 3
   classpath=$(scripts/debezium.sh fetch "$set")
   echo "peer: debezium embedded ($set) to /dev/null" >&2
@@ -105,8 +112,7 @@ run_peer() {
   pid=$!
   peer_kib=0
   while kill -0 "$pid" 2>/dev/null; do
-    sample=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
-    if [ -n "$sample" ] && [ "$sample" -gt "$peer_kib" ]; then peer_kib=$sample; fi
+    note_peer_peak "$pid"
     sleep 0.1
   done
   wait "$pid" || { cat "$work/debezium.log" >&2; exit 1; }

@@ -152,8 +152,7 @@ peer_pid=$!
 peer_kib=0
 until connect_done; do
   kill -0 "$peer_pid" 2>/dev/null || { tail -40 "$work/connect.log" >&2; exit 1; }
-  sample=$(awk '/VmHWM/ {print $2}' "/proc/$peer_pid/status" 2>/dev/null || true)
-  if [ -n "$sample" ] && [ "$sample" -gt "$peer_kib" ]; then peer_kib=$sample; fi
+  note_peer_peak "$peer_pid"
   sleep 0.2
 done
 peer_secs=$(calc "$(now) - $start")

@@ -96,8 +96,16 @@ pub fn check_range(at: &str, field: &str, value: u64, min: u64, max: u64, unit: 
 
 /// The placeholders a topic, stream, subject, key or URL template may use.
 pub fn check_template(template: &str) -> Result<(), String> {
+    literal_text(template).map(|_| ())
+}
+
+/// The template's text outside its placeholders, once each placeholder
+/// is found to be one [`check_template`] allows.
+fn literal_text(template: &str) -> Result<String, String> {
+    let mut literal = String::new();
     let mut rest = template;
     while let Some(start) = rest.find("${") {
+        literal.push_str(&rest[..start]);
         let after = &rest[start + 2..];
         let end = after.find('}').ok_or_else(|| format!("`${{` without a closing `}}` in {template:?}"))?;
         let name = &after[..end];
@@ -109,39 +117,34 @@ pub fn check_template(template: &str) -> Result<(), String> {
         }
         rest = &after[end + 1..];
     }
-    Ok(())
+    literal.push_str(rest);
+    Ok(literal)
 }
 
 /// A topic template whose own text breaks Kafka's rule for topic names
 /// would fail every event at run time, so it is refused up front. What a
 /// placeholder yields (a table's name) is checked per event.
 pub fn check_topic_template(template: &str) -> Result<(), String> {
-    check_template(template)?;
-    let mut literal = String::new();
-    let mut rest = template;
-    while let Some(start) = rest.find("${") {
-        literal.push_str(&rest[..start]);
-        // `check_template` found the closing brace.
-        let end = rest[start..].find('}').map_or(rest.len(), |end| start + end + 1);
-        rest = &rest[end..];
-    }
-    literal.push_str(rest);
-    if let Some(bad) = literal.chars().find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+    let literal = literal_text(template)?;
+    if let Some(bad) = literal.chars().find(|&c| !topic_char(c)) {
         return Err(format!("{template:?} has {bad:?}, which a Kafka topic name may not contain"));
     }
-    if literal.len() > 249 || (literal.len() == template.len() && !valid_topic(template)) {
+    let whole = literal.len() == template.len();
+    if literal.len() > MAX_TOPIC_LEN || (whole && !valid_topic(template)) {
         return Err(format!("{template:?} is not a valid Kafka topic name"));
     }
     Ok(())
 }
 
+const MAX_TOPIC_LEN: usize = 249;
+
+fn topic_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+
 /// Kafka's rule for topic names.
 pub fn valid_topic(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 249
-        && name != "."
-        && name != ".."
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    !name.is_empty() && name.len() <= MAX_TOPIC_LEN && name != "." && name != ".." && name.chars().all(topic_char)
 }
 
 #[cfg(test)]
