@@ -40,12 +40,18 @@ async fn file_sink_reports_what_it_holds_after_reopen() {
     let path = dir.path().join("nested/out.jsonl");
     let mut sink = FileSink::new("f", &path);
     assert_eq!(sink.open().await.unwrap(), None);
-    let durable = write(&mut sink, &[event(1, 0), event(2, 0)]).await.unwrap();
-    assert_eq!(durable, Some(Position::Generator { tx: 2, seq: 0 }));
+    let durable = write(&mut sink, &[event(1, 0)]).await.unwrap();
+    assert_eq!(durable, None, "a batch is durable once synced, which overlaps the next batch");
+    let durable = write(&mut sink, &[event(2, 0)]).await.unwrap();
+    assert_eq!(durable, Some(Position::Generator { tx: 1, seq: 0 }));
+    assert!(sink.flush_due().is_some(), "the last batch's sync is waited for even if no batch comes");
+    assert_eq!(sink.flush().await.unwrap(), Some(Position::Generator { tx: 2, seq: 0 }));
+    assert_eq!(sink.flush_due(), None);
     sink.close().await.unwrap();
     let mut reopened = FileSink::new("f", &path);
     assert_eq!(reopened.open().await.unwrap(), Some(Position::Generator { tx: 2, seq: 0 }));
     write(&mut reopened, &[event(3, 0)]).await.unwrap();
+    reopened.flush().await.unwrap();
     let held: Vec<_> = lines(&path).iter().map(|l| l["position"].as_str().unwrap().to_string()).collect();
     assert_eq!(held, ["gen:1:0", "gen:2:0", "gen:3:0"]);
 }
@@ -57,6 +63,7 @@ async fn file_sink_cuts_a_torn_last_line() {
     let mut sink = FileSink::new("f", &path);
     sink.open().await.unwrap();
     write(&mut sink, &[event(1, 0)]).await.unwrap();
+    sink.flush().await.unwrap();
     let whole_len = std::fs::metadata(&path).unwrap().len();
     let torn = serde_json::to_string(&event(2, 0)).unwrap();
     std::fs::OpenOptions::new()
@@ -103,6 +110,7 @@ async fn a_file_in_a_foreign_envelope_keeps_its_position_in_a_mark() {
     let mut sink = FileSink::with_format("f", &path, &cloudevents());
     assert_eq!(sink.open().await.unwrap(), None);
     write(&mut sink, &[event(1, 0), event(2, 0)]).await.unwrap();
+    sink.flush().await.unwrap();
     let whole_len = std::fs::metadata(&path).unwrap().len();
     // A batch appended whose mark never landed, as a kill leaves it.
     let line = b"{\"specversion\":\"1.0\"}\n";
@@ -111,6 +119,7 @@ async fn a_file_in_a_foreign_envelope_keeps_its_position_in_a_mark() {
     assert_eq!(reopened.open().await.unwrap(), Some(Position::Generator { tx: 2, seq: 0 }));
     assert_eq!(std::fs::metadata(&path).unwrap().len(), whole_len);
     write(&mut reopened, &[event(3, 0)]).await.unwrap();
+    reopened.flush().await.unwrap();
     let ids: Vec<String> = lines(&path).iter().map(|l| l["sluiceposition"].as_str().unwrap().to_string()).collect();
     assert_eq!(ids, ["gen:1:0", "gen:2:0", "gen:3:0"]);
 }

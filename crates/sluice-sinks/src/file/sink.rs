@@ -1,8 +1,8 @@
 use sluice_core::sync::lock;
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sluice_core::{EventChunks, Guarantee, Position, Sink, SinkError};
@@ -11,7 +11,8 @@ use sluice_format::{FormatConfig, RecordKind};
 
 use crate::encoded::SharedEncoder;
 
-use super::mark::{recover_marked, write_mark};
+use super::append::{InFlight, Then};
+use super::mark::recover_marked;
 use super::recover::{Tail, recover};
 
 pub struct FileSink {
@@ -22,8 +23,12 @@ pub struct FileSink {
     /// recovery after a timed-out write waits for that write instead of
     /// racing it.
     file: Arc<Mutex<Option<File>>>,
+    /// The durable position: the end of the last batch synced.
     held: Option<Position>,
-    buf: Vec<u8>,
+    /// The last batch's append and sync, overlapping the next encoding.
+    in_flight: Option<InFlight>,
+    /// A buffer to encode into while another is being appended.
+    spare: Vec<u8>,
 }
 
 impl FileSink {
@@ -39,7 +44,8 @@ impl FileSink {
             path: path.into(),
             file: Arc::new(Mutex::new(None)),
             held: None,
-            buf: Vec::new(),
+            in_flight: None,
+            spare: Vec::new(),
         }
     }
 
@@ -59,36 +65,32 @@ impl FileSink {
 /// Encoded bytes gathered before an append, when a batch comes in chunks.
 const APPEND_BYTES: usize = 4 * 1024 * 1024;
 
+/// How long after its append began a batch's sync is waited for when no
+/// next batch comes to wait for it: about an fsync, so an idle stream's
+/// last batch is checkpointed at once, and a busy one still overlaps.
+const SYNC_WAIT: Duration = Duration::from_millis(2);
+
 impl FileSink {
-    /// Appends the buffer, and with `sync` fsyncs the file.
-    /// Returns the file's length after the append.
-    async fn append(&mut self, sync: bool) -> Result<u64, SinkError> {
-        let mut buf = std::mem::take(&mut self.buf);
-        let slot = self.file.clone();
-        let (result, returned) = tokio::task::spawn_blocking(move || {
-            let mut guard = lock(&slot);
-            let result = match guard.as_mut() {
-                None => Err("the file is not open".to_string()),
-                Some(file) => file
-                    .write_all(&buf)
-                    .and_then(|()| if sync { file.sync_data() } else { Ok(()) })
-                    .and_then(|()| file.metadata().map(|m| m.len()))
-                    .map_err(|e| e.to_string()),
-            };
-            if result.is_err() {
-                // A failed append may have left a partial line; recovery in
-                // `open` must run before the next write.
-                *guard = None;
-            }
-            buf.clear();
-            (result, buf)
-        })
-        .await
-        .map_err(blocking_failed)?;
-        self.buf = returned;
+    /// Waits for the append in flight; on success what it ends is durable.
+    async fn settle(&mut self) -> Result<(), SinkError> {
+        let Some(in_flight) = self.in_flight.as_mut() else { return Ok(()) };
+        let (result, buf) = in_flight.wait().await.map_err(blocking_failed)?;
+        let ends = self.in_flight.take().and_then(|done| done.ends);
+        self.spare = buf;
         result.map_err(|e| {
             SinkError::transient(format!("file sink {:?}: writing {} failed: {e}", self.id, self.path.display()))
-        })
+        })?;
+        if ends.is_some() {
+            self.held = ends;
+        }
+        Ok(())
+    }
+
+    /// Starts appending `buf` once the append before it is done.
+    async fn start(&mut self, buf: Vec<u8>, then: Then, ends: Option<Position>) -> Result<(), SinkError> {
+        self.settle().await?;
+        self.in_flight = Some(InFlight::start(self.file.clone(), buf, then, ends));
+        Ok(())
     }
 }
 
@@ -111,6 +113,11 @@ impl Sink for FileSink {
     }
 
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {
+        // An append cut off by a failed or timed-out call finishes before
+        // the file is recovered, so it cannot land after the recovery.
+        if let Some(mut in_flight) = self.in_flight.take() {
+            let _ = in_flight.wait().await;
+        }
         let path = self.path.clone();
         let slot = self.file.clone();
         let marked = self.marked();
@@ -127,6 +134,10 @@ impl Sink for FileSink {
                 .open(&path)
                 .map_err(|e| format!("cannot open: {e}"))?;
             let tail = if marked { recover_marked(&path, &mut file)? } else { recover(&mut file)? };
+            // A process killed between an append and its sync leaves lines
+            // only in the page cache; they are reported held now, and the
+            // checkpoint will follow, so they must reach the disk first.
+            file.sync_data().map_err(|e| format!("cannot fsync: {e}"))?;
             *guard = Some(file);
             Ok(tail)
         })
@@ -143,47 +154,47 @@ impl Sink for FileSink {
     async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
         let last = events.last_position().clone();
         let shared = events.shared();
-        self.buf.clear();
+        let mut buf = std::mem::take(&mut self.spare);
+        buf.clear();
         while let Some(chunk) = events.next_chunk().await? {
             let encoding = self.encoder.chunk(shared.as_ref(), chunk).await;
             for (index, event) in chunk.iter().enumerate() {
                 // Lines have no keys, so a tombstone has nothing to name.
                 let records = encoding.records(&self.encoder, index, event)?;
                 for record in records.iter().filter(|r| r.kind != RecordKind::Tombstone) {
-                    self.buf.extend_from_slice(record.value.as_deref().unwrap_or(b"null"));
-                    self.buf.push(b'\n');
+                    buf.extend_from_slice(record.value.as_deref().unwrap_or(b"null"));
+                    buf.push(b'\n');
                 }
             }
             // A spilled batch arrives in many chunks; write as we go so the
             // encoded batch never has to fit in memory.
-            if self.buf.len() >= APPEND_BYTES {
-                self.append(false).await?;
+            if buf.len() >= APPEND_BYTES {
+                self.start(buf, Then::Continue, None).await?;
+                self.settle().await?;
+                buf = std::mem::take(&mut self.spare);
             }
         }
-        let length = self.append(true).await?;
-        if self.marked() {
-            let path = self.path.clone();
-            let position = last.clone();
-            tokio::task::spawn_blocking(move || write_mark(&path, length, Some(&position)))
-                .await
-                .map_err(blocking_failed)?
-                .map_err(|problem| {
-                    // The batch is in the file but not marked: the next
-                    // open cuts it, and the coordinator sends it again.
-                    lock(&self.file).take();
-                    SinkError::transient(format!("file sink {:?}: {problem}", self.id))
-                })?;
-        }
-        self.held = Some(last);
+        let mark = self.marked().then(|| self.path.clone());
+        // The batch is appended and synced while the next one encodes: the
+        // previous batch is what is durable now, this one from its sync on
+        // (the next `write`, or `flush`).
+        self.start(buf, Then::Finish { mark }, Some(last)).await?;
         Ok(self.held.clone())
     }
 
     async fn flush(&mut self) -> Result<Option<Position>, SinkError> {
-        // Every write is fsynced before it returns.
+        self.settle().await?;
         Ok(self.held.clone())
     }
 
+    fn flush_due(&self) -> Option<Instant> {
+        self.in_flight.as_ref().map(|in_flight| in_flight.started + SYNC_WAIT)
+    }
+
     async fn close(&mut self) -> Result<(), SinkError> {
+        if let Some(mut in_flight) = self.in_flight.take() {
+            let _ = in_flight.wait().await;
+        }
         let slot = self.file.clone();
         tokio::task::spawn_blocking(move || lock(&slot).take())
             .await
