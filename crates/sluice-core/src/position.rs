@@ -246,9 +246,17 @@ impl fmt::Display for Position {
                 f.write_str(itoa::Buffer::new().format(*seq))
             }
             Position::Mysql(pos) => {
-                write!(f, "my:{}:{}:{}", pos.file, pos.offset, pos.seq)?;
+                f.write_str("my:")?;
+                f.write_str(&pos.file)?;
+                f.write_str(":")?;
+                f.write_str(itoa::Buffer::new().format(pos.offset))?;
+                f.write_str(":")?;
+                f.write_str(itoa::Buffer::new().format(pos.seq))?;
                 match &pos.gtid_before {
-                    Some(gtid) => write!(f, ":{gtid}"),
+                    Some(gtid) => {
+                        f.write_str(":")?;
+                        f.write_str(gtid)
+                    }
                     None => Ok(()),
                 }
             }
