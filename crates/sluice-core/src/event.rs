@@ -7,7 +7,6 @@ use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use uuid::Uuid;
 
-use crate::json_out;
 use crate::position::Position;
 use crate::schema::{Origin, TableSchema};
 use crate::time::UTC_MICROS_LEN;
@@ -274,21 +273,21 @@ impl Envelope<'_> {
     /// follow.
     fn fields<F: Fields>(&self, unchanged: &[&str], out: &mut F) -> Result<(), F::Error> {
         let event = self.event;
-        out.text("id", &self.id)?;
+        out.value("id", &*self.id)?;
         out.plain("op", event.op.code())?;
-        out.text("source", &event.source_id)?;
-        out.text("db", &event.database)?;
-        out.text("table", &event.table)?;
-        out.row("key", event.key.as_ref())?;
-        out.row("before", event.before.as_ref())?;
-        out.row("after", event.after.as_ref())?;
+        out.value("source", &*event.source_id)?;
+        out.value("db", &*event.database)?;
+        out.value("table", &*event.table)?;
+        out.value("key", &event.key)?;
+        out.value("before", &event.before)?;
+        out.value("after", &event.after)?;
         // Only when there are some, so every other event keeps its bytes.
         if !unchanged.is_empty() {
             out.value("unchanged", unchanged)?;
         }
         out.value("schema_version", &event.schema_version)?;
-        out.position("position", &event.position)?;
-        out.text("tx_id", &event.tx_id)?;
+        out.value("position", &event.position)?;
+        out.value("tx_id", &*event.tx_id)?;
         out.value("tx_end", &event.tx_end)?;
         out.plain("commit_time", &crate::time::utc_micros_text(event.commit_time_us, &mut [0; UTC_MICROS_LEN]))
     }
@@ -300,17 +299,6 @@ trait Fields {
     fn value<T: Serialize + ?Sized>(&mut self, name: &'static str, value: &T) -> Result<(), Self::Error>;
     /// Text JSON takes as it is: no quote, backslash or control character.
     fn plain(&mut self, name: &'static str, text: &str) -> Result<(), Self::Error>;
-    // The fields every event has, which the JSON writer writes without
-    // the serializer.
-    fn text(&mut self, name: &'static str, text: &str) -> Result<(), Self::Error> {
-        self.value(name, text)
-    }
-    fn row(&mut self, name: &'static str, row: Option<&Row>) -> Result<(), Self::Error> {
-        self.value(name, &row)
-    }
-    fn position(&mut self, name: &'static str, position: &Position) -> Result<(), Self::Error> {
-        self.value(name, position)
-    }
 }
 
 struct MapFields<M>(M);
@@ -353,18 +341,6 @@ impl Fields for JsonFields<'_> {
         self.out.extend_from_slice(text.as_bytes());
         self.out.push(b'"');
         Ok(())
-    }
-    fn text(&mut self, name: &'static str, text: &str) -> serde_json::Result<()> {
-        self.name(name);
-        json_out::write_str(self.out, text)
-    }
-    fn row(&mut self, name: &'static str, row: Option<&Row>) -> serde_json::Result<()> {
-        self.name(name);
-        json_out::write_row(self.out, row)
-    }
-    fn position(&mut self, name: &'static str, position: &Position) -> serde_json::Result<()> {
-        self.name(name);
-        json_out::write_display(self.out, position)
     }
 }
 

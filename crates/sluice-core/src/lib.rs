@@ -11,7 +11,6 @@ pub mod event;
 pub mod failpoint;
 pub mod guarantee;
 pub mod history;
-mod json_out;
 pub mod pattern;
 pub mod position;
 pub mod preflight;
