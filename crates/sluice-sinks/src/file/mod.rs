@@ -1,16 +1,17 @@
 //! The file sink: JSON Lines in one local file, exactly-once.
 //!
 //! Every line carries its event's position, so the file is its own
-//! checkpoint. A batch is appended with one write and then fsynced, on a
-//! blocking thread while the next batch encodes; only after the fsync is
-//! it reported durable. On open (start, or recovery after a failed
+//! checkpoint. A thread of the sink's own appends each batch with one
+//! write while the next batch encodes, and fsyncs once for the batches
+//! that queued meanwhile; only after the fsync is a batch reported
+//! durable. On open (start, or recovery after a failed
 //! write) the sink cuts any torn last line and reports the position of the
 //! last whole line, and the coordinator hands it only later events. So a
 //! kill -9 at any instruction leaves every event in the file exactly once.
 //! In a foreign envelope (Debezium, CloudEvents) the lines carry no
 //! position, and a mark beside the file does the same job (`mark`).
 
-mod append;
+mod appender;
 mod config;
 mod mark;
 mod recover;

@@ -1,7 +1,5 @@
-use sluice_core::sync::lock;
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -11,7 +9,7 @@ use sluice_format::{FormatConfig, RecordKind};
 
 use crate::encoded::SharedEncoder;
 
-use super::append::{InFlight, Then};
+use super::appender::{Appender, Job};
 use super::mark::recover_marked;
 use super::recover::{Tail, recover};
 
@@ -19,16 +17,10 @@ pub struct FileSink {
     id: String,
     path: PathBuf,
     encoder: SharedEncoder,
-    /// Behind a mutex that a blocking write holds until it finishes, so a
-    /// recovery after a timed-out write waits for that write instead of
-    /// racing it.
-    file: Arc<Mutex<Option<File>>>,
-    /// The durable position: the end of the last batch synced.
+    /// The thread that owns the open file; `None` until `open`.
+    appender: Option<Appender>,
+    /// What `open` found in the file.
     held: Option<Position>,
-    /// The last batch's append and sync, overlapping the next encoding.
-    in_flight: Option<InFlight>,
-    /// A buffer to encode into while another is being appended.
-    spare: Vec<u8>,
 }
 
 impl FileSink {
@@ -42,10 +34,8 @@ impl FileSink {
             encoder: SharedEncoder::new(format, super::FileSinkConfig::CARRIER, format!("file sink {id:?}")),
             id,
             path: path.into(),
-            file: Arc::new(Mutex::new(None)),
+            appender: None,
             held: None,
-            in_flight: None,
-            spare: Vec::new(),
         }
     }
 
@@ -65,32 +55,34 @@ impl FileSink {
 /// Encoded bytes gathered before an append, when a batch comes in chunks.
 const APPEND_BYTES: usize = 4 * 1024 * 1024;
 
-/// How long after its append began a batch's sync is waited for when no
-/// next batch comes to wait for it: about an fsync, so an idle stream's
-/// last batch is checkpointed at once, and a busy one still overlaps.
+/// How long after the last batch was sent its fsync is waited for when no
+/// next batch comes: about an fsync, so an idle stream's last batch is
+/// checkpointed at once, and a busy stream's writes still overlap.
 const SYNC_WAIT: Duration = Duration::from_millis(2);
 
 impl FileSink {
-    /// Waits for the append in flight; on success what it ends is durable.
-    async fn settle(&mut self) -> Result<(), SinkError> {
-        let Some(in_flight) = self.in_flight.as_mut() else { return Ok(()) };
-        let (result, buf) = in_flight.wait().await.map_err(blocking_failed)?;
-        let ends = self.in_flight.take().and_then(|done| done.ends);
-        self.spare = buf;
-        result.map_err(|e| {
-            SinkError::transient(format!("file sink {:?}: writing {} failed: {e}", self.id, self.path.display()))
-        })?;
-        if ends.is_some() {
-            self.held = ends;
-        }
-        Ok(())
+    fn appender(&mut self) -> Result<&mut Appender, SinkError> {
+        let id = &self.id;
+        self.appender.as_mut().ok_or_else(|| SinkError::transient(format!("file sink {id:?}: the file is not open")))
     }
 
-    /// Starts appending `buf` once the append before it is done.
-    async fn start(&mut self, buf: Vec<u8>, then: Then, ends: Option<Position>) -> Result<(), SinkError> {
-        self.settle().await?;
-        self.in_flight = Some(InFlight::start(self.file.clone(), buf, then, ends));
-        Ok(())
+    fn write_failed(&self, problem: String) -> SinkError {
+        SinkError::transient(format!("file sink {:?}: writing {} failed: {problem}", self.id, self.path.display()))
+    }
+
+    /// What is fsynced: the last batch the thread synced, or what `open`
+    /// found in the file.
+    fn durable(&self) -> Option<Position> {
+        self.appender.as_ref().and_then(Appender::durable).or_else(|| self.held.clone())
+    }
+
+    /// Stops the writing thread, if one runs, and waits until it has let
+    /// go of the file.
+    async fn stop_appender(&mut self) {
+        if let Some(appender) = self.appender.as_mut() {
+            appender.stop().await;
+        }
+        self.appender = None;
     }
 }
 
@@ -113,17 +105,12 @@ impl Sink for FileSink {
     }
 
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {
-        // An append cut off by a failed or timed-out call finishes before
-        // the file is recovered, so it cannot land after the recovery.
-        if let Some(mut in_flight) = self.in_flight.take() {
-            let _ = in_flight.wait().await;
-        }
+        // Whatever the thread still had queued lands before the file is
+        // recovered, never after.
+        self.stop_appender().await;
         let path = self.path.clone();
-        let slot = self.file.clone();
         let marked = self.marked();
-        let tail = tokio::task::spawn_blocking(move || -> Result<Tail, String> {
-            let mut guard = lock(&slot);
-            *guard = None;
+        let (tail, file) = tokio::task::spawn_blocking(move || -> Result<(Tail, std::fs::File), String> {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
             }
@@ -138,12 +125,13 @@ impl Sink for FileSink {
             // only in the page cache; they are reported held now, and the
             // checkpoint will follow, so they must reach the disk first.
             file.sync_data().map_err(|e| format!("cannot fsync: {e}"))?;
-            *guard = Some(file);
-            Ok(tail)
+            Ok((tail, file))
         })
         .await
         .map_err(blocking_failed)?
         .map_err(|problem| self.permanent(problem))?;
+        let mark = marked.then(|| self.path.clone());
+        self.appender = Some(Appender::start(file, mark).map_err(|problem| self.write_failed(problem))?);
         self.held = match tail {
             Tail::Empty => None,
             Tail::Holds(position) => Some(position),
@@ -154,8 +142,7 @@ impl Sink for FileSink {
     async fn write(&mut self, events: &mut dyn EventChunks) -> Result<Option<Position>, SinkError> {
         let last = events.last_position().clone();
         let shared = events.shared();
-        let mut buf = std::mem::take(&mut self.spare);
-        buf.clear();
+        let mut buf = self.appender()?.buffer();
         while let Some(chunk) = events.next_chunk().await? {
             let encoding = self.encoder.chunk(shared.as_ref(), chunk).await;
             for (index, event) in chunk.iter().enumerate() {
@@ -169,36 +156,33 @@ impl Sink for FileSink {
             // A spilled batch arrives in many chunks; write as we go so the
             // encoded batch never has to fit in memory.
             if buf.len() >= APPEND_BYTES {
-                self.start(buf, Then::Continue, None).await?;
-                self.settle().await?;
-                buf = std::mem::take(&mut self.spare);
+                let appender = self.appender()?;
+                let sent = appender.send(Job { buf, ends: None }).await;
+                buf = appender.buffer();
+                sent.map_err(|problem| self.write_failed(problem))?;
             }
         }
-        let mark = self.marked().then(|| self.path.clone());
-        // The batch is appended and synced while the next one encodes: the
-        // previous batch is what is durable now, this one from its sync on
-        // (the next `write`, or `flush`).
-        self.start(buf, Then::Finish { mark }, Some(last)).await?;
-        Ok(self.held.clone())
+        // The thread appends and fsyncs the batch while the next one is
+        // encoded: what this write reports durable is what it has synced.
+        let sent = self.appender()?.send(Job { buf, ends: Some(last) }).await;
+        sent.map_err(|problem| self.write_failed(problem))?;
+        Ok(self.durable())
     }
 
     async fn flush(&mut self) -> Result<Option<Position>, SinkError> {
-        self.settle().await?;
-        Ok(self.held.clone())
+        if let Some(appender) = self.appender.as_mut() {
+            let synced = appender.sync().await;
+            synced.map_err(|problem| self.write_failed(problem))?;
+        }
+        Ok(self.durable())
     }
 
     fn flush_due(&self) -> Option<Instant> {
-        self.in_flight.as_ref().map(|in_flight| in_flight.started + SYNC_WAIT)
+        self.appender.as_ref()?.unsynced_since().map(|sent| sent + SYNC_WAIT)
     }
 
     async fn close(&mut self) -> Result<(), SinkError> {
-        if let Some(mut in_flight) = self.in_flight.take() {
-            let _ = in_flight.wait().await;
-        }
-        let slot = self.file.clone();
-        tokio::task::spawn_blocking(move || lock(&slot).take())
-            .await
-            .map_err(blocking_failed)?;
+        self.stop_appender().await;
         Ok(())
     }
 }
