@@ -8,7 +8,7 @@ use sluice_config::DdlLiterals;
 use sluice_core::schema_change::{Before, change_row};
 use sluice_core::{BinlogPos, Columns, Event, Op, Origin, Position, Row, SourceError, Value};
 
-use super::{Reader, unreadable};
+use super::{Reader, images, unreadable};
 use crate::ddl::{Dialect, ddl_targets, redact};
 use crate::schema::{TableSchema, read_schema, schema_fingerprint};
 use crate::snapshot::quote_ident;
@@ -195,17 +195,14 @@ impl Reader {
         let columns: Columns = schema.columns.iter().map(|c| Arc::from(c.name.as_str())).collect();
         let key_index: Vec<usize> = schema.columns.iter().enumerate().filter(|(_, c)| c.key).map(|(i, _)| i).collect();
         let key_columns: Columns = key_index.iter().map(|i| columns[*i].clone()).collect();
-        let types: Vec<(mysql_async::consts::ColumnType, Vec<u8>)> = (0..count)
-            .map(|i| {
-                let ty =
-                    tme.get_column_type(i).ok().flatten().unwrap_or(mysql_async::consts::ColumnType::MYSQL_TYPE_NULL);
-                (ty, tme.get_column_metadata(i).unwrap_or_default().to_vec())
-            })
-            .collect();
-        let convert_row = |row: &mysql_async::binlog::row::BinlogRow| -> Result<Row, SourceError> {
-            let values = (0..count)
-                .map(|i| match row.as_ref(i) {
-                    Some(value) => convert(value, types[i].0, &types[i].1, &schema.columns[i], &name, &probe),
+        let plan = images::plan(&tme).map_err(|e| unreadable("table map", e))?;
+        let convert_row = |image: &images::Image<'_>| -> Result<Row, SourceError> {
+            let values = image
+                .iter()
+                .zip(&plan)
+                .zip(&schema.columns)
+                .map(|((value, column), info)| match value {
+                    Some(value) => convert(value, column.kind, column.meta, info, &name, &probe),
                     None => Ok(Value::Unchanged),
                 })
                 .collect::<Result<_, _>>()?;
@@ -215,8 +212,7 @@ impl Reader {
         let declared = self.declared(&schema);
         let origin = self.origin(event.header().server_id());
         let mut decoded = Vec::new();
-        for pair in rows.rows(&tme) {
-            let (before, after) = pair.map_err(|e| unreadable("row", e))?;
+        for (before, after) in images::read(&rows, &tme, &plan).map_err(|e| unreadable("row", e))? {
             decoded.push((before.as_ref().map(convert_row).transpose()?, after.as_ref().map(convert_row).transpose()?));
         }
         for (row, (before, after)) in (0u32..).zip(decoded) {
