@@ -166,3 +166,25 @@ recvlogical_ceiling() {
     --slot "$2" --start --endpos "$end_lsn" -o proto_version=1 -o publication_names="$3" -f /dev/null
   calc "$(now) - $start"
 }
+
+# Writes a Kafka Connect standalone worker's properties to $1: the test
+# broker, JSON converters with schemas on or off ($2: true or false), its
+# offsets under $work flushed every second, any free REST port; each
+# further argument is one more line.
+connect_worker() {
+  local file=$1 schemas=$2
+  shift 2
+  {
+    cat <<PROPS
+bootstrap.servers=$SLUICE_TEST_KAFKA_BROKERS
+key.converter=org.apache.kafka.connect.json.JsonConverter
+value.converter=org.apache.kafka.connect.json.JsonConverter
+key.converter.schemas.enable=$schemas
+value.converter.schemas.enable=$schemas
+offset.storage.file.filename=$work/connect.offsets
+offset.flush.interval.ms=1000
+listeners=http://127.0.0.1:0
+PROPS
+    if [ $# -gt 0 ]; then printf '%s\n' "$@"; fi
+  } > "$file"
+}

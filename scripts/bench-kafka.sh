@@ -115,16 +115,7 @@ done
 # change after that only on a heartbeat; both come every second
 # (offset.flush.interval.ms, heartbeat.interval.ms), which the time includes.
 classpath=$(scripts/debezium.sh fetch pg)
-cat > "$work/worker.properties" <<PROPS
-bootstrap.servers=$SLUICE_TEST_KAFKA_BROKERS
-key.converter=org.apache.kafka.connect.json.JsonConverter
-value.converter=org.apache.kafka.connect.json.JsonConverter
-key.converter.schemas.enable=false
-value.converter.schemas.enable=false
-offset.storage.file.filename=$work/connect.offsets
-offset.flush.interval.ms=1000
-listeners=http://127.0.0.1:0
-PROPS
+connect_worker "$work/worker.properties" false
 cat > "$work/connector.properties" <<PROPS
 name=bench-connect
 connector.class=io.debezium.connector.postgresql.PostgresConnector

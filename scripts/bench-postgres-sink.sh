@@ -182,19 +182,8 @@ feed_done() {
 }
 measure "$work/feed.yaml" feed_done > /dev/null
 
-cat > "$work/worker.properties" <<PROPS
-bootstrap.servers=$SLUICE_TEST_KAFKA_BROKERS
-key.converter=org.apache.kafka.connect.json.JsonConverter
-value.converter=org.apache.kafka.connect.json.JsonConverter
-key.converter.schemas.enable=true
-value.converter.schemas.enable=true
-offset.storage.file.filename=$work/connect.offsets
-offset.flush.interval.ms=1000
-listeners=http://127.0.0.1:0
-plugin.discovery=only_scan
-consumer.auto.offset.reset=earliest
-consumer.max.poll.records=5000
-PROPS
+connect_worker "$work/worker.properties" true \
+  plugin.discovery=only_scan consumer.auto.offset.reset=earliest consumer.max.poll.records=5000
 cat > "$work/jdbc.properties" <<PROPS
 name=bench-$run_id
 connector.class=io.debezium.connector.jdbc.JdbcSinkConnector
