@@ -122,6 +122,19 @@ pub fn decode_text(ty: &PgType, text: &str) -> Value {
     }
 }
 
+/// [`decode_text`] for text the caller owns: text, numbers kept as text
+/// and times move into the value instead of being copied.
+pub fn decode_owned(ty: &PgType, text: String) -> Value {
+    match ty {
+        PgType::Scalar(Kind::Text) => Value::Text(text),
+        PgType::Scalar(Kind::Numeric) => Value::Decimal(text),
+        PgType::Scalar(Kind::Time) => Value::Time(text),
+        PgType::Scalar(Kind::Timestamp) if plain_timestamp(&text) => Value::Timestamp(plain_iso(text)),
+        PgType::Scalar(Kind::TimestampTz) if plain_timestamp(&text) => Value::TimestampTz(utc_as_z(plain_iso(text))),
+        _ => decode_text(ty, &text),
+    }
+}
+
 fn scalar(kind: Kind, text: &str) -> Value {
     let fallback = || Value::Text(text.to_string());
     match kind {
@@ -146,6 +159,9 @@ fn scalar(kind: Kind, text: &str) -> Value {
 /// `2026-01-01 12:00:00.5` → `2026-01-01T12:00:00.5`, through [`iso_date`]
 /// for the date part; `infinity` and `-infinity` stay as they are.
 fn iso_timestamp(text: &str) -> String {
+    if plain_timestamp(text) {
+        return plain_iso(text.to_string());
+    }
     let (body, bc) = split_era(text);
     let Some((date, time)) = body.split_once(' ') else {
         return text.to_string();
@@ -156,13 +172,34 @@ fn iso_timestamp(text: &str) -> String {
     }
 }
 
+/// A timestamp of a four-digit AD year, `YYYY-MM-DD hh:…`: the one form
+/// that only needs its space turned into `T`, and the form nearly every
+/// row holds, so it skips the parsing [`iso_year`] does.
+fn plain_timestamp(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.len() > 11
+        && bytes[..4].iter().all(u8::is_ascii_digit)
+        && bytes[4] == b'-'
+        && bytes[10] == b' '
+        && !text.ends_with(" BC")
+}
+
+fn plain_iso(mut text: String) -> String {
+    text.replace_range(10..11, "T");
+    text
+}
+
 /// With TimeZone UTC the server writes `+00`; ISO-8601 says `Z`.
 fn iso_timestamptz(text: &str) -> String {
-    let iso = iso_timestamp(text);
-    match iso.strip_suffix("+00") {
-        Some(utc) if iso.contains('T') => format!("{utc}Z"),
-        _ => iso,
+    utc_as_z(iso_timestamp(text))
+}
+
+fn utc_as_z(mut iso: String) -> String {
+    if iso.contains('T') && iso.ends_with("+00") {
+        iso.truncate(iso.len() - 3);
+        iso.push('Z');
     }
+    iso
 }
 
 /// A date in ISO 8601 form: years 0 to 9999 as four digits, any other
@@ -366,6 +403,29 @@ mod tests {
         assert_eq!(json(&t(1082), "4713-11-24 BC"), "\"-004712-11-24\"");
         assert_eq!(json(&t(1082), "2026-02-03"), "\"2026-02-03\"");
         assert_eq!(json(&t(1082), "infinity"), "\"infinity\"");
+    }
+
+    #[test]
+    fn owned_text_decodes_to_the_same_values_as_borrowed_text() {
+        let cases = [
+            (1114, "2026-01-02 03:04:05.123456"),
+            (1114, "0044-03-15 00:00:00 BC"),
+            (1114, "294276-12-31 23:59:59.999999"),
+            (1114, "infinity"),
+            (1184, "2026-01-02 03:04:05+00"),
+            (1184, "2026-01-02 03:04:05+05:30"),
+            (1184, "4713-01-01 00:00:00+00 BC"),
+            (1184, "-infinity"),
+            (1700, "1.10"),
+            (1083, "12:00:00"),
+            (25, "text"),
+            (23, "12x"),
+            (1082, "2026-02-03"),
+        ];
+        for (oid, text) in cases {
+            let ty = builtin(oid).unwrap();
+            assert_eq!(decode_owned(&ty, text.to_string()), decode_text(&ty, text), "{oid}: {text}");
+        }
     }
 
     #[test]

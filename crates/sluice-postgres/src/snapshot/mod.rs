@@ -34,7 +34,7 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::catalog::{quote_literal, slot_state, source_error};
-use crate::types::decode_text;
+use crate::types::decode_owned;
 use crate::wire::{ConnectParams, Connection};
 pub use plan::{Order, TablePlan, plan_table};
 
@@ -239,12 +239,9 @@ fn bad_key(table: &TablePlan) -> SourceError {
 }
 
 /// A row's values as the stream shows them, and its replica identity.
-pub fn row_values(table: &TablePlan, row: &[Option<String>]) -> (Row, Option<Row>) {
-    let values: Vec<Value> = row
-        .iter()
-        .zip(&table.types)
-        .map(|(text, ty)| text.as_deref().map_or(Value::Null, |t| decode_text(ty, t)))
-        .collect();
+pub fn row_values(table: &TablePlan, row: Vec<Option<String>>) -> (Row, Option<Row>) {
+    let values: Vec<Value> =
+        row.into_iter().zip(&table.types).map(|(text, ty)| text.map_or(Value::Null, |t| decode_owned(ty, t))).collect();
     let key = (!table.identity.is_empty()).then(|| Row {
         columns: table.identity_columns.clone(),
         values: table.identity.iter().map(|i| values.get(*i).cloned().unwrap_or(Value::Null)).collect(),
@@ -253,7 +250,7 @@ pub fn row_values(table: &TablePlan, row: &[Option<String>]) -> (Row, Option<Row
 }
 
 fn event(settings: &Settings, table: &TablePlan, tx_id: &Arc<str>, key: Vec<u8>, row: Vec<Option<String>>) -> Event {
-    let (after, key_row) = row_values(table, &row);
+    let (after, key_row) = row_values(table, row);
     Event {
         op: Op::Read,
         source_id: settings.source_id.clone(),
