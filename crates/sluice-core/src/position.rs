@@ -260,7 +260,10 @@ impl fmt::Display for Position {
                     None => Ok(()),
                 }
             }
-            Position::Snapshot(pos) => write!(f, "snap:{pos}"),
+            Position::Snapshot(pos) => {
+                f.write_str("snap:")?;
+                fmt::Display::fmt(pos, f)
+            }
             Position::Later { generation, inner } => write!(f, "e{generation}/{inner}"),
         }
     }
