@@ -44,6 +44,9 @@ pub(super) struct Appender {
     spares: Arc<Mutex<Vec<Vec<u8>>>>,
     /// Whole batches sent.
     sent: u64,
+    /// Whole batches known fsynced when [`Appender::durable`] was last
+    /// asked: the ones the sink has reported durable.
+    told: u64,
     last_sent: Instant,
 }
 
@@ -60,7 +63,7 @@ impl Appender {
             .name("sluice-file-sink".into())
             .spawn(move || thread.run())
             .map_err(|e| format!("cannot start its writing thread: {e}"))?;
-        Ok(Self { jobs: Some(jobs), progress, spares, sent: 0, last_sent: Instant::now() })
+        Ok(Self { jobs: Some(jobs), progress, spares, sent: 0, told: 0, last_sent: Instant::now() })
     }
 
     /// An empty buffer to encode into.
@@ -85,14 +88,19 @@ impl Appender {
         Ok(())
     }
 
-    /// The last batch fsynced.
-    pub(super) fn durable(&self) -> Option<Position> {
-        self.progress.borrow().durable.clone()
+    /// The last batch fsynced, which the sink now reports durable.
+    pub(super) fn durable(&mut self) -> Option<Position> {
+        let progress = self.progress.borrow();
+        self.told = progress.synced;
+        progress.durable.clone()
     }
 
-    /// When a batch sent is not yet known to be fsynced: when to wait for it.
+    /// Since when a batch sent has not been reported durable: when to ask
+    /// again. A batch the thread fsyncs just after the write that sent it
+    /// returned counts too, or on a stream that goes quiet its position
+    /// would wait for the next write to be reported.
     pub(super) fn unsynced_since(&self) -> Option<Instant> {
-        (self.progress.borrow().synced < self.sent).then_some(self.last_sent)
+        (self.told < self.sent).then_some(self.last_sent)
     }
 
     /// Waits until every batch sent is fsynced.
@@ -179,5 +187,25 @@ impl Thread {
         if spares.len() < SPARE_BUFFERS {
             spares.push(buf);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_batch_synced_after_its_write_returned_is_still_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(dir.path().join("out")).unwrap();
+        let mut appender = Appender::start(file, None).unwrap();
+        let end = Position::Generator { tx: 1, seq: 0 };
+        appender.send(Job { buf: b"line\n".to_vec(), ends: Some(end.clone()) }).await.unwrap();
+        // The write that sent it has returned; the thread syncs it after.
+        let _ = appender.progress.wait_for(|p| p.synced == 1).await;
+        assert!(appender.unsynced_since().is_some(), "synced but never reported: nothing would ask for it");
+        assert_eq!(appender.durable(), Some(end));
+        assert_eq!(appender.unsynced_since(), None);
+        appender.stop().await;
     }
 }

@@ -72,8 +72,8 @@ impl FileSink {
 
     /// What is fsynced: the last batch the thread synced, or what `open`
     /// found in the file.
-    fn durable(&self) -> Option<Position> {
-        self.appender.as_ref().and_then(Appender::durable).or_else(|| self.held.clone())
+    fn durable(&mut self) -> Option<Position> {
+        self.appender.as_mut().and_then(Appender::durable).or_else(|| self.held.clone())
     }
 
     /// Stops the writing thread, if one runs, and waits until it has let
