@@ -122,15 +122,15 @@ pub fn decode_text(ty: &PgType, text: &str) -> Value {
     }
 }
 
-/// [`decode_text`] for text the caller owns: text, numbers kept as text
-/// and times move into the value instead of being copied.
+/// [`decode_text`] for text the caller owns: text, numbers kept as text,
+/// times and timestamps move into the value instead of being copied.
 pub fn decode_owned(ty: &PgType, text: String) -> Value {
     match ty {
         PgType::Scalar(Kind::Text) => Value::Text(text),
         PgType::Scalar(Kind::Numeric) => Value::Decimal(text),
         PgType::Scalar(Kind::Time) => Value::Time(text),
-        PgType::Scalar(Kind::Timestamp) if plain_timestamp(&text) => Value::Timestamp(plain_iso(text)),
-        PgType::Scalar(Kind::TimestampTz) if plain_timestamp(&text) => Value::TimestampTz(utc_as_z(plain_iso(text))),
+        PgType::Scalar(Kind::Timestamp) => Value::Timestamp(iso_timestamp(text)),
+        PgType::Scalar(Kind::TimestampTz) => Value::TimestampTz(iso_timestamptz(text)),
         _ => decode_text(ty, &text),
     }
 }
@@ -151,24 +151,26 @@ fn scalar(kind: Kind, text: &str) -> Value {
         Kind::Bytea => text.strip_prefix("\\x").and_then(decode_hex).map(Value::Bytes).unwrap_or_else(fallback),
         Kind::Date => Value::Date(iso_date(text)),
         Kind::Time => Value::Time(text.to_string()),
-        Kind::Timestamp => Value::Timestamp(iso_timestamp(text)),
-        Kind::TimestampTz => Value::TimestampTz(iso_timestamptz(text)),
+        Kind::Timestamp => Value::Timestamp(iso_timestamp(text.to_string())),
+        Kind::TimestampTz => Value::TimestampTz(iso_timestamptz(text.to_string())),
     }
 }
 
 /// `2026-01-01 12:00:00.5` → `2026-01-01T12:00:00.5`, through [`iso_date`]
-/// for the date part; `infinity` and `-infinity` stay as they are.
-fn iso_timestamp(text: &str) -> String {
-    if plain_timestamp(text) {
-        return plain_iso(text.to_string());
+/// for the date part; `infinity` and `-infinity` stay as they are. Takes
+/// the text so the common form is rewritten in place.
+fn iso_timestamp(mut text: String) -> String {
+    if plain_timestamp(&text) {
+        text.replace_range(10..11, "T");
+        return text;
     }
-    let (body, bc) = split_era(text);
+    let (body, bc) = split_era(&text);
     let Some((date, time)) = body.split_once(' ') else {
-        return text.to_string();
+        return text;
     };
     match iso_year(date, bc) {
         Some(date) => format!("{date}T{time}"),
-        None => text.to_string(),
+        None => text,
     }
 }
 
@@ -184,17 +186,9 @@ fn plain_timestamp(text: &str) -> bool {
         && !text.ends_with(" BC")
 }
 
-fn plain_iso(mut text: String) -> String {
-    text.replace_range(10..11, "T");
-    text
-}
-
 /// With TimeZone UTC the server writes `+00`; ISO-8601 says `Z`.
-fn iso_timestamptz(text: &str) -> String {
-    utc_as_z(iso_timestamp(text))
-}
-
-fn utc_as_z(mut iso: String) -> String {
+fn iso_timestamptz(text: String) -> String {
+    let mut iso = iso_timestamp(text);
     if iso.contains('T') && iso.ends_with("+00") {
         iso.truncate(iso.len() - 3);
         iso.push('Z');

@@ -99,7 +99,7 @@ impl Appender {
     /// again. A batch the thread fsyncs just after the write that sent it
     /// returned counts too, or on a stream that goes quiet its position
     /// would wait for the next write to be reported.
-    pub(super) fn unsynced_since(&self) -> Option<Instant> {
+    pub(super) fn unreported_since(&self) -> Option<Instant> {
         (self.told < self.sent).then_some(self.last_sent)
     }
 
@@ -203,9 +203,9 @@ mod tests {
         appender.send(Job { buf: b"line\n".to_vec(), ends: Some(end.clone()) }).await.unwrap();
         // The write that sent it has returned; the thread syncs it after.
         let _ = appender.progress.wait_for(|p| p.synced == 1).await;
-        assert!(appender.unsynced_since().is_some(), "synced but never reported: nothing would ask for it");
+        assert!(appender.unreported_since().is_some(), "synced but never reported: nothing would ask for it");
         assert_eq!(appender.durable(), Some(end));
-        assert_eq!(appender.unsynced_since(), None);
+        assert_eq!(appender.unreported_since(), None);
         appender.stop().await;
     }
 }

@@ -178,7 +178,7 @@ impl Sink for FileSink {
     }
 
     fn flush_due(&self) -> Option<Instant> {
-        self.appender.as_ref()?.unsynced_since().map(|sent| sent + SYNC_WAIT)
+        self.appender.as_ref()?.unreported_since().map(|sent| sent + SYNC_WAIT)
     }
 
     async fn close(&mut self) -> Result<(), SinkError> {
