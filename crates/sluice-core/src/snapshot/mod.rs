@@ -9,11 +9,13 @@
 //! stream that follows a snapshot starts where the snapshot was taken.
 
 pub mod incremental;
+mod pieces;
 pub mod progress;
 mod run;
 
 pub use crate::position::{SnapshotPos, hex, unhex};
 
+pub use pieces::{PIECE_EVENTS, Pieces};
 pub use run::{Chunk, ChunkSender, LogGuard, ResumeKey, Run, SnapshotTable, TableReader};
 
 /// One column value of a key, as the encoding sees it.

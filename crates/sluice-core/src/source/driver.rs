@@ -103,7 +103,7 @@ impl<S: Stream> Driver<S> {
             match pending.run.next().await {
                 Some(Ok(events)) => {
                     pending.last = events.last().map(|e| e.position.clone()).or(pending.last.take());
-                    out.extend(events);
+                    hand_on(events, out);
                     return Ok(SourceStatus::Open);
                 }
                 Some(Err(err)) => {
@@ -124,7 +124,7 @@ impl<S: Stream> Driver<S> {
             Ok(events) => {
                 match self.incremental.as_mut() {
                     Some(incremental) => incremental.filter(events, out, |e| source.mark(e)).await?,
-                    None => out.extend(events),
+                    None => hand_on(events, out),
                 }
                 Ok(SourceStatus::Open)
             }
@@ -146,6 +146,17 @@ impl<S: Stream> Driver<S> {
         let reader = source.open_after_snapshot(done).await?;
         self.reader = Some(reader);
         Ok(())
+    }
+}
+
+/// Moves a chunk read into `out`. An empty `out` takes the chunk's own
+/// allocation: copying it would hold two of them at once and grow `out`
+/// past the chunk's length, a large share of a snapshot's memory.
+fn hand_on(events: Vec<Event>, out: &mut Vec<Event>) {
+    if out.is_empty() {
+        *out = events;
+    } else {
+        out.extend(events);
     }
 }
 

@@ -38,7 +38,7 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use sluice_config::MysqlConfig;
 use sluice_core::snapshot::{
-    ChunkSender, KeyKind, KeyPart, LogGuard, ResumeKey, Run, TableReader, decode_key, encode_key,
+    ChunkSender, KeyKind, KeyPart, LogGuard, Pieces, ResumeKey, Run, TableReader, decode_key, encode_key,
 };
 use sluice_core::{Event, Op, Position, Row, SnapshotPos, SourceError, Value};
 use tokio::time::Instant;
@@ -204,12 +204,12 @@ impl TableReader for Reader {
         };
         let settings = self.settings.clone();
         let chunk_size = settings.chunk_size;
+        let mut pieces = Pieces::new(out);
         if table.order.is_empty() {
             // No primary key: one pass; a resume skips the rows already
             // read, which is exact only if the table did not change since.
             let skip = ordinal;
             let mut result = self.conn.query_iter(table.whole_sql()).await.map_err(|e| snapshot_error(table, e))?;
-            let mut events = Vec::new();
             let mut read: i64 = 0;
             while let Some(row) = result.next().await.map_err(|e| snapshot_error(table, e))? {
                 read += 1;
@@ -217,21 +217,17 @@ impl TableReader for Reader {
                     continue;
                 }
                 let values = row.unwrap();
-                events.push(event(&settings, table, encode_key(&[KeyPart::Int(read)]), &values));
-                if events.len() as u64 >= chunk_size && out.send(Ok(std::mem::take(&mut events))).await.is_err() {
+                if !pieces.push(event(&settings, table, encode_key(&[KeyPart::Int(read)]), &values)).await {
                     return Ok(());
                 }
             }
-            if !events.is_empty() {
-                let _ = out.send(Ok(events)).await;
-            }
+            pieces.send().await;
             return Ok(());
         }
         loop {
             let sql = table.chunk_sql(last.as_deref(), chunk_size);
             let rows: Vec<mysql_async::Row> = self.conn.query(sql).await.map_err(|e| snapshot_error(table, e))?;
             let full = rows.len() as u64 >= chunk_size;
-            let mut events = Vec::with_capacity(rows.len());
             let mut last_parts = None;
             for row in rows {
                 let values = row.unwrap();
@@ -246,8 +242,11 @@ impl TableReader for Reader {
                 let mut parts = Vec::with_capacity(key.len() + 1);
                 parts.push(KeyPart::Int(ordinal));
                 parts.extend(key.into_iter().map(KeyPart::Bytes));
-                events.push(event(&settings, table, encode_key(&parts), &values));
+                let event = event(&settings, table, encode_key(&parts), &values);
                 last_parts = Some(parts);
+                if !pieces.push(event).await {
+                    return Ok(());
+                }
             }
             // Only the chunk's last key is needed, to go on after it.
             if let Some(parts) = last_parts {
@@ -255,10 +254,8 @@ impl TableReader for Reader {
                     parts.into_iter().filter_map(|p| if let KeyPart::Bytes(b) = p { Some(b) } else { None }).collect(),
                 );
             }
-            if !events.is_empty() && out.send(Ok(events)).await.is_err() {
-                return Ok(());
-            }
             if !full {
+                pieces.send().await;
                 return Ok(());
             }
         }

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sluice_core::snapshot::{
-    Chunk, ChunkSender, KeyPart, LogGuard, ResumeKey, Run, SnapshotTable, TableReader, decode_key, encode_key,
+    Chunk, ChunkSender, KeyPart, LogGuard, Pieces, ResumeKey, Run, SnapshotTable, TableReader, decode_key, encode_key,
 };
 use sluice_core::{Event, Op, Position, Row, SnapshotPos, SourceError, Value};
 use tokio::sync::mpsc;
@@ -180,23 +180,23 @@ async fn read_table(
             .map_err(|e| snapshot_error(table, e))?;
     }
     let tx_id: Arc<str> = Arc::from("snapshot");
+    let mut pieces = Pieces::new(queue);
     match &table.order {
         Order::Key(key) => loop {
             let sql = table.key_chunk_sql(key, after.as_deref(), settings.chunk_size);
             let rows = conn.simple_query(&sql).await.map_err(|e| snapshot_error(table, e))?;
             let full = rows.rows.len() as u64 >= settings.chunk_size;
-            let mut events = Vec::with_capacity(rows.rows.len());
             for row in rows.rows {
                 let parts: Option<Vec<KeyPart>> = key
                     .iter()
                     .map(|k| row.get(k.index)?.as_deref().and_then(|text| plan::key_part(k.kind, text)))
                     .collect();
                 let parts = parts.ok_or_else(|| bad_key(table))?;
-                events.push(event(settings, table, &tx_id, encode_key(&parts), row));
+                let event = event(settings, table, &tx_id, encode_key(&parts), row);
                 after = Some(parts);
-            }
-            if !events.is_empty() && queue.send(Ok(events)).await.is_err() {
-                return Ok(());
+                if !pieces.push(event).await {
+                    return Ok(());
+                }
             }
             if !full {
                 break;
@@ -211,20 +211,21 @@ async fn read_table(
             while first < *pages {
                 let sql = table.ctid_chunk_sql(first, *pages_per_chunk, resume.take());
                 let rows = conn.simple_query(&sql).await.map_err(|e| snapshot_error(table, e))?;
-                let mut events = Vec::with_capacity(rows.rows.len());
                 for mut row in rows.rows {
                     let ctid = row.first().cloned().flatten().as_deref().and_then(plan::parse_ctid);
                     let (block, offset) = ctid.ok_or_else(|| bad_key(table))?;
                     row.remove(0);
                     let key = encode_key(&[KeyPart::Int(block as i64), KeyPart::Int(offset as i64)]);
-                    events.push(event(settings, table, &tx_id, key, row));
-                }
-                if !events.is_empty() && queue.send(Ok(events)).await.is_err() {
-                    return Ok(());
+                    if !pieces.push(event(settings, table, &tx_id, key, row)).await {
+                        return Ok(());
+                    }
                 }
                 first += pages_per_chunk;
             }
         }
+    }
+    if !pieces.send().await {
+        return Ok(());
     }
     conn.simple_query("COMMIT").await.map_err(|e| snapshot_error(table, e))?;
     conn.close().await;
