@@ -46,6 +46,9 @@ pub struct Batch {
     pub seq: u64,
     /// Approximate bytes of the events (on disk, for a spilled batch).
     pub byte_size: usize,
+    /// What the events take on the heap ([`Event::sizes`]); 0 once spilled.
+    /// Several times `byte_size` for narrow rows.
+    pub heap_bytes: usize,
     /// Events and approximate bytes cut by this run up to and including
     /// this batch: where the batch ends, counted along the stream.
     pub through_events: u64,
@@ -77,7 +80,7 @@ impl Batch {
     fn in_memory(
         seq: u64,
         mut events: Vec<Event>,
-        byte_size: usize,
+        (byte_size, mut heap_bytes): (usize, usize),
         transforms: &Arc<Transforms>,
     ) -> Result<Option<Self>, Failed> {
         let (Some(first), Some(last)) = (events.first(), events.last()) else { return Ok(None) };
@@ -96,9 +99,12 @@ impl Batch {
             if let Some(failed) = failed {
                 return Err(failed);
             }
+            heap_bytes = events.iter().map(|e| e.sizes().1).sum();
         }
         let commit_runs = commit_runs(&events);
-        Ok(Some(Self::new(seq, byte_size, (first, last), last_commit_us, commit_runs, Body::Memory(events))))
+        let mut batch = Self::new(seq, byte_size, (first, last), last_commit_us, commit_runs, Body::Memory(events));
+        batch.heap_bytes = heap_bytes;
+        Ok(Some(batch))
     }
 
     /// A batch not yet counted along the stream ([`Batcher`] does that).
@@ -113,6 +119,7 @@ impl Batch {
         Self {
             seq,
             byte_size,
+            heap_bytes: 0,
             through_events: 0,
             through_bytes: 0,
             cut_at_us: 0,
@@ -186,6 +193,7 @@ impl Batch {
         Ok(Some(Batch {
             seq: self.seq,
             byte_size: self.byte_size,
+            heap_bytes: 0,
             through_events: self.through_events,
             through_bytes: self.through_bytes,
             cut_at_us: self.cut_at_us,
@@ -513,21 +521,20 @@ impl Batcher {
             self.current.split_off(len)
         };
         let events = std::mem::replace(&mut self.current, rest);
-        let byte_size = if self.current.is_empty() {
-            self.heap_bytes = 0;
-            std::mem::take(&mut self.byte_size)
+        let sizes = if self.current.is_empty() {
+            (std::mem::take(&mut self.byte_size), std::mem::take(&mut self.heap_bytes))
         } else {
             let (rest_bytes, rest_heap) =
                 self.current.iter().map(Event::sizes).fold((0, 0), |(a, h), (ea, eh)| (a + ea, h + eh));
-            self.heap_bytes = rest_heap;
-            std::mem::replace(&mut self.byte_size, rest_bytes) - rest_bytes
+            let heap = std::mem::replace(&mut self.heap_bytes, rest_heap).saturating_sub(rest_heap);
+            (std::mem::replace(&mut self.byte_size, rest_bytes) - rest_bytes, heap)
         };
         self.whole_tx_len = 0;
         self.age_expired = false;
         self.opened_at = if self.current.is_empty() { None } else { Some(Instant::now()) };
         let seq = self.next_seq;
         self.next_seq += 1;
-        let mut batch = match Batch::in_memory(seq, events, byte_size, &self.transforms) {
+        let mut batch = match Batch::in_memory(seq, events, sizes, &self.transforms) {
             Ok(batch) => batch?,
             Err(failed) => {
                 self.failed = Some(failed);

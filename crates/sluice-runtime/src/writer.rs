@@ -46,9 +46,12 @@ mod merged;
 mod open;
 mod transformed;
 
-/// Bytes of retained batches a writer keeps in memory; older ones move to
-/// spill files. A buffering sink (object storage) may hold minutes of
-/// events before they are durable, which must not all sit on the heap.
+/// Heap bytes of retained batches a writer keeps in memory; older ones
+/// move to spill files. A buffering sink (object storage) may hold minutes
+/// of events before they are durable, which must not all sit on the heap.
+/// Counted in heap bytes, not the batches' approximate value bytes: for
+/// narrow rows those are a small share of the heap, and counted that way
+/// a Parquet sink's peak RSS was 55 MB higher (169 against 110–114 MB).
 pub(crate) const RETAINED_MEMORY_BYTES: usize = 16 * 1024 * 1024;
 
 /// What writers tell the checkpointer.
@@ -331,7 +334,7 @@ impl SinkWriter {
     /// Moves the oldest in-memory retained batches to spill files while
     /// they hold more than [`RETAINED_MEMORY_BYTES`].
     fn spill_retained(&self, state: &mut State) -> Result<(), Stop> {
-        let in_memory = |b: &Arc<Batch>| if b.is_spilled() { 0 } else { b.byte_size };
+        let in_memory = |b: &Arc<Batch>| b.heap_bytes;
         let mut held: usize = state.retained.iter().map(in_memory).sum();
         for batch in state.retained.iter_mut() {
             if held <= RETAINED_MEMORY_BYTES {

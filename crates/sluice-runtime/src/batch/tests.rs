@@ -200,7 +200,7 @@ fn a_long_batch_split_across_threads_keeps_its_events_in_order() {
     }
     let expected: Vec<Position> = events.iter().filter(|e| e.op == Op::Update).map(|e| e.position.clone()).collect();
     let transforms = dropping_inserts();
-    let batch = Batch::in_memory(1, events, 0, &transforms).unwrap().unwrap();
+    let batch = Batch::in_memory(1, events, (0, 0), &transforms).unwrap().unwrap();
     let kept: Vec<Position> = batch.events().unwrap().iter().map(|e| e.position.clone()).collect();
     assert_eq!(kept, expected);
     let counts: Vec<u64> =
