@@ -48,10 +48,8 @@ mod transformed;
 
 /// Heap bytes of retained batches a writer keeps in memory; older ones
 /// move to spill files. A buffering sink (object storage) may hold minutes
-/// of events before they are durable, which must not all sit on the heap.
-/// Counted in heap bytes, not the batches' approximate value bytes: for
-/// narrow rows those are a small share of the heap, and counted that way
-/// a Parquet sink's peak RSS was 55 MB higher (169 against 110–114 MB).
+/// of events before they are durable, which must not all sit on the heap
+/// (counted as value bytes, a Parquet sink peaked 55 MB higher).
 pub(crate) const RETAINED_MEMORY_BYTES: usize = 16 * 1024 * 1024;
 
 /// What writers tell the checkpointer.

@@ -207,3 +207,19 @@ fn a_long_batch_split_across_threads_keeps_its_events_in_order() {
         transforms.counts().map(|(_, c)| c.dropped.load(std::sync::atomic::Ordering::Relaxed)).collect();
     assert_eq!(counts, [4000]);
 }
+
+#[test]
+fn a_batch_carries_the_heap_its_events_take_and_a_spilled_copy_none() {
+    // Transactions of 3, 3 and 2 events, batches of 4: the first cut
+    // leaves part of a transaction behind, the last takes all there is.
+    let (mut batcher, dir) = batcher(limits(4, true));
+    let mut batches: Vec<_> = stream(&[3, 3, 2]).into_iter().filter_map(|e| batcher.push(e).unwrap()).collect();
+    batches.extend(batcher.finish());
+    assert_eq!(batches.iter().map(|b| b.events().unwrap().len()).collect::<Vec<_>>(), vec![3, 3, 2]);
+    for batch in &batches {
+        let heap: usize = batch.events().unwrap().iter().map(|e| e.sizes().1).sum();
+        assert_eq!(batch.heap_bytes, heap, "batch {}", batch.seq);
+    }
+    let copy = batches[0].spilled_copy(dir.path()).unwrap().unwrap();
+    assert_eq!(copy.heap_bytes, 0, "a spilled copy holds nothing on the heap");
+}
