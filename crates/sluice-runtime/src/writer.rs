@@ -332,13 +332,12 @@ impl SinkWriter {
     /// Moves the oldest in-memory retained batches to spill files while
     /// they hold more than [`RETAINED_MEMORY_BYTES`].
     fn spill_retained(&self, state: &mut State) -> Result<(), Stop> {
-        let in_memory = |b: &Arc<Batch>| b.heap_bytes;
-        let mut held: usize = state.retained.iter().map(in_memory).sum();
+        let mut held: usize = state.retained.iter().map(|b| b.heap_bytes).sum();
         for batch in state.retained.iter_mut() {
             if held <= RETAINED_MEMORY_BYTES {
                 break;
             }
-            let size = in_memory(batch);
+            let size = batch.heap_bytes;
             let copy = batch.spilled_copy(&self.retain_dir).map_err(|e| {
                 Stop::Fatal(SinkError::permanent(
                     format!("cannot move a batch the sink has not made durable to disk: {e}"),

@@ -47,36 +47,11 @@ impl<'a> Pieces<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Op;
-    use crate::position::{Position, SnapshotPos};
-    use crate::schema::{Origin, SnapshotMark};
-    use crate::snapshot::{KeyPart, encode_key};
+    use crate::snapshot::run::tests::row;
     use tokio::sync::mpsc;
 
     fn event_at(id: u64) -> Event {
-        let table: std::sync::Arc<str> = "public.t".into();
-        Event {
-            op: Op::Read,
-            source_id: "s".into(),
-            database: "d".into(),
-            table: table.clone(),
-            key: None,
-            before: None,
-            after: None,
-            schema_version: 0,
-            position: Position::Snapshot(SnapshotPos {
-                table,
-                key: encode_key(&[KeyPart::Int(id as i64)]).into(),
-                stream_from: "x".into(),
-            }),
-            tx_id: "snapshot".into(),
-            tx_end: true,
-            commit_time_us: 0,
-            schema: None,
-            origin: Origin::Snapshot(SnapshotMark::Row),
-            route: None,
-            shape: Default::default(),
-        }
+        row(&"public.t".into(), id as i64)
     }
 
     #[tokio::test]

@@ -252,7 +252,7 @@ fn progress(table: &dyn SnapshotTable, rows: u64, started: Instant, message: &'s
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::event::Op;
     use crate::position::Position;
@@ -279,7 +279,8 @@ mod tests {
         fail_on: Option<&'static str>,
     }
 
-    fn row(table: &Arc<str>, id: i64) -> Event {
+    /// A snapshot row of `table` with key `id`, for tests of the snapshot's parts.
+    pub(in crate::snapshot) fn row(table: &Arc<str>, id: i64) -> Event {
         Event {
             op: Op::Read,
             source_id: "s".into(),
