@@ -115,8 +115,9 @@ pub trait EventChunks: Send {
     fn event_count(&self) -> usize;
 
     /// Work every sink writing these same events can share, and where
-    /// they start in their batch (part of what the work is keyed by);
-    /// `None` where nothing is shared.
+    /// they start in their batch (part of what the work is keyed by, with
+    /// each chunk's first position and length); `None` where nothing is
+    /// shared.
     fn shared(&self) -> Option<(Arc<SharedWork>, u64)> {
         None
     }

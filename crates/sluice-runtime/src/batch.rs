@@ -234,7 +234,7 @@ impl Batch {
                 shared = Some((self.shared.clone(), (events.len() - after.len()) as u64));
                 // A batch whose events were all dropped, or that the sink
                 // holds up to past its last kept event, has no chunk.
-                Source::Memory((!after.is_empty()).then_some(after))
+                Source::Memory(after)
             }
             // A spilled batch is read chunk by chunk by each sink: nothing
             // is shared, so nothing of it has to stay in memory.
@@ -250,6 +250,10 @@ impl Batch {
     }
 }
 
+/// The most events of an in-memory batch handed to a sink at once: a batch
+/// of the default size (`batch.max_events`, 2,000) is one chunk.
+pub const MEMORY_CHUNK_EVENTS: usize = 2048;
+
 /// The events of one batch after a sink's position, chunk by chunk.
 pub struct BatchChunks<'a> {
     source: Source<'a>,
@@ -260,15 +264,29 @@ pub struct BatchChunks<'a> {
 }
 
 enum Source<'a> {
-    Memory(Option<&'a [Event]>),
-    Spilled { reader: Box<SpillReader>, buf: Vec<Event> },
+    /// The events not handed out yet.
+    Memory(&'a [Event]),
+    Spilled {
+        reader: Box<SpillReader>,
+        buf: Vec<Event>,
+    },
 }
 
 #[async_trait]
 impl EventChunks for BatchChunks<'_> {
     async fn next_chunk(&mut self) -> Result<Option<&[Event]>, SinkError> {
         match &mut self.source {
-            Source::Memory(slice) => Ok(slice.take()),
+            Source::Memory(rest) => {
+                if rest.is_empty() {
+                    return Ok(None);
+                }
+                // A large transaction's batch goes out in pieces, so what a
+                // sink builds from a chunk (its encoding, its buffers) stays
+                // the size of a piece rather than of the transaction.
+                let (chunk, after) = rest.split_at(rest.len().min(MEMORY_CHUNK_EVENTS));
+                *rest = after;
+                Ok(Some(chunk))
+            }
             Source::Spilled { reader, buf } => loop {
                 buf.clear();
                 reader.read_chunk(buf, SPILL_CHUNK_EVENTS).map_err(|e| {
@@ -301,7 +319,7 @@ impl EventChunks for BatchChunks<'_> {
     /// For a spilled batch with a position inside it, an upper bound.
     fn event_count(&self) -> usize {
         match &self.source {
-            Source::Memory(slice) => slice.map_or(0, <[Event]>::len),
+            Source::Memory(rest) => rest.len(),
             Source::Spilled { .. } => self.event_count,
         }
     }

@@ -166,7 +166,9 @@ impl SharedEncoder {
     pub(crate) async fn chunk(&mut self, shared: Option<&(Arc<SharedWork>, u64)>, chunk: &[Event]) -> Encoding {
         let Some((work, offset)) = shared else { return Encoding::Own(self.encoder.encode_all(chunk)) };
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        (self.key, *offset, chunk.len()).hash(&mut hasher);
+        // A batch may come in several chunks from the same offset: the
+        // first event's position tells them apart.
+        (self.key, *offset, chunk.len(), chunk.first().map(|e| &e.position)).hash(&mut hasher);
         let cell = work.cell(hasher.finish());
         let encoder = &mut self.encoder;
         cell.get_or_init(|| async { Arc::new(encoder.encode_all(chunk)) as SharedValue }).await;

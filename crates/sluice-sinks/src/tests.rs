@@ -262,7 +262,12 @@ async fn sinks_of_one_format_share_a_batchs_encoding() {
     // Another place in the batch is other work.
     let later = b.chunk(Some(&(work.0.clone(), 1)), &events[1..]).await;
     assert!(!Arc::ptr_eq(&cell(&first), &cell(&later)));
-    drop((first, second, other, later));
+    // A batch in pieces: pieces of one length from one offset are apart.
+    let piece = a.chunk(Some(&work), &events[..1]).await;
+    let next_piece = b.chunk(Some(&work), &events[1..2]).await;
+    assert!(!Arc::ptr_eq(&cell(&piece), &cell(&next_piece)), "a piece took another piece's records");
+    assert_ne!(piece.records(&a, 0, &events[0]).unwrap(), next_piece.records(&b, 0, &events[1]).unwrap());
+    drop((first, second, other, later, piece, next_piece));
     let again = a.chunk(Some(&work), &events).await;
     assert_eq!(Arc::strong_count(&cell(&again)), 2, "a record set no sink held was kept");
 }

@@ -102,6 +102,24 @@ async fn chunks_hold_the_suffix_after_a_position() {
 }
 
 #[tokio::test]
+async fn a_large_batch_in_memory_goes_out_in_pieces_in_order() {
+    let (mut batcher, _dir) = batcher(limits(10, true));
+    let events = stream(&[2 * MEMORY_CHUNK_EVENTS as u32 + 5]);
+    let expected: Vec<Position> = events.iter().skip(1).map(|e| e.position.clone()).collect();
+    let batch = events.into_iter().find_map(|e| batcher.push(e).unwrap()).or_else(|| batcher.finish()).unwrap();
+    let mut chunks = batch.chunks(Some(&Position::Generator { tx: 1, seq: 0 })).unwrap().unwrap();
+    assert_eq!(chunks.event_count(), expected.len());
+    let mut sizes = Vec::new();
+    let mut seen = Vec::new();
+    while let Some(chunk) = chunks.next_chunk().await.unwrap() {
+        sizes.push(chunk.len());
+        seen.extend(chunk.iter().map(|e| e.position.clone()));
+    }
+    assert_eq!(sizes, [MEMORY_CHUNK_EVENTS, MEMORY_CHUNK_EVENTS, 4]);
+    assert_eq!(seen, expected);
+}
+
+#[tokio::test]
 async fn a_transaction_past_max_bytes_spills_to_disk_and_reads_back_whole() {
     let (mut batcher, dir) = batcher(BatchConfig { max_events: 10, max_bytes: 2_000, ..BatchConfig::default() });
     let events = stream(&[2, 5_000, 3]);

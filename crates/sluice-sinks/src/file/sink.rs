@@ -53,7 +53,7 @@ impl FileSink {
 }
 
 /// Encoded bytes gathered before an append, when a batch comes in chunks.
-const APPEND_BYTES: usize = 4 * 1024 * 1024;
+const APPEND_BYTES: usize = 1024 * 1024;
 
 /// How long after the last batch was sent its fsync is waited for when no
 /// next batch comes: about an fsync, so an idle stream's last batch is
