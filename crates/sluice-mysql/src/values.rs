@@ -81,15 +81,13 @@ fn convert_value(value: &My, column_type: ColumnType, meta: &[u8], info: &Column
             push_padded(&mut text, (*mo).into(), 2);
             text.push('-');
             push_padded(&mut text, (*d).into(), 2);
-            match date_only {
-                true => Value::Date(text),
-                false => {
-                    text.push('T');
-                    push_clock(&mut text, (*h).into(), *mi, *s);
-                    push_fraction(&mut text, *us, meta.first().copied().unwrap_or(0));
-                    Value::Timestamp(text)
-                }
+            if date_only {
+                return Value::Date(text);
             }
+            text.push('T');
+            push_clock(&mut text, (*h).into(), *mi, *s);
+            push_fraction(&mut text, *us, meta.first().copied().unwrap_or(0));
+            Value::Timestamp(text)
         }
         My::Time(negative, days, h, mi, s, us) => {
             let mut text = String::with_capacity(DATETIME_LEN);
@@ -285,21 +283,12 @@ const DATETIME_LEN: usize = 26;
 /// Dates and times are written digit by digit: through `format!`, a
 /// `datetime(6)` column took about a twentieth of a binlog drain's time.
 fn push_padded(out: &mut String, value: u64, width: usize) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut rest = value;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    for _ in digits.len() - at..width {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(value);
+    for _ in digits.len()..width {
         out.push('0');
     }
-    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
+    out.push_str(digits);
 }
 
 /// `hh:mm:ss`.
@@ -320,12 +309,6 @@ fn push_fraction(out: &mut String, micros: u32, fsp: u8) {
     }
 }
 
-fn fraction(micros: u32, fsp: u8) -> String {
-    let mut text = String::new();
-    push_fraction(&mut text, micros, fsp);
-    text
-}
-
 /// A TIMESTAMP as the binlog holds it (`seconds[.micros]` since the epoch)
 /// to ISO-8601 UTC.
 fn epoch_text(text: &str, meta: &[u8]) -> String {
@@ -338,8 +321,10 @@ fn epoch_text(text: &str, meta: &[u8]) -> String {
     };
     let full = sluice_core::time::format_utc_micros(secs.saturating_mul(1_000_000));
     // format_utc_micros ends in ".000000Z"; put the column's own fraction there.
-    let base = full.strip_suffix(".000000Z").unwrap_or(&full);
-    format!("{base}{}Z", fraction(micros, meta.first().copied().unwrap_or(0)))
+    let mut text = full.strip_suffix(".000000Z").unwrap_or(&full).to_string();
+    push_fraction(&mut text, micros, meta.first().copied().unwrap_or(0));
+    text.push('Z');
+    text
 }
 
 #[cfg(test)]
