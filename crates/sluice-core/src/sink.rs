@@ -77,6 +77,16 @@ pub trait Sink: Send {
         false
     }
 
+    /// Whether `open` reads back, from the sink's own data, the last
+    /// position it holds (a file's last line, a checkpoint row written in
+    /// the same transaction). Only then does `open` returning `None` while a
+    /// checkpoint is stored mean the data is gone, which is worth a warning;
+    /// a sink that finds duplicates another way (object files compared by
+    /// key, Kafka's read-back) opens with `None` every time.
+    fn reads_back_what_it_holds(&self) -> bool {
+        false
+    }
+
     /// Checks, without writing anything a running pipeline relies on, what
     /// a first run needs of the sink's server: that it answers, accepts the
     /// credentials, and allows what the sink does (`sluice validate

@@ -42,21 +42,31 @@ impl SinkWriter {
         self.trying_since = Some(std::time::Instant::now());
         loop {
             match self.open_unless_shutdown().await? {
-                Ok(holds) => {
-                    let holds = self.current_generation(holds);
+                Ok(reported) => {
+                    let holds_nothing = reported.is_none() && self.sink.reads_back_what_it_holds();
+                    let holds = self.current_generation(reported);
                     // The higher of the stored checkpoint and what the sink
                     // holds: a sink that stores its position with its data
                     // may be ahead of the store after a crash.
-                    if let (Some(held), Some(stored)) = (&holds, &state.durable)
-                        && held < stored
-                        && self.sink.guarantee().is_exactly_once()
+                    if self.sink.guarantee().is_exactly_once()
+                        && let Some(stored) = &state.durable
                     {
-                        warn!(
-                            %held, %stored,
-                            "sink holds less than its stored checkpoint: the events after what it holds were dropped \
-                             by the pipeline's transforms, or its data was truncated or replaced; events up to the \
-                             checkpoint are not written again; to rewrite them, reset the checkpoint"
-                        );
+                        match &holds {
+                            Some(held) if held < stored => warn!(
+                                %held, %stored,
+                                "sink holds less than its stored checkpoint: the events after what it holds were \
+                                 dropped by the pipeline's transforms, or its data was truncated or replaced; events \
+                                 up to the checkpoint are not written again; to rewrite them, reset the checkpoint"
+                            ),
+                            None if holds_nothing => warn!(
+                                %stored,
+                                "sink holds no event although a checkpoint is stored: its data was deleted, emptied, \
+                                 expired or replaced (or a new target was configured), or every event was dropped by \
+                                 the pipeline's transforms; writing from the checkpoint on, events up to it are not \
+                                 written again; to rewrite them, reset the checkpoint"
+                            ),
+                            _ => {}
+                        }
                     }
                     let start = state.durable.clone().max(holds);
                     state.position = start.clone();

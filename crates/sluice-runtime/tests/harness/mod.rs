@@ -232,6 +232,9 @@ impl<S: Sink> Sink for Recording<S> {
     fn merges_writes(&self) -> bool {
         self.inner.merges_writes()
     }
+    fn reads_back_what_it_holds(&self) -> bool {
+        self.inner.reads_back_what_it_holds()
+    }
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {
         self.inner.open().await
     }

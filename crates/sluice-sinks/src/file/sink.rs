@@ -104,6 +104,10 @@ impl Sink for FileSink {
         super::FileSinkConfig::GUARANTEE
     }
 
+    fn reads_back_what_it_holds(&self) -> bool {
+        true
+    }
+
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {
         // Whatever the thread still had queued lands before the file is
         // recovered, never after.

@@ -438,6 +438,10 @@ impl Sink for KafkaSink {
         self.config.guarantee()
     }
 
+    fn reads_back_what_it_holds(&self) -> bool {
+        self.config.transactions()
+    }
+
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {
         // A new producer each time: after a failure the old one may be in
         // an error state, and init_transactions aborts what it left open.

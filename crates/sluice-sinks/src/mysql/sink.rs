@@ -222,6 +222,10 @@ impl Sink for MysqlSink {
         self.config.guarantee()
     }
 
+    fn reads_back_what_it_holds(&self) -> bool {
+        true
+    }
+
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {
         // A write cut off by its deadline may leave its session on the
         // server mid-statement, its transaction open and its locks held

@@ -126,6 +126,10 @@ impl Sink for NatsSink {
         self.config.guarantee()
     }
 
+    fn reads_back_what_it_holds(&self) -> bool {
+        self.config.exclusive
+    }
+
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {
         self.jetstream = None;
         // An unreachable registry or refused credentials show at start.

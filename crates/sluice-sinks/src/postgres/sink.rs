@@ -320,6 +320,10 @@ impl Sink for PostgresSink {
         self.config.guarantee()
     }
 
+    fn reads_back_what_it_holds(&self) -> bool {
+        true
+    }
+
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {
         self.reconnect().await?;
         self.ensure_checkpoint_table().await?;

@@ -181,6 +181,10 @@ impl Sink for RedisSink {
         self.config.guarantee()
     }
 
+    fn reads_back_what_it_holds(&self) -> bool {
+        true
+    }
+
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {
         self.conn = None;
         // An unreachable registry or refused credentials show at start.

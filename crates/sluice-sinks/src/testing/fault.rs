@@ -99,6 +99,10 @@ impl<S: Sink> Sink for FaultySink<S> {
         self.inner.merges_writes()
     }
 
+    fn reads_back_what_it_holds(&self) -> bool {
+        self.inner.reads_back_what_it_holds()
+    }
+
     async fn open(&mut self) -> Result<Option<Position>, SinkError> {
         self.inner.open().await
     }

@@ -121,6 +121,10 @@ impl Sink for MemorySink {
         self.options.merges_writes
     }
 
+    fn reads_back_what_it_holds(&self) -> bool {
+        self.options.co_located
+    }
+
     fn guarantee(&self) -> Guarantee {
         if self.options.co_located {
             Guarantee::ExactlyOnce { condition: None }
