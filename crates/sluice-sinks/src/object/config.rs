@@ -22,7 +22,9 @@ pub const DEFAULT_S3_MAX_FILE_AGE_SECS: u64 = 60;
 /// The region when none is set, as the AWS tools assume.
 pub const DEFAULT_S3_REGION: &str = "us-east-1";
 /// Files up to this size go to S3 in one PUT; larger ones in parts of it.
-pub const DEFAULT_S3_PART_SIZE_BYTES: u64 = 16 * 1024 * 1024;
+/// Each part is read into memory to be sent: at 16 MiB, peak RSS of a
+/// drain into S3 was 12 to 20 MB higher (docs/benchmarks.md).
+pub const DEFAULT_S3_PART_SIZE_BYTES: u64 = 8 * 1024 * 1024;
 /// S3's smallest part (all but the last).
 pub const MIN_S3_PART_SIZE_BYTES: u64 = 5 * 1024 * 1024;
 /// Limit on one request to the object store (s).

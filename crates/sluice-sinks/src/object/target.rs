@@ -193,10 +193,10 @@ impl Target {
                 std::fs::File::open(folder).and_then(|f| f.sync_all()).map_err(|e| io("cannot sync the folder of", e))
             }
             Target::S3 { store, part_bytes, .. } => {
-                let part_bytes = *part_bytes;
                 let size = std::fs::metadata(staged)
                     .map_err(|e| SinkError::transient(format!("s3 sink: staged file {}: {e}", staged.display())))?
                     .len();
+                let part_bytes = part_size(*part_bytes, size);
                 let location = self.key(key)?;
                 if size <= part_bytes {
                     // Overwriting is safe: only holders of the file's claim
@@ -315,6 +315,17 @@ fn classify(e: &object_store::Error, detail: String) -> SinkError {
     }
 }
 
+/// S3 takes at most this many parts in one upload.
+const MAX_PARTS: u64 = 10_000;
+
+/// The configured part size, or the smallest that fits a file of `size`
+/// in S3's 10,000 parts: `max_file_bytes` may allow files larger than
+/// 10,000 parts of `part_size_bytes`, and a file is cut only after it
+/// passes that size.
+fn part_size(configured: u64, size: u64) -> u64 {
+    configured.max(size.div_ceil(MAX_PARTS))
+}
+
 fn read_part(path: &Path, offset: u64, length: u64) -> Result<PutPayload, SinkError> {
     let io = |e: std::io::Error| SinkError::transient(format!("s3 sink: reading staged file {}: {e}", path.display()));
     let mut file = std::fs::File::open(path).map_err(io)?;
@@ -342,6 +353,17 @@ mod tests {
 
     fn source() -> Box<dyn std::error::Error + Send + Sync> {
         "refused".into()
+    }
+
+    #[test]
+    fn a_file_past_ten_thousand_parts_goes_up_in_larger_ones() {
+        let part = 8 << 20;
+        assert_eq!(part_size(part, 3 << 30), part);
+        assert_eq!(part_size(part, MAX_PARTS * part), part);
+        let size = MAX_PARTS * part + 1;
+        let larger = part_size(part, size);
+        assert!(larger > part && size.div_ceil(larger) <= MAX_PARTS, "{larger}");
+        assert!(5u64 << 40 <= MAX_PARTS * part_size(part, 5 << 40));
     }
 
     #[test]
