@@ -319,9 +319,11 @@ fn epoch_text(text: &str, meta: &[u8]) -> String {
         }
         None => (text.parse::<i64>().unwrap_or(0), 0),
     };
-    let full = sluice_core::time::format_utc_micros(secs.saturating_mul(1_000_000));
+    let mut text = sluice_core::time::format_utc_micros(secs.saturating_mul(1_000_000));
     // format_utc_micros ends in ".000000Z"; put the column's own fraction there.
-    let mut text = full.strip_suffix(".000000Z").unwrap_or(&full).to_string();
+    if text.ends_with(".000000Z") {
+        text.truncate(text.len() - ".000000Z".len());
+    }
     push_fraction(&mut text, micros, meta.first().copied().unwrap_or(0));
     text.push('Z');
     text

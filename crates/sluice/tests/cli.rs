@@ -194,26 +194,26 @@ fn checkpoints_reset_needs_confirmation_and_then_replays() {
 fn a_file_cut_short_or_emptied_is_warned_about_and_written_from_the_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.jsonl");
-    let config = write_config(dir.path(), &generator_to_file(10, 1, None, "out.jsonl"));
-    assert!(run(&["run", "-c", config.to_str().unwrap()], dir.path()).status.success());
+    let lines = || -> Vec<String> { std::fs::read_to_string(&out).unwrap().lines().map(str::to_string).collect() };
+    let run_to = |tx_count: u64| -> String {
+        let config = write_config(dir.path(), &generator_to_file(tx_count, 1, None, "out.jsonl"));
+        let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
+        assert!(output.status.success(), "{}", stderr(&output));
+        stderr(&output)
+    };
+    run_to(10);
     assert_eq!(line_count(&out), 10);
 
     std::fs::write(&out, "").unwrap();
-    let config = write_config(dir.path(), &generator_to_file(20, 1, None, "out.jsonl"));
-    let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(stderr(&output).contains("sink holds no event although a checkpoint is stored"), "{}", stderr(&output));
-    let lines: Vec<String> = std::fs::read_to_string(&out).unwrap().lines().map(str::to_string).collect();
-    assert_eq!(lines, expected_lines(20, 1)[10..]);
+    let log = run_to(20);
+    assert!(log.contains("sink holds no event although a checkpoint is stored"), "{log}");
+    assert_eq!(lines(), expected_lines(20, 1)[10..]);
 
-    let kept = lines[..5].join("\n") + "\n";
-    std::fs::write(&out, &kept).unwrap();
-    let config = write_config(dir.path(), &generator_to_file(30, 1, None, "out.jsonl"));
-    let output = run(&["run", "-c", config.to_str().unwrap()], dir.path());
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(stderr(&output).contains("sink holds less than its stored checkpoint"), "{}", stderr(&output));
-    assert!(!stderr(&output).contains("sink holds no event"), "{}", stderr(&output));
-    let lines: Vec<String> = std::fs::read_to_string(&out).unwrap().lines().map(str::to_string).collect();
+    std::fs::write(&out, lines()[..5].join("\n") + "\n").unwrap();
+    let log = run_to(30);
+    assert!(log.contains("sink holds less than its stored checkpoint"), "{log}");
+    assert!(!log.contains("sink holds no event"), "{log}");
+    let lines = lines();
     assert_eq!(lines[..5], expected_lines(20, 1)[10..15]);
     assert_eq!(lines[5..], expected_lines(30, 1)[20..]);
 }
