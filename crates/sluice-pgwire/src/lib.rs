@@ -84,6 +84,36 @@ impl AsyncWrite for Stream {
     }
 }
 
+/// The rows of a [`Connection::query_rows`] query as they arrive. Read it
+/// to its end (`None`) before the connection's next query.
+pub struct RowStream<'a> {
+    conn: &'a mut Connection,
+    error: Option<PgError>,
+    done: bool,
+}
+
+impl RowStream<'_> {
+    /// The next row's values in text form, or `None` once the query is
+    /// over; a server error is returned at that point, when the
+    /// connection is ready again.
+    pub async fn next(&mut self) -> Result<Option<Vec<Option<Bytes>>>, PgError> {
+        while !self.done {
+            match self.conn.read_message().await? {
+                Backend::DataRow(values) => return Ok(Some(values)),
+                Backend::Error(fields) => self.error = Some(self.conn.server_error(fields)),
+                Backend::ReadyForQuery => self.done = true,
+                _ => {}
+            }
+        }
+        self.error.take().map_or(Ok(None), Err)
+    }
+}
+
+/// A value of a row in text form, as a string (invalid UTF-8 replaced).
+pub fn text(value: &[u8]) -> String {
+    String::from_utf8_lossy(value).into_owned()
+}
+
 /// The rows of a simple query, as text.
 #[derive(Debug, Default)]
 pub struct Rows {
@@ -256,14 +286,21 @@ impl Connection {
         loop {
             match self.read_message().await? {
                 Backend::RowDescription(columns, types) => (rows.columns, rows.types) = (columns, types),
-                Backend::DataRow(values) => rows
-                    .rows
-                    .push(values.into_iter().map(|v| v.map(|b| String::from_utf8_lossy(&b).into_owned())).collect()),
+                Backend::DataRow(values) => rows.rows.push(values.into_iter().map(|v| v.map(|b| text(&b))).collect()),
                 Backend::Error(fields) => error = Some(self.server_error(fields)),
                 Backend::ReadyForQuery => return error.map_or(Ok(rows), Err),
                 _ => {}
             }
         }
+    }
+
+    /// Runs one simple query and hands its rows over as the server sends
+    /// them, so a large result is never held whole and the server goes on
+    /// producing rows while the caller works on the ones it has.
+    pub async fn query_rows(&mut self, sql: &str) -> Result<RowStream<'_>, PgError> {
+        write::query(&mut self.write_buf, sql);
+        self.flush().await?;
+        Ok(RowStream { conn: self, error: None, done: false })
     }
 
     /// Runs `COPY … FROM STDIN` (`sql`) with `data` in the COPY text

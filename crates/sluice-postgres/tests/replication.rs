@@ -338,3 +338,22 @@ async fn a_schema_change_is_an_event_with_the_new_columns_and_a_replay_repeats_i
     drop(again);
     assert_eq!(replayed, events);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_rows_come_one_by_one_and_a_later_error_ends_them() {
+    let mut conn = sluice_postgres::wire::Connection::connect(&params("postgres"), false).await.unwrap();
+    // Rows for 1 and 2 go out before the division by zero at 3.
+    let mut rows = conn.query_rows("SELECT 10 / (3 - g) FROM generate_series(1, 5) g").await.unwrap();
+    let mut seen = Vec::new();
+    let error = loop {
+        match rows.next().await {
+            Ok(Some(row)) => seen.push(sluice_postgres::wire::text(row[0].as_deref().unwrap())),
+            Ok(None) => panic!("the query ended without its error after {seen:?}"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(seen, ["5", "10"]);
+    assert_eq!(error.code(), Some("22012"), "{error}");
+    let after = conn.simple_query("SELECT 'still usable' AS x").await.unwrap();
+    assert_eq!(after.first("x"), Some("still usable"));
+}

@@ -226,10 +226,13 @@ impl TableReader for Reader {
         }
         loop {
             let sql = table.chunk_sql(last.as_deref(), chunk_size);
-            let rows: Vec<mysql_async::Row> = self.conn.query(sql).await.map_err(|e| snapshot_error(table, e))?;
-            let full = rows.len() as u64 >= chunk_size;
+            // Row by row as the server sends them: the server goes on
+            // producing while these are turned into events.
+            let mut rows = self.conn.query_iter(sql).await.map_err(|e| snapshot_error(table, e))?;
+            let mut read = 0;
             let mut last_parts = None;
-            for row in rows {
+            while let Some(row) = rows.next().await.map_err(|e| snapshot_error(table, e))? {
+                read += 1;
                 let values = row.unwrap();
                 let key = table.key_of(&values);
                 let key = key.ok_or_else(|| {
@@ -254,7 +257,7 @@ impl TableReader for Reader {
                     parts.into_iter().filter_map(|p| if let KeyPart::Bytes(b) = p { Some(b) } else { None }).collect(),
                 );
             }
-            if !full {
+            if read < chunk_size {
                 pieces.send().await;
                 return Ok(());
             }

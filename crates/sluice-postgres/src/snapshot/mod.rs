@@ -184,9 +184,11 @@ async fn read_table(
     match &table.order {
         Order::Key(key) => loop {
             let sql = table.key_chunk_sql(key, after.as_deref(), settings.chunk_size);
-            let rows = conn.simple_query(&sql).await.map_err(|e| snapshot_error(table, e))?;
-            let full = rows.rows.len() as u64 >= settings.chunk_size;
-            for row in rows.rows {
+            let mut rows = conn.query_rows(&sql).await.map_err(|e| snapshot_error(table, e))?;
+            let mut read = 0;
+            while let Some(row) = rows.next().await.map_err(|e| snapshot_error(table, e))? {
+                read += 1;
+                let row = texts(row);
                 let parts: Option<Vec<KeyPart>> = key
                     .iter()
                     .map(|k| row.get(k.index)?.as_deref().and_then(|text| plan::key_part(k.kind, text)))
@@ -198,7 +200,7 @@ async fn read_table(
                     return Ok(());
                 }
             }
-            if !full {
+            if read < settings.chunk_size {
                 break;
             }
         },
@@ -210,8 +212,9 @@ async fn read_table(
             let mut first = resume.map_or(0, |(block, _)| block);
             while first < *pages {
                 let sql = table.ctid_chunk_sql(first, *pages_per_chunk, resume.take());
-                let rows = conn.simple_query(&sql).await.map_err(|e| snapshot_error(table, e))?;
-                for mut row in rows.rows {
+                let mut rows = conn.query_rows(&sql).await.map_err(|e| snapshot_error(table, e))?;
+                while let Some(row) = rows.next().await.map_err(|e| snapshot_error(table, e))? {
+                    let mut row = texts(row);
                     let ctid = row.first().cloned().flatten().as_deref().and_then(plan::parse_ctid);
                     let (block, offset) = ctid.ok_or_else(|| bad_key(table))?;
                     row.remove(0);
@@ -230,6 +233,10 @@ async fn read_table(
     conn.simple_query("COMMIT").await.map_err(|e| snapshot_error(table, e))?;
     conn.close().await;
     Ok(())
+}
+
+fn texts(row: Vec<Option<bytes::Bytes>>) -> Vec<Option<String>> {
+    row.into_iter().map(|value| value.map(|v| crate::wire::text(&v))).collect()
 }
 
 fn bad_key(table: &TablePlan) -> SourceError {
