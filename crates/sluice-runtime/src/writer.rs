@@ -48,11 +48,8 @@ mod transformed;
 
 /// Heap bytes of retained batches a writer keeps in memory; older ones
 /// move to spill files. A buffering sink (object storage) may hold minutes
-/// of events before they are durable, which must not all sit on the heap
-/// (counted as value bytes, a Parquet sink peaked 55 MB higher). At 4 MiB
-/// a Parquet drain spills most of each file's batches anyway, for 5 to
-/// 10 MB less than at 16; a Kafka sink's pending deliveries (at most 8,192
-/// narrow events) stay under it and are not spilled.
+/// of events before they are durable, which must not all sit on the heap;
+/// Kafka's pending deliveries of narrow events stay under it (benchmarks.md).
 pub(crate) const RETAINED_MEMORY_BYTES: usize = 4 * 1024 * 1024;
 
 /// What writers tell the checkpointer.
