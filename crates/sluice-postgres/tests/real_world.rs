@@ -196,6 +196,45 @@ async fn an_initial_snapshot_of_a_partitioned_table_names_its_rows_by_the_root()
     assert_eq!(read[0].schema_version, streamed[0].schema_version, "snapshot and stream agree on the shape");
 }
 
+/// Polls until at least `count` events in all arrived.
+async fn poll_until(source: &mut sluice_postgres::PostgresSource, events: &mut Vec<Event>, count: usize) {
+    while events.len() < count {
+        tokio::time::timeout(std::time::Duration::from_secs(30), source.poll(events))
+            .await
+            .unwrap_or_else(|_| panic!("timed out with {} of {count} events", events.len()))
+            .expect("poll");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_held_back_by_slow_sinks_outlasts_the_databases_statement_timeout() {
+    fresh_database("t_snap_timeout").await;
+    sql(
+        "t_snap_timeout",
+        "CREATE TABLE big (id int PRIMARY KEY, pad text);
+         INSERT INTO big SELECT g, repeat('x', 100) FROM generate_series(1, 200000) g;",
+    )
+    .await;
+    // For every later session in the database, the snapshot's included.
+    sql("t_snap_timeout", "ALTER DATABASE t_snap_timeout SET statement_timeout = '1s'").await;
+    sql("t_snap_timeout", "ALTER DATABASE t_snap_timeout SET idle_in_transaction_session_timeout = '1s'").await;
+    let mut config = config("t_snap_timeout", "snap_timeout");
+    config.tables = vec!["public.big".into()];
+    config.snapshot.mode = sluice_config::SnapshotMode::Initial;
+    // One query for the whole table, far more than the queues and the
+    // socket hold: it is still sending while nothing is taken.
+    config.snapshot.chunk_size = 1_000_000;
+    let mut source = started(config, None, AckWatermark::default()).await;
+    let mut events = Vec::new();
+    poll_until(&mut source, &mut events, 1000).await;
+    // What a slow sink does to the reader: nothing is taken for a while.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    poll_until(&mut source, &mut events, 200_000).await;
+    let ids: Vec<i64> = events.iter().map(|e| after_json(e)["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids, (1..=200_000).collect::<Vec<i64>>());
+    assert!(events.iter().all(|e| e.op == Op::Read));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitions_attached_and_detached_mid_stream_lose_nothing() {
     fresh_database("t_attach").await;

@@ -83,8 +83,11 @@ pub async fn open_readers(
         let mut conn = connect(config).await?;
         // UTC, so TIMESTAMP reads as the binlog's UTC instant; no
         // NO_BACKSLASH_ESCAPES, so key literals escape one known way.
+        // Rows are taken as fast as the sinks take them, so the server may
+        // wait on a full socket as long as a sink is slow: the default
+        // net_write_timeout (60 s) would drop the reader mid-chunk.
         for statement in [
-            "SET NAMES utf8mb4, time_zone = '+00:00', sql_mode = ''",
+            "SET NAMES utf8mb4, time_zone = '+00:00', sql_mode = '', net_write_timeout = 31536000",
             "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
         ] {
             conn.query_drop(statement).await.map_err(|e| mysql_error("snapshot session", e))?;

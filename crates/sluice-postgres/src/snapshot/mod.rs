@@ -179,6 +179,12 @@ async fn read_table(
             .await
             .map_err(|e| snapshot_error(table, e))?;
     }
+    // A chunk's query lasts as long as the sinks take to take its rows,
+    // and the transaction as long as the table: limits a role or database
+    // sets for ordinary sessions would end the snapshot part way.
+    conn.simple_query("SET LOCAL statement_timeout = 0; SET LOCAL idle_in_transaction_session_timeout = 0")
+        .await
+        .map_err(|e| snapshot_error(table, e))?;
     let tx_id: Arc<str> = Arc::from("snapshot");
     let mut pieces = Pieces::new(queue);
     match &table.order {
