@@ -216,8 +216,9 @@ async fn a_snapshot_held_back_by_slow_sinks_outlasts_the_databases_statement_tim
     )
     .await;
     // For every later session in the database, the snapshot's included.
-    sql("t_snap_timeout", "ALTER DATABASE t_snap_timeout SET statement_timeout = '1s'").await;
-    sql("t_snap_timeout", "ALTER DATABASE t_snap_timeout SET idle_in_transaction_session_timeout = '1s'").await;
+    // Two seconds, so the source's own short queries pass on a busy machine.
+    sql("t_snap_timeout", "ALTER DATABASE t_snap_timeout SET statement_timeout = '2s'").await;
+    sql("t_snap_timeout", "ALTER DATABASE t_snap_timeout SET idle_in_transaction_session_timeout = '2s'").await;
     let mut config = config("t_snap_timeout", "snap_timeout");
     config.tables = vec!["public.big".into()];
     config.snapshot.mode = sluice_config::SnapshotMode::Initial;
@@ -228,7 +229,7 @@ async fn a_snapshot_held_back_by_slow_sinks_outlasts_the_databases_statement_tim
     let mut events = Vec::new();
     poll_until(&mut source, &mut events, 1000).await;
     // What a slow sink does to the reader: nothing is taken for a while.
-    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     poll_until(&mut source, &mut events, 200_000).await;
     let ids: Vec<i64> = events.iter().map(|e| after_json(e)["id"].as_i64().unwrap()).collect();
     assert_eq!(ids, (1..=200_000).collect::<Vec<i64>>());
