@@ -49,7 +49,7 @@ mod transformed;
 /// Heap bytes of retained batches a writer keeps in memory; older ones
 /// move to spill files. A buffering sink (object storage) may hold minutes
 /// of events before they are durable, which must not all sit on the heap;
-/// Kafka's pending deliveries of narrow events stay under it (benchmarks.md).
+/// a sink durable when its write returns keeps none past the write.
 pub(crate) const RETAINED_MEMORY_BYTES: usize = 4 * 1024 * 1024;
 
 /// What writers tell the checkpointer.
