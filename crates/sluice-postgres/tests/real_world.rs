@@ -196,16 +196,6 @@ async fn an_initial_snapshot_of_a_partitioned_table_names_its_rows_by_the_root()
     assert_eq!(read[0].schema_version, streamed[0].schema_version, "snapshot and stream agree on the shape");
 }
 
-/// Polls until at least `count` events in all arrived.
-async fn poll_until(source: &mut sluice_postgres::PostgresSource, events: &mut Vec<Event>, count: usize) {
-    while events.len() < count {
-        tokio::time::timeout(std::time::Duration::from_secs(30), source.poll(events))
-            .await
-            .unwrap_or_else(|_| panic!("timed out with {} of {count} events", events.len()))
-            .expect("poll");
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_held_back_by_slow_sinks_outlasts_the_databases_statement_timeout() {
     fresh_database("t_snap_timeout").await;

@@ -81,15 +81,21 @@ pub async fn started(config: PostgresConfig, from: Option<Position>, acked: AckW
     source
 }
 
-/// Polls until `count` events arrived; panics after 30 s.
-pub async fn collect(source: &mut PostgresSource, count: usize) -> Vec<Event> {
-    let mut events = Vec::new();
+/// Polls until `events` holds at least `count`; panics after 30 s
+/// without a poll's answer.
+pub async fn poll_until(source: &mut PostgresSource, events: &mut Vec<Event>, count: usize) {
     while events.len() < count {
-        tokio::time::timeout(Duration::from_secs(30), source.poll(&mut events))
+        tokio::time::timeout(Duration::from_secs(30), source.poll(events))
             .await
             .unwrap_or_else(|_| panic!("timed out with {} of {count} events", events.len()))
             .expect("poll");
     }
+}
+
+/// Polls until `count` events arrived, and no more; panics after 30 s.
+pub async fn collect(source: &mut PostgresSource, count: usize) -> Vec<Event> {
+    let mut events = Vec::new();
+    poll_until(source, &mut events, count).await;
     assert_eq!(events.len(), count, "more events than expected: {events:#?}");
     events
 }
