@@ -63,7 +63,7 @@ impl EventId {
         hasher.update(EVENT_ID_NAMESPACE.as_bytes());
         hasher.update(source_id.as_bytes());
         hasher.update(b"/");
-        let _ = std::fmt::Write::write_fmt(&mut Hashing(&mut hasher), format_args!("{position}"));
+        position.write_text(&mut |piece| hasher.update(piece.as_bytes()));
         let digest = hasher.finalize();
         let mut bytes = [0; 16];
         bytes.copy_from_slice(&digest[..16]);
@@ -73,16 +73,6 @@ impl EventId {
     /// The id's text (as `Display` writes it) in `out`, without allocating.
     pub fn write<'a>(&self, out: &'a mut [u8; ID_LEN]) -> &'a str {
         self.0.hyphenated().encode_lower(out)
-    }
-}
-
-/// Text written into a hash as it is formatted.
-struct Hashing<'a>(&'a mut sha1::Sha1);
-
-impl std::fmt::Write for Hashing<'_> {
-    fn write_str(&mut self, text: &str) -> std::fmt::Result {
-        sha1::Digest::update(self.0, text.as_bytes());
-        Ok(())
     }
 }
 
@@ -273,21 +263,21 @@ impl Envelope<'_> {
     /// follow.
     fn fields<F: Fields>(&self, unchanged: &[&str], out: &mut F) -> Result<(), F::Error> {
         let event = self.event;
-        out.value("id", &*self.id)?;
+        out.text("id", &self.id)?;
         out.plain("op", event.op.code())?;
-        out.value("source", &*event.source_id)?;
-        out.value("db", &*event.database)?;
-        out.value("table", &*event.table)?;
-        out.value("key", &event.key)?;
-        out.value("before", &event.before)?;
-        out.value("after", &event.after)?;
+        out.text("source", &event.source_id)?;
+        out.text("db", &event.database)?;
+        out.text("table", &event.table)?;
+        out.row("key", event.key.as_ref())?;
+        out.row("before", event.before.as_ref())?;
+        out.row("after", event.after.as_ref())?;
         // Only when there are some, so every other event keeps its bytes.
         if !unchanged.is_empty() {
             out.value("unchanged", unchanged)?;
         }
         out.value("schema_version", &event.schema_version)?;
-        out.value("position", &event.position)?;
-        out.value("tx_id", &*event.tx_id)?;
+        out.position("position", &event.position)?;
+        out.text("tx_id", &event.tx_id)?;
         out.value("tx_end", &event.tx_end)?;
         out.plain("commit_time", &crate::time::utc_micros_text(event.commit_time_us, &mut [0; UTC_MICROS_LEN]))
     }
@@ -299,6 +289,15 @@ trait Fields {
     fn value<T: Serialize + ?Sized>(&mut self, name: &'static str, value: &T) -> Result<(), Self::Error>;
     /// Text JSON takes as it is: no quote, backslash or control character.
     fn plain(&mut self, name: &'static str, text: &str) -> Result<(), Self::Error>;
+    fn text(&mut self, name: &'static str, text: &str) -> Result<(), Self::Error> {
+        self.value(name, text)
+    }
+    fn row(&mut self, name: &'static str, row: Option<&Row>) -> Result<(), Self::Error> {
+        self.value(name, &row)
+    }
+    fn position(&mut self, name: &'static str, position: &Position) -> Result<(), Self::Error> {
+        self.value(name, position)
+    }
 }
 
 struct MapFields<M>(M);
@@ -339,6 +338,28 @@ impl Fields for JsonFields<'_> {
         self.name(name);
         self.out.push(b'"');
         self.out.extend_from_slice(text.as_bytes());
+        self.out.push(b'"');
+        Ok(())
+    }
+    fn text(&mut self, name: &'static str, text: &str) -> serde_json::Result<()> {
+        self.name(name);
+        crate::json::write_str(self.out, text);
+        Ok(())
+    }
+    fn row(&mut self, name: &'static str, row: Option<&Row>) -> serde_json::Result<()> {
+        self.name(name);
+        match row {
+            Some(row) => row.write_json(self.out),
+            None => {
+                self.out.extend_from_slice(b"null");
+                Ok(())
+            }
+        }
+    }
+    fn position(&mut self, name: &'static str, position: &Position) -> serde_json::Result<()> {
+        self.name(name);
+        self.out.push(b'"');
+        position.write_text(&mut |piece| crate::json::write_str_contents(self.out, piece));
         self.out.push(b'"');
         Ok(())
     }

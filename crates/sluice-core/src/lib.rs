@@ -11,6 +11,7 @@ pub mod event;
 pub mod failpoint;
 pub mod guarantee;
 pub mod history;
+pub mod json;
 pub mod pattern;
 pub mod position;
 pub mod preflight;

@@ -1,6 +1,7 @@
 //! The sink contract.
 
 use std::any::Any;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use async_trait::async_trait;
@@ -144,9 +145,23 @@ pub type SharedValue = Arc<dyn Any + Send + Sync>;
 #[derive(Debug, Default)]
 pub struct SharedWork {
     entries: Mutex<Vec<(u64, Weak<OnceCell<SharedValue>>)>>,
+    /// How many sinks the batch goes to; 0 until the runtime says.
+    sinks: AtomicUsize,
 }
 
 impl SharedWork {
+    /// Records how many sinks the batch goes to.
+    pub fn set_sinks(&self, sinks: usize) {
+        self.sinks.store(sinks, Ordering::Relaxed);
+    }
+
+    /// True when the batch goes to one sink only: there is no one to
+    /// share with, so work shaped for sharing (records kept for others)
+    /// can be skipped. False while the count is unknown.
+    pub fn alone(&self) -> bool {
+        self.sinks.load(Ordering::Relaxed) == 1
+    }
+
     /// The cell of `key`: filled already if another sink holds it, else
     /// empty, for the caller to fill. Keep it while using its value.
     pub fn cell(&self, key: u64) -> Arc<OnceCell<SharedValue>> {

@@ -31,6 +31,11 @@ pub const UTC_MICROS_LEN: usize = 27;
 /// JSON carries its commit time. `None` for a year outside 0 to 9999,
 /// whose text is longer.
 pub fn write_utc_micros(micros: i64, out: &mut [u8; UTC_MICROS_LEN]) -> Option<&str> {
+    let (last, text) = LAST_TEXT.get();
+    if last == micros {
+        *out = text;
+        return std::str::from_utf8(out).ok();
+    }
     let (year, month, day, hour, minute, second, fraction) = parts(micros);
     let year = u32::try_from(year).ok().filter(|y| *y <= 9999)?;
     let mut at = 0;
@@ -51,7 +56,16 @@ pub fn write_utc_micros(micros: i64, out: &mut [u8; UTC_MICROS_LEN]) -> Option<&
         out[at + width] = after;
         at += width + 1;
     }
+    LAST_TEXT.set((micros, *out));
     std::str::from_utf8(out).ok()
+}
+
+thread_local! {
+    /// The last time written and its text: the events of a transaction
+    /// share their commit time, and each prints it. `i64::MIN` is outside
+    /// the years written, so it never matches.
+    static LAST_TEXT: std::cell::Cell<(i64, [u8; UTC_MICROS_LEN])> =
+        const { std::cell::Cell::new((i64::MIN, [0; UTC_MICROS_LEN])) };
 }
 
 type Parts = (i64, u32, u32, u32, u32, u32, u32);

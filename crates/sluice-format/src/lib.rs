@@ -12,6 +12,8 @@ mod cloudevents;
 mod config;
 pub mod debezium;
 mod json;
+#[cfg(test)]
+mod native_tests;
 mod registry;
 
 use std::sync::Arc;
@@ -193,12 +195,9 @@ impl Encoder {
     pub fn encode_with_id(&mut self, event: &Event, id: &str, out: &mut Vec<Record>) -> Result<(), FormatError> {
         match &mut self.kind {
             Kind::Native => {
-                let envelope = sluice_core::Envelope { event, id: id.into() };
                 // Room for a typical event, so the buffer seldom grows.
                 let mut value = Vec::with_capacity(512);
-                envelope
-                    .write_json(&mut value)
-                    .map_err(|e| FormatError(format!("cannot encode event {}: {e}", event.position)))?;
+                native_json(event, id, &mut value)?;
                 match &event.shape {
                     Shape::Tombstone => out.push(Record {
                         kind: RecordKind::Tombstone,
@@ -214,6 +213,29 @@ impl Encoder {
             Kind::CloudEvents(encoder) => encoder.encode(event, id, out),
         }
     }
+}
+
+/// The native envelope's JSON of `event` (its record's value) appended
+/// to `out`; on an error `out` is as it was.
+fn native_json(event: &Event, id: &str, out: &mut Vec<u8>) -> Result<(), FormatError> {
+    let start = out.len();
+    sluice_core::Envelope { event, id: id.into() }.write_json(out).map_err(|e| {
+        out.truncate(start);
+        FormatError(format!("cannot encode event {}: {e}", event.position))
+    })
+}
+
+/// For a sink that writes values alone (a file's lines): the value of
+/// `event`'s native record appended to `out`, the bytes
+/// [`Encoder::encode`] puts in it, without building a record. `Ok(false)`,
+/// with nothing appended, for a tombstone, which has no value.
+pub fn write_native_value(event: &Event, out: &mut Vec<u8>) -> Result<bool, FormatError> {
+    if matches!(event.shape, Shape::Tombstone) {
+        return Ok(false);
+    }
+    let mut text = [0; sluice_core::event::ID_LEN];
+    native_json(event, event.id().write(&mut text), out)?;
+    Ok(true)
 }
 
 /// An outbox message in the native format: the value column's JSON (the

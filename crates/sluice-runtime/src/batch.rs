@@ -221,6 +221,11 @@ impl Batch {
         Some(&events[position.map_or(0, |p| events.partition_point(|e| e.position <= *p))..])
     }
 
+    /// Tells the sinks' shared work how many sinks the batch goes to.
+    pub(crate) fn going_to(&self, sinks: usize) {
+        self.shared.set_sinks(sinks);
+    }
+
     /// The events strictly after `position` (what a sink at that checkpoint
     /// still needs), or `None` when there are none.
     pub fn chunks(&self, position: Option<&Position>) -> Result<Option<BatchChunks<'_>>, SpillError> {

@@ -93,6 +93,7 @@ impl Dispatcher {
         self.status.events_cut.store(batch.through_events, Relaxed);
         self.status.bytes_cut.store(batch.through_bytes, Relaxed);
         self.status.batches_cut.fetch_add(1, Relaxed);
+        batch.going_to(self.buffers.len());
         for buffer in &self.buffers {
             // A buffer whose writer is gone, or that overflowed, drops the
             // batch: the pipeline already knows why.

@@ -16,10 +16,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Lsn(pub u64);
 
-impl fmt::Display for Lsn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Written by hand: every PostgreSQL event's position and id print it.
-        let mut text = [0u8; 17];
+impl Lsn {
+    /// `X/Y` in upper-case hex, written by hand into `text`: every
+    /// PostgreSQL event's position and id print it.
+    fn digits<'a>(&self, text: &'a mut [u8; 17]) -> &'a [u8] {
         let mut at = text.len();
         for (half, slash) in [(self.0 & 0xFFFF_FFFF, false), (self.0 >> 32, true)] {
             if slash {
@@ -36,7 +36,13 @@ impl fmt::Display for Lsn {
                 }
             }
         }
-        f.write_str(std::str::from_utf8(&text[at..]).map_err(|_| fmt::Error)?)
+        &text[at..]
+    }
+}
+
+impl fmt::Display for Lsn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(std::str::from_utf8(self.digits(&mut [0; 17])).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -228,44 +234,90 @@ impl Position {
     }
 }
 
-impl fmt::Display for Position {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Position {
+    /// The position's text, as `Display` writes it, handed to `put` in a
+    /// few pieces without the formatting machinery: every event's id
+    /// hashes it and every native record prints it.
+    pub fn write_text(&self, put: &mut impl FnMut(&str)) {
         match self {
-            // The common positions without format arguments: every event's
-            // id and JSON print its position.
             Position::Generator { tx, seq } => {
-                f.write_str("gen:")?;
-                f.write_str(itoa::Buffer::new().format(*tx))?;
-                f.write_str(":")?;
-                f.write_str(itoa::Buffer::new().format(*seq))
+                let mut text = Text::default();
+                text.push(b"gen:");
+                text.push(itoa::Buffer::new().format(*tx).as_bytes());
+                text.push(b":");
+                text.push(itoa::Buffer::new().format(*seq).as_bytes());
+                put(text.as_str());
             }
             Position::Postgres { commit_lsn, seq } => {
-                f.write_str("pg:")?;
-                fmt::Display::fmt(commit_lsn, f)?;
-                f.write_str(":")?;
-                f.write_str(itoa::Buffer::new().format(*seq))
+                let mut text = Text::default();
+                text.push(b"pg:");
+                text.push(commit_lsn.digits(&mut [0; 17]));
+                text.push(b":");
+                text.push(itoa::Buffer::new().format(*seq).as_bytes());
+                put(text.as_str());
             }
             Position::Mysql(pos) => {
-                f.write_str("my:")?;
-                f.write_str(&pos.file)?;
-                f.write_str(":")?;
-                f.write_str(itoa::Buffer::new().format(pos.offset))?;
-                f.write_str(":")?;
-                f.write_str(itoa::Buffer::new().format(pos.seq))?;
-                match &pos.gtid_before {
-                    Some(gtid) => {
-                        f.write_str(":")?;
-                        f.write_str(gtid)
-                    }
-                    None => Ok(()),
+                put("my:");
+                put(&pos.file);
+                let mut text = Text::default();
+                text.push(b":");
+                text.push(itoa::Buffer::new().format(pos.offset).as_bytes());
+                text.push(b":");
+                text.push(itoa::Buffer::new().format(pos.seq).as_bytes());
+                put(text.as_str());
+                if let Some(gtid) = &pos.gtid_before {
+                    put(":");
+                    put(gtid);
                 }
             }
             Position::Snapshot(pos) => {
-                f.write_str("snap:")?;
-                fmt::Display::fmt(pos, f)
+                put("snap:");
+                pos.write_text(put);
             }
-            Position::Later { generation, inner } => write!(f, "e{generation}/{inner}"),
+            Position::Later { generation, inner } => {
+                put("e");
+                put(itoa::Buffer::new().format(*generation));
+                put("/");
+                inner.write_text(put);
+            }
         }
+    }
+}
+
+/// Room on the stack for the fixed-size parts of a position's text.
+struct Text {
+    bytes: [u8; 48],
+    len: usize,
+}
+
+impl Default for Text {
+    fn default() -> Self {
+        Self { bytes: [0; 48], len: 0 }
+    }
+}
+
+impl Text {
+    /// Callers push at most 44 bytes: a prefix, a u64, a colon and a u32.
+    fn push(&mut self, piece: &[u8]) {
+        self.bytes[self.len..self.len + piece.len()].copy_from_slice(piece);
+        self.len += piece.len();
+    }
+
+    fn as_str(&self) -> &str {
+        // Only ASCII is pushed.
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut result = Ok(());
+        self.write_text(&mut |piece| {
+            if result.is_ok() {
+                result = f.write_str(piece);
+            }
+        });
+        result
     }
 }
 
@@ -413,20 +465,33 @@ impl SnapshotPos {
     }
 }
 
+impl SnapshotPos {
+    /// The text `Display` writes, in pieces (see [`Position::write_text`]).
+    pub fn write_text(&self, put: &mut impl FnMut(&str)) {
+        write_hex(put, self.table.as_bytes());
+        put(":");
+        write_hex(put, &self.key);
+        put(":");
+        put(&self.stream_from);
+    }
+}
+
 impl fmt::Display for SnapshotPos {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_hex(f, self.table.as_bytes())?;
-        f.write_str(":")?;
-        write_hex(f, &self.key)?;
-        f.write_str(":")?;
-        f.write_str(&self.stream_from)
+        let mut result = Ok(());
+        self.write_text(&mut |piece| {
+            if result.is_ok() {
+                result = f.write_str(piece);
+            }
+        });
+        result
     }
 }
 
 /// [`hex`] written in pieces through a buffer on the stack: a snapshot
 /// prints its position for every row (its id, its JSON), and an
 /// allocation per key there was a tenth of a snapshot's time.
-fn write_hex(out: &mut impl fmt::Write, bytes: &[u8]) -> fmt::Result {
+fn write_hex(put: &mut impl FnMut(&str), bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut buffer = [0u8; 128];
     for piece in bytes.chunks(buffer.len() / 2) {
@@ -434,17 +499,16 @@ fn write_hex(out: &mut impl fmt::Write, bytes: &[u8]) -> fmt::Result {
             pair[0] = DIGITS[usize::from(b >> 4)];
             pair[1] = DIGITS[usize::from(b & 0xF)];
         }
-        let text = std::str::from_utf8(&buffer[..piece.len() * 2]).map_err(|_| fmt::Error)?;
-        out.write_str(text)?;
+        // Hex digits are ASCII.
+        put(std::str::from_utf8(&buffer[..piece.len() * 2]).unwrap_or_default());
     }
-    Ok(())
 }
 
 /// Lower-case hex; a position is printed for every event (its id, its
 /// JSON), so this runs per row of a snapshot.
 pub fn hex(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len() * 2);
-    let _ = write_hex(&mut out, bytes);
+    write_hex(&mut |piece| out.push_str(piece), bytes);
     out
 }
 

@@ -1,9 +1,10 @@
 use std::fs::OpenOptions;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use sluice_core::{EventChunks, Guarantee, Position, Sink, SinkError};
+use sluice_core::{Event, EventChunks, Guarantee, Position, SharedWork, Sink, SinkError};
 
 use sluice_format::{FormatConfig, RecordKind};
 
@@ -42,6 +43,41 @@ impl FileSink {
     /// Native lines carry their position; other envelopes keep a mark.
     fn marked(&self) -> bool {
         !self.encoder.is_native()
+    }
+
+    /// Appends a line for each of `chunk`'s records, which the sinks of
+    /// the same format share.
+    async fn write_records(
+        &mut self,
+        shared: Option<&(Arc<SharedWork>, u64)>,
+        chunk: &[Event],
+        buf: &mut Vec<u8>,
+    ) -> Result<(), SinkError> {
+        let encoding = self.encoder.chunk(shared, chunk).await;
+        for (index, event) in chunk.iter().enumerate() {
+            // Lines have no keys, so a tombstone has nothing to name.
+            let records = encoding.records(&self.encoder, index, event)?;
+            for record in records.iter().filter(|r| r.kind != RecordKind::Tombstone) {
+                buf.extend_from_slice(record.value.as_deref().unwrap_or(b"null"));
+                buf.push(b'\n');
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends the native line of each of `chunk`'s events.
+    fn write_direct(&self, chunk: &[Event], buf: &mut Vec<u8>) -> Result<(), SinkError> {
+        for event in chunk {
+            match sluice_format::write_native_value(event, buf) {
+                Ok(true) => buf.push(b'\n'),
+                Ok(false) => {}
+                Err(e) => {
+                    let detail = format!("file sink {:?}: {e}", self.id);
+                    return Err(SinkError::Rejected { detail, position: event.position.clone() });
+                }
+            }
+        }
+        Ok(())
     }
 
     fn permanent(&self, problem: String) -> SinkError {
@@ -147,15 +183,15 @@ impl Sink for FileSink {
         let last = events.last_position().clone();
         let shared = events.shared();
         let mut buf = self.appender()?.buffer();
+        // A native line is its record's value: with no other sink to share
+        // records with, it is written straight into the buffer, with no
+        // record built per event.
+        let direct = self.encoder.is_native() && shared.as_ref().is_none_or(|(work, _)| work.alone());
         while let Some(chunk) = events.next_chunk().await? {
-            let encoding = self.encoder.chunk(shared.as_ref(), chunk).await;
-            for (index, event) in chunk.iter().enumerate() {
-                // Lines have no keys, so a tombstone has nothing to name.
-                let records = encoding.records(&self.encoder, index, event)?;
-                for record in records.iter().filter(|r| r.kind != RecordKind::Tombstone) {
-                    buf.extend_from_slice(record.value.as_deref().unwrap_or(b"null"));
-                    buf.push(b'\n');
-                }
+            if direct {
+                self.write_direct(chunk, &mut buf)?;
+            } else {
+                self.write_records(shared.as_ref(), chunk, &mut buf).await?;
             }
             // A spilled batch arrives in many chunks; write as we go so the
             // encoded batch never has to fit in memory.

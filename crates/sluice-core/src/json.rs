@@ -1,0 +1,191 @@
+//! JSON text written straight into a buffer, for the parts of every event
+//! that every native record carries: strings, rows and their values. The
+//! bytes are the ones `serde_json` writes for the same values (the tests
+//! hold them to it); what is saved is its per-value machinery and a
+//! byte-by-byte escape of text that, nearly always, needs none.
+
+use crate::value::{Row, Value};
+
+/// `text` as a quoted JSON string.
+pub fn write_str(out: &mut Vec<u8>, text: &str) {
+    out.push(b'"');
+    write_str_contents(out, text);
+    out.push(b'"');
+}
+
+/// `text` escaped for the inside of a JSON string, as `serde_json`
+/// escapes it: quote, backslash and control characters only.
+pub fn write_str_contents(out: &mut Vec<u8>, text: &str) {
+    let bytes = text.as_bytes();
+    // Most texts need nothing: a check, then one copy. A rare text with
+    // something to escape takes the slow path.
+    if !needs_escaping(bytes) {
+        out.extend_from_slice(bytes);
+        return;
+    }
+    let mut start = 0;
+    for (at, &b) in bytes.iter().enumerate() {
+        if !ESCAPED[usize::from(b)] {
+            continue;
+        }
+        out.extend_from_slice(&bytes[start..at]);
+        start = at + 1;
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0C => out.extend_from_slice(b"\\f"),
+            _ => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[usize::from(b >> 4)]);
+                out.push(HEX[usize::from(b & 0xF)]);
+            }
+        }
+    }
+    out.extend_from_slice(&bytes[start..]);
+}
+
+/// Whether any byte needs escaping, eight bytes at a time: a byte below
+/// 0x20, a quote or a backslash sets the high bit of its lane. (`x - n`
+/// borrows into a lane's high bit only where the lane is below `n`, and
+/// `!x` clears it where the byte already had it: no false alarms.)
+fn needs_escaping(bytes: &[u8]) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([1; 8]);
+    const HIGH: u64 = ONES * 0x80;
+    let below = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x & HIGH;
+    let mut lanes = bytes.chunks_exact(8);
+    for lane in &mut lanes {
+        let mut word = [0; 8];
+        word.copy_from_slice(lane);
+        let x = u64::from_ne_bytes(word);
+        if below(x, 0x20) | below(x ^ (ONES * u64::from(b'"')), 1) | below(x ^ (ONES * u64::from(b'\\')), 1) != 0 {
+            return true;
+        }
+    }
+    lanes.remainder().iter().any(|&b| ESCAPED[usize::from(b)])
+}
+
+/// Whether JSON needs a byte escaped: quote, backslash, control characters.
+static ESCAPED: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = b < 0x20 || b == b'"' as usize || b == b'\\' as usize;
+        b += 1;
+    }
+    table
+};
+
+impl Value {
+    /// The value's JSON, as its `Serialize` writes it.
+    pub fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        match self {
+            Value::Null | Value::Unchanged => out.extend_from_slice(b"null"),
+            Value::Bool(true) => out.extend_from_slice(b"true"),
+            Value::Bool(false) => out.extend_from_slice(b"false"),
+            Value::Int(i) => out.extend_from_slice(itoa::Buffer::new().format(*i).as_bytes()),
+            Value::UInt(u) => out.extend_from_slice(itoa::Buffer::new().format(*u).as_bytes()),
+            Value::Decimal(s)
+            | Value::Text(s)
+            | Value::Date(s)
+            | Value::Time(s)
+            | Value::Timestamp(s)
+            | Value::TimestampTz(s) => write_str(out, s),
+            Value::Json(json) => out.extend_from_slice(json.as_str().as_bytes()),
+            // Rare, and each with rules of its own (floats, base64, nesting).
+            Value::Float(_) | Value::Bytes(_) | Value::Array(_) => serde_json::to_writer(&mut *out, self)?,
+        }
+        Ok(())
+    }
+}
+
+impl Row {
+    /// The row's JSON object, as its `Serialize` writes it.
+    pub fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        out.push(b'{');
+        let mut first = true;
+        for (column, value) in self.columns.iter().zip(&self.values) {
+            if matches!(value, Value::Unchanged) {
+                continue;
+            }
+            if !std::mem::take(&mut first) {
+                out.push(b',');
+            }
+            write_str(out, column);
+            out.push(b':');
+            value.write_json(out)?;
+        }
+        out.push(b'}');
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::value::JsonText;
+
+    fn written(text: &str) -> String {
+        let mut out = Vec::new();
+        write_str(&mut out, text);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn strings_are_escaped_byte_for_byte_as_serde_json_escapes_them() {
+        let every_ascii: String = (0u8..128).map(char::from).collect();
+        for text in [every_ascii.as_str(), "", "plain", "a\"b\\c", "tab\there", "ünïcødé ✓ \u{7f}", "\u{1}\u{1f}end"]
+        {
+            assert_eq!(written(text), serde_json::to_string(text).unwrap(), "{text:?}");
+        }
+        // Each byte value in each place of a word and of the tail after it.
+        for b in 0u8..128 {
+            for at in 0..12 {
+                let mut text = vec![b'x'; 12];
+                text[at] = b;
+                let text = String::from_utf8(text).unwrap();
+                assert_eq!(written(&text), serde_json::to_string(&text).unwrap(), "{text:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn values_and_rows_write_what_their_serialize_writes() {
+        let values = vec![
+            Value::Null,
+            Value::Bool(true),
+            Value::Bool(false),
+            Value::Int(i64::MIN),
+            Value::UInt(u64::MAX),
+            Value::Float(1.5e300),
+            Value::Float(f64::NAN),
+            Value::Float(f64::NEG_INFINITY),
+            Value::Decimal("-12.50".into()),
+            Value::Text("line\nnext \"quoted\"".into()),
+            Value::Bytes(vec![0, 255, 7]),
+            Value::Json(JsonText::parse("{\"a\": [1, 2]}".into()).unwrap()),
+            Value::Date("2026-12-06".into()),
+            Value::Time("10:00:00+02".into()),
+            Value::Timestamp("2026-12-06T10:00:00".into()),
+            Value::TimestampTz("2026-12-06T10:00:00Z".into()),
+            Value::Array(vec![Value::Int(1), Value::Text("x".into()), Value::Null]),
+            Value::Unchanged,
+        ];
+        for value in &values {
+            let mut out = Vec::new();
+            value.write_json(&mut out).unwrap();
+            assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(value).unwrap(), "{value:?}");
+        }
+        let columns: crate::value::Columns = (0..values.len()).map(|i| Arc::from(format!("c\"{i}"))).collect();
+        let row = Row { columns, values };
+        let mut out = Vec::new();
+        row.write_json(&mut out).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&row).unwrap());
+    }
+}
