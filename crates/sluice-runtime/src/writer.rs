@@ -46,10 +46,10 @@ mod merged;
 mod open;
 mod transformed;
 
-/// Heap bytes of retained batches a writer keeps in memory; older ones
-/// move to spill files. A buffering sink (object storage) may hold minutes
-/// of events before they are durable, which must not all sit on the heap;
-/// a sink durable when its write returns keeps none past the write.
+/// Heap bytes of retained batches a writer keeps in memory besides the
+/// newest; older ones move to spill files. A buffering sink (object
+/// storage) may hold minutes of events before they are durable, which must
+/// not all sit on the heap; a file sink's newest is durable at its next write.
 pub(crate) const RETAINED_MEMORY_BYTES: usize = 4 * 1024 * 1024;
 
 /// What writers tell the checkpointer.
@@ -329,11 +329,12 @@ impl SinkWriter {
         self.flush(state).await
     }
 
-    /// Moves the oldest in-memory retained batches to spill files while
-    /// they hold more than [`RETAINED_MEMORY_BYTES`].
+    /// Moves the oldest in-memory retained batches but the newest to spill
+    /// files while those hold more than [`RETAINED_MEMORY_BYTES`].
     fn spill_retained(&self, state: &mut State) -> Result<(), Stop> {
-        let mut held: usize = state.retained.iter().map(|b| b.heap_bytes).sum();
-        for batch in state.retained.iter_mut() {
+        let older = state.retained.len().saturating_sub(1);
+        let mut held: usize = state.retained.iter().take(older).map(|b| b.heap_bytes).sum();
+        for batch in state.retained.iter_mut().take(older) {
             if held <= RETAINED_MEMORY_BYTES {
                 break;
             }
