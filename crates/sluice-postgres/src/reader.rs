@@ -203,16 +203,20 @@ impl Reader {
                     self.sql.simple_query(&sql).await.map_err(|e| source_error("heartbeat", e))?;
                     self.stats.heartbeats_sent.fetch_add(1, Ordering::Relaxed);
                 }
+                // Reading first: what the server has already sent goes into
+                // one chunk, handed on once the socket has nothing more (or
+                // the chunk is full), rather than a chunk per row, each of
+                // which wakes the pipeline.
+                message = self.conn.read_message(), if ready.len() < READY_LIMIT => {
+                    let message = message.map_err(|e| source_error("replication stream", e))?;
+                    self.last_received = Instant::now();
+                    self.handle(message, &mut ready).await?;
+                }
                 permit = events.reserve(), if !ready.is_empty() => {
                     // The receiver is gone only when the source was restarted or dropped.
                     let Ok(permit) = permit else { return Ok(()) };
                     self.last_emitted = ready.last().map(|e| e.position.clone());
                     permit.send(Ok(std::mem::take(&mut ready)));
-                }
-                message = self.conn.read_message(), if ready.len() < READY_LIMIT => {
-                    let message = message.map_err(|e| source_error("replication stream", e))?;
-                    self.last_received = Instant::now();
-                    self.handle(message, &mut ready).await?;
                 }
             }
         }
