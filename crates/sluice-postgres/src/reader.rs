@@ -216,7 +216,10 @@ impl Reader {
                     // The receiver is gone only when the source was restarted or dropped.
                     let Ok(permit) = permit else { return Ok(()) };
                     self.last_emitted = ready.last().map(|e| e.position.clone());
-                    permit.send(Ok(std::mem::take(&mut ready)));
+                    // Room for a chunk like this one, so the next does not move its
+                    // events each time it grows.
+                    let room = ready.len();
+                    permit.send(Ok(std::mem::replace(&mut ready, Vec::with_capacity(room))));
                 }
             }
         }

@@ -101,7 +101,10 @@ impl Reader {
                 _ = measure.tick() => self.measure_log().await,
                 permit = events.reserve(), if !ready.is_empty() => {
                     let Ok(permit) = permit else { return Ok(()) };
-                    permit.send(Ok(std::mem::take(&mut ready)));
+                    // Room for a chunk like this one, so the next does not move its
+                    // events each time it grows.
+                    let room = ready.len();
+                    permit.send(Ok(std::mem::replace(&mut ready, Vec::with_capacity(room))));
                 }
                 next = tokio::time::timeout(self.receive_timeout, self.stream.next()), if ready.len() < READY_LIMIT => {
                     let event = match next {
