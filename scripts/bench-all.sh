@@ -55,6 +55,10 @@ echo "| scenario | Sluice events/s | ceiling (same run) events/s | ratio | peak 
 echo "|---|---|---|---|---|---|---|"
 row "generator → memory sink" "$(field bench generator-to-memory 1)" "generator alone" "$generator" "$(field bench generator-to-memory 0)"
 row "generator → file sink" "$(field bench generator-to-file 1)" "generator alone" "$generator" "$(field bench generator-to-file 0)"
+if ! grep -q "^generator-to-shm-file *skipped" "$out/bench.txt"; then
+  row "generator → file sink in /dev/shm" "$(field bench generator-to-shm-file 1)" "generator alone" "$generator" \
+    "$(field bench generator-to-shm-file 0)"
+fi
 row "PostgreSQL → file sink" "$(field bench-postgres "sluice postgres -> file sink" 2)" "pg_recvlogical" "$pg" "$pg_rss" file "$pg_peer"
 row "MariaDB → file sink" "$(field bench-mysql "sluice mysql" 1)" "mariadb-binlog" "$my" "$my_rss" none "$my_peer"
 row "PostgreSQL snapshot → file sink" "$(field bench-snapshot "sluice snapshot" 1)" "COPY to /dev/null" \

@@ -1,5 +1,6 @@
 //! Coordinator throughput: generator → memory sink and generator → file
-//! sink, 2M events each, plus the generator alone as the ceiling.
+//! sink (in the data dir's file system and in /dev/shm), 2M events each,
+//! plus the generator alone as the ceiling.
 //!
 //! `cargo bench -p sluice --bench pipeline`. Each case runs in a child
 //! process of its own so that its peak RSS is its own.
@@ -23,7 +24,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const CASE_VAR: &str = "SLUICE_BENCH_CASE";
 const ROWS_PER_TX: u32 = 10;
 const TX_COUNT: u64 = 200_000;
-const CASES: [&str; 4] = ["generator-only", "generator-to-memory", "generator-to-file", "one-2m-event-tx-to-file"];
+const CASES: [&str; 5] =
+    ["generator-only", "generator-to-memory", "generator-to-file", "generator-to-shm-file", "one-2m-event-tx-to-file"];
 
 fn main() {
     if let Ok(case) = std::env::var(CASE_VAR) {
@@ -56,6 +58,10 @@ fn generator_shaped(tx_count: u64, rows_per_tx: u32) -> GeneratorSource {
 }
 
 fn run_case(case: &str) {
+    if case == "generator-to-shm-file" && !std::path::Path::new("/dev/shm").is_dir() {
+        println!("{case:<22} skipped: this machine has no /dev/shm");
+        return;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let events = TX_COUNT * u64::from(ROWS_PER_TX);
@@ -79,12 +85,16 @@ fn run_case(case: &str) {
             run_pipeline(&runtime, Box::new(MemorySink::new("memory", log.clone(), options)), dir.path());
             verify = Box::new(move || assert_eq!(log.event_count(), events));
         }
-        "generator-to-file" => {
-            let path = dir.path().join("out.jsonl");
+        // The same file sink writing to /dev/shm: what the encode-and-write
+        // path costs without the disk under the data dir.
+        "generator-to-file" | "generator-to-shm-file" => {
+            let shm = (case == "generator-to-shm-file").then(|| tempfile::tempdir_in("/dev/shm").unwrap());
+            let path = shm.as_ref().map_or(dir.path(), |d| d.path()).join("out.jsonl");
             run_pipeline(&runtime, Box::new(FileSink::new("file", &path)), dir.path());
             verify = Box::new(move || {
                 let file = std::io::BufReader::new(std::fs::File::open(&path).unwrap());
                 assert_eq!(std::io::BufRead::lines(file).count() as u64, events);
+                drop(shm);
             });
         }
         "one-2m-event-tx-to-file" => {
