@@ -43,8 +43,10 @@ const READY_LIMIT: usize = 1024;
 /// often enough that a stall shows within the runtime's stall window (5 s),
 /// apart from the standby status interval, which may be minutes.
 const LOG_MEASURE_INTERVAL: Duration = Duration::from_secs(2);
-/// Chunks queued between the reader task and `poll`.
-const CHUNK_QUEUE: usize = 8;
+/// Chunks queued between the reader task and `poll`. The reader hands on
+/// chunks of up to [`READY_LIMIT`] events when the server is ahead, so two
+/// keep the coordinator fed without holding thousands of events more.
+const CHUNK_QUEUE: usize = 2;
 /// With nothing from the server for this long while reading, the
 /// connection is taken for dead and reopened. The server sends keepalives
 /// at half its `wal_sender_timeout` (60 s by default).
