@@ -284,6 +284,18 @@ impl Position {
     }
 }
 
+/// `Display` through a `write_text`: its pieces into `f`, up to the first
+/// error.
+fn display(f: &mut fmt::Formatter<'_>, write_text: impl FnOnce(&mut dyn FnMut(&str))) -> fmt::Result {
+    let mut result = Ok(());
+    write_text(&mut |piece| {
+        if result.is_ok() {
+            result = f.write_str(piece);
+        }
+    });
+    result
+}
+
 /// Room on the stack for the fixed-size parts of a position's text.
 struct Text {
     bytes: [u8; 48],
@@ -311,13 +323,7 @@ impl Text {
 
 impl fmt::Display for Position {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut result = Ok(());
-        self.write_text(&mut |piece| {
-            if result.is_ok() {
-                result = f.write_str(piece);
-            }
-        });
-        result
+        display(f, |put| self.write_text(&mut |piece| put(piece)))
     }
 }
 
@@ -478,13 +484,7 @@ impl SnapshotPos {
 
 impl fmt::Display for SnapshotPos {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut result = Ok(());
-        self.write_text(&mut |piece| {
-            if result.is_ok() {
-                result = f.write_str(piece);
-            }
-        });
-        result
+        display(f, |put| self.write_text(&mut |piece| put(piece)))
     }
 }
 
