@@ -140,8 +140,13 @@ fn a_kill_mid_snapshot_resumes_after_the_last_row_every_sink_holds() {
     let db = "e2e_snap_kill";
     let (dir, out, config) = big_table_pipeline(db, 150000, 2000);
     let args = ["run", "-c", config.to_str().unwrap()];
-    let mut child = spawn(&args, dir.path());
-    wait_until(Duration::from_secs(120), "part of the snapshot", || line_count(&out) >= 20_000);
+    let mut child = spawn_logging_checkpoints(&args, dir.path());
+    // Resuming is from the stored checkpoint: lines reach the file before
+    // their checkpoint reaches the store, and a kill before the first one
+    // starts the snapshot over (the sink then skips the rows it holds).
+    wait_until(Duration::from_secs(120), "part of the snapshot, checkpointed", || {
+        line_count(&out) >= 20_000 && checkpoint_stored(dir.path())
+    });
     child.kill9();
     let held = line_count(&out);
     assert!(held < 150_000, "the snapshot finished before the kill; make the table bigger");

@@ -105,8 +105,27 @@ pub fn spawn_with_env(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> Runnin
 }
 
 pub fn spawn(args: &[&str], dir: &Path) -> Running {
+    spawn_command(sluice(), args, dir)
+}
+
+/// [`spawn`], with each checkpoint the store takes in the log, so a test
+/// can wait for one ([`checkpoint_stored`]) before it kills the process:
+/// lines in a sink's file come before their checkpoint does.
+pub fn spawn_logging_checkpoints(args: &[&str], dir: &Path) -> Running {
+    let mut command = sluice();
+    command.env("RUST_LOG", "info,sluice_runtime::checkpointer=debug");
+    spawn_command(command, args, dir)
+}
+
+/// Whether a process from [`spawn_logging_checkpoints`] in `dir` has had
+/// a checkpoint stored.
+pub fn checkpoint_stored(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("sluice.log")).is_ok_and(|log| log.contains("checkpoint stored"))
+}
+
+fn spawn_command(mut command: Command, args: &[&str], dir: &Path) -> Running {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("sluice.log")).unwrap();
-    let child = sluice().args(args).current_dir(dir).stdout(Stdio::null()).stderr(log).spawn().expect("sluice starts");
+    let child = command.args(args).current_dir(dir).stdout(Stdio::null()).stderr(log).spawn().expect("sluice starts");
     Running(Some(child), dir.join("sluice.log"))
 }
 
