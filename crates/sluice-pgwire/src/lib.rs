@@ -93,13 +93,17 @@ pub struct RowStream<'a> {
 }
 
 impl RowStream<'_> {
-    /// The next row's values in text form, or `None` once the query is
-    /// over; a server error is returned at that point, when the
-    /// connection is ready again.
-    pub async fn next(&mut self) -> Result<Option<Vec<Option<Bytes>>>, PgError> {
+    /// The next row's values in text form (invalid UTF-8 replaced), or
+    /// `None` once the query is over; a server error is returned at that
+    /// point, when the connection is ready again.
+    pub async fn next(&mut self) -> Result<Option<Vec<Option<String>>>, PgError> {
         while !self.done {
+            let conn = &mut *self.conn;
+            if let Some(row) = frame::take_text_row(&mut conn.read_buf).map_err(|e| conn.protocol(e.to_string()))? {
+                return Ok(Some(row));
+            }
             match self.conn.read_message().await? {
-                Backend::DataRow(values) => return Ok(Some(values)),
+                Backend::DataRow(values) => return Ok(Some(values.iter().map(|v| v.as_deref().map(text)).collect())),
                 Backend::Error(fields) => self.error = Some(self.conn.server_error(fields)),
                 Backend::ReadyForQuery => self.done = true,
                 _ => {}

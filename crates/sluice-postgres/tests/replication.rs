@@ -347,7 +347,7 @@ async fn streamed_rows_come_one_by_one_and_a_later_error_ends_them() {
     let mut seen = Vec::new();
     let error = loop {
         match rows.next().await {
-            Ok(Some(row)) => seen.push(sluice_postgres::wire::text(row[0].as_deref().unwrap())),
+            Ok(Some(row)) => seen.push(row[0].clone().unwrap()),
             Ok(None) => panic!("the query ended without its error after {seen:?}"),
             Err(e) => break e,
         }

@@ -194,7 +194,6 @@ async fn read_table(
             let mut read = 0;
             while let Some(row) = rows.next().await.map_err(|e| snapshot_error(table, e))? {
                 read += 1;
-                let row = texts(row);
                 let parts: Option<Vec<KeyPart>> = key
                     .iter()
                     .map(|k| row.get(k.index)?.as_deref().and_then(|text| plan::key_part(k.kind, text)))
@@ -219,8 +218,7 @@ async fn read_table(
             while first < *pages {
                 let sql = table.ctid_chunk_sql(first, *pages_per_chunk, resume.take());
                 let mut rows = conn.query_rows(&sql).await.map_err(|e| snapshot_error(table, e))?;
-                while let Some(row) = rows.next().await.map_err(|e| snapshot_error(table, e))? {
-                    let mut row = texts(row);
+                while let Some(mut row) = rows.next().await.map_err(|e| snapshot_error(table, e))? {
                     let ctid = row.first().cloned().flatten().as_deref().and_then(plan::parse_ctid);
                     let (block, offset) = ctid.ok_or_else(|| bad_key(table))?;
                     row.remove(0);
@@ -239,10 +237,6 @@ async fn read_table(
     conn.simple_query("COMMIT").await.map_err(|e| snapshot_error(table, e))?;
     conn.close().await;
     Ok(())
-}
-
-fn texts(row: Vec<Option<bytes::Bytes>>) -> Vec<Option<String>> {
-    row.into_iter().map(|value| value.map(|v| crate::wire::text(&v))).collect()
 }
 
 fn bad_key(table: &TablePlan) -> SourceError {

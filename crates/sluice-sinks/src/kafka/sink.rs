@@ -84,11 +84,13 @@ impl KafkaSink {
             .set("acks", "all")
             .set("compression.type", self.config.compression.as_str())
             .set("message.timeout.ms", (self.timeout.as_millis() as u64).to_string());
-        // Measured: a short linger helps at-least-once batches; with
-        // transactions every batch ends in a commit that flushes anyway,
-        // and lingering only adds to each commit's latency.
+        // Measured: a short linger makes fuller produce requests. With
+        // transactions too: without it, a drain of 1M rows sent three
+        // times as many requests, a third the size (median 11 against 65
+        // KB), and ran slower in seven of nine interleaved rounds, though
+        // each transaction's last messages now wait up to 5 ms.
         if !self.config.client_conf.contains_key("linger.ms") {
-            config.set("linger.ms", if self.config.transactions() { "0" } else { "5" });
+            config.set("linger.ms", "5");
         }
         if self.config.reads_back() {
             // No message may be skipped: a failure stops the producer
