@@ -27,6 +27,8 @@ mod context;
 #[cfg(feature = "kafka")]
 mod error;
 #[cfg(feature = "kafka")]
+mod ledger;
+#[cfg(feature = "kafka")]
 mod preflight;
 #[cfg(feature = "kafka")]
 mod read_back;

@@ -1,7 +1,7 @@
 //! Encoded records as Kafka messages.
 
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::FutureRecord;
+use rdkafka::producer::BaseRecord;
 use sluice_core::Event;
 use sluice_format::Record;
 
@@ -37,7 +37,8 @@ pub(super) fn kafka_record<'a>(
     encoded: &'a Record,
     native_key: Option<&'a [u8]>,
     placed: Option<Placed>,
-) -> FutureRecord<'a, [u8], [u8]> {
+) -> BaseRecord<'a, [u8], [u8], usize> {
+    // The opaque, the message's number in the producer's ledger, is set as it is sent.
     // librdkafka grows a header list past its capacity by reallocating it,
     // per message: the capacity counts every header the record will get.
     let capacity = 6 + encoded.headers.len() + if placed.is_some() { 2 } else { 0 };
@@ -63,7 +64,7 @@ pub(super) fn kafka_record<'a>(
             .insert(Header { key: PARTITIONS_HEADER, value: Some(placed.partitions.as_bytes()) });
         partition = Some(placed.partition);
     }
-    let mut record = FutureRecord::to(topic).headers(headers);
+    let mut record = BaseRecord::with_opaque_to(topic, 0).headers(headers);
     if let Some(partition) = partition {
         record = record.partition(partition);
     }

@@ -1,10 +1,9 @@
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 use sluice_core::settings::valid_topic;
 use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError, SliceChunks, failpoint};
@@ -15,6 +14,7 @@ use crate::encoded::SharedEncoder;
 use super::KafkaSinkConfig;
 use super::checkpoint::{ensure_topic, read_position};
 use super::context::{Refusal, Watched};
+use super::ledger::{Ledger, Settled};
 use super::error::{Class, class_of, per_event};
 use super::read_back::{ReadBack, partition_of, read_topic};
 use super::record::{Placed, kafka_record};
@@ -23,6 +23,10 @@ use crate::template::{Template, default_key};
 
 /// Deliveries a write leaves pending before it waits for the oldest.
 const MAX_PENDING_DELIVERIES: usize = 8192;
+
+/// Reports each delivery to its context's ledger, from librdkafka's
+/// polling thread.
+type KafkaProducer = ThreadedProducer<Ledger>;
 
 pub struct KafkaSink {
     config: KafkaSinkConfig,
@@ -37,7 +41,7 @@ pub struct KafkaSink {
     /// of the same format.
     encoder: tokio::sync::Mutex<SharedEncoder>,
     timeout: Duration,
-    producer: Option<FutureProducer<Watched>>,
+    producer: Option<KafkaProducer>,
     /// Refusals librdkafka reports on its own, kept by the producer's context.
     watched: Watched,
     held: Option<Position>,
@@ -151,14 +155,14 @@ impl KafkaSink {
         }
     }
 
-    fn producer(&self) -> Result<FutureProducer<Watched>, SinkError> {
+    fn producer(&self) -> Result<KafkaProducer, SinkError> {
         self.producer.clone().ok_or_else(|| SinkError::transient("kafka: the producer is not open"))
     }
 
     async fn blocking<T: Send + 'static>(
         &self,
         context: &str,
-        call: impl FnOnce(FutureProducer<Watched>) -> Result<T, KafkaError> + Send + 'static,
+        call: impl FnOnce(KafkaProducer) -> Result<T, KafkaError> + Send + 'static,
     ) -> Result<T, SinkError> {
         let producer = self.producer()?;
         match tokio::task::spawn_blocking(move || call(producer)).await {
@@ -179,9 +183,11 @@ impl KafkaSink {
     }
 
     /// Produces every event; returns the delivery futures still pending.
-    async fn produce(&self, events: &mut dyn EventChunks) -> Result<VecDeque<(DeliveryFuture, Position)>, SinkError> {
+    /// Produces every record of `events`; their deliveries are left in the
+    /// producer's ledger, for `settle_all`.
+    async fn produce(&self, events: &mut dyn EventChunks) -> Result<(), SinkError> {
         let producer = self.producer()?;
-        let mut pending = VecDeque::new();
+        producer.context().forget();
         let (mut topic, mut key, mut key_text) = (String::new(), Vec::new(), String::new());
         let shared = events.shared();
         let mut encoder = self.encoder.lock().await;
@@ -240,11 +246,11 @@ impl KafkaSink {
                         false => None,
                     };
                     let record = kafka_record(topic, event, &id, encoded, native, placed);
-                    self.send(&producer, record, event, &mut pending).await?;
+                    self.send(&producer, record, event).await?;
                 }
             }
         }
-        Ok(pending)
+        Ok(())
     }
 
     /// `read_back`: the partition of record `index` (id `id`) of `event`,
@@ -274,73 +280,79 @@ impl KafkaSink {
     /// Hands one record to librdkafka, waiting for room when its queue is full.
     async fn send(
         &self,
-        producer: &FutureProducer<Watched>,
-        record: FutureRecord<'_, [u8], [u8]>,
+        producer: &KafkaProducer,
+        record: BaseRecord<'_, [u8], [u8], usize>,
         event: &Event,
-        pending: &mut VecDeque<(DeliveryFuture, Position)>,
     ) -> Result<(), SinkError> {
+        let ledger = producer.context();
         let mut record = Some(record);
-        while let Some(next) = record.take() {
-            match producer.send_result(next) {
-                Ok(delivery) => {
-                    pending.push_back((delivery, event.position.clone()));
-                    // Each pending delivery holds a channel with room for
-                    // the message (about 300 bytes): a write of a 300,000
-                    // row transaction otherwise kept 90 MB of them until
-                    // its end. The oldest is long delivered by now, and
-                    // settling in order reports a refusal as `settle_all` does.
-                    if pending.len() > MAX_PENDING_DELIVERIES {
-                        self.settle_oldest(pending).await?;
+        while let Some(mut next) = record.take() {
+            next.delivery_opaque = ledger.enter(Some(event.position.clone()));
+            match producer.send(next) {
+                Ok(()) => {
+                    // The oldest is long delivered by now; settling it keeps
+                    // the ledger (a position per message) small through a
+                    // write of a 300,000-row transaction, and settling in
+                    // order reports a refusal as `settle_all` does.
+                    if ledger.len() > MAX_PENDING_DELIVERIES {
+                        self.settle_oldest(ledger).await?;
                     }
                 }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    ledger.take_back();
                     // The local queue is full: wait for the oldest delivery.
-                    if !self.settle_oldest(pending).await? {
+                    if !self.settle_oldest(ledger).await? {
                         tokio::time::sleep(Duration::from_millis(10)).await;
                     }
                     record = Some(back);
                 }
-                Err((error, _)) => match per_event(error.rdkafka_error_code()) {
-                    // librdkafka's own checks (message.max.bytes among
-                    // them) refuse the message here, before any broker sees it.
-                    Some(reason) => return Err(rejected(event, reason, &error)),
-                    None => return Err(self.classify("producing", error)),
-                },
+                Err((error, _)) => {
+                    ledger.take_back();
+                    return match per_event(error.rdkafka_error_code()) {
+                        // librdkafka's own checks (message.max.bytes among
+                        // them) refuse the message here, before any broker sees it.
+                        Some(reason) => Err(rejected(event, reason, &error)),
+                        None => Err(self.classify("producing", error)),
+                    };
+                }
             }
         }
         Ok(())
     }
 
     /// Waits for the oldest pending delivery; false when none is pending.
-    async fn settle_oldest(&self, pending: &mut VecDeque<(DeliveryFuture, Position)>) -> Result<bool, SinkError> {
-        let Some((oldest, position)) = pending.pop_front() else {
-            return Ok(false);
-        };
-        self.settle(oldest, &position).await?;
-        Ok(true)
-    }
-
-    async fn settle(&self, delivery: DeliveryFuture, position: &Position) -> Result<(), SinkError> {
-        match delivery.await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err((error, _))) => match per_event(error.rdkafka_error_code()) {
-                Some(reason) => Err(SinkError::Rejected {
-                    detail: format!("kafka: the event {reason} (at {position}): {error}"),
-                    position: position.clone(),
-                }),
-                None => Err(self.classify("delivery", error)),
-            },
-            Err(_) => Err(SinkError::transient("kafka: a delivery was cancelled (producer closed)")),
+    async fn settle_oldest(&self, ledger: &Ledger) -> Result<bool, SinkError> {
+        match ledger.settle_oldest().await {
+            Some(settled) => self.settled(settled).map(|()| true),
+            None => Ok(false),
         }
     }
 
-    /// Waits for every delivery. A refused message is reported before any
-    /// other failure: in a transaction, one refusal makes the broker fail
-    /// the messages after it too, and only the refused one is at fault.
-    async fn settle_all(&self, pending: VecDeque<(DeliveryFuture, Position)>) -> Result<(), SinkError> {
+    fn settled(&self, settled: Settled) -> Result<(), SinkError> {
+        let error = match settled.result {
+            Ok(()) => return Ok(()),
+            Err(error) => error,
+        };
+        // Not an event's: a refused checkpoint record is no event's fault.
+        let Some(position) = settled.position else {
+            return Err(self.classify("delivering the checkpoint", error));
+        };
+        match per_event(error.rdkafka_error_code()) {
+            Some(reason) => {
+                Err(SinkError::Rejected { detail: format!("kafka: the event {reason} (at {position}): {error}"), position })
+            }
+            None => Err(self.classify("delivery", error)),
+        }
+    }
+
+    /// Waits for every delivery in the ledger. A refused message is
+    /// reported before any other failure: in a transaction, one refusal
+    /// makes the broker fail the messages after it too, and only the
+    /// refused one is at fault.
+    async fn settle_all(&self, ledger: &Ledger) -> Result<(), SinkError> {
         let mut first = None;
-        for (delivery, position) in pending {
-            match self.settle(delivery, &position).await {
+        while let Some(settled) = ledger.settle_oldest().await {
+            match self.settled(settled) {
                 Ok(()) => {}
                 Err(rejected @ SinkError::Rejected { .. }) => return Err(rejected),
                 Err(error) => {
@@ -353,18 +365,18 @@ impl KafkaSink {
 
     async fn write_transaction(&mut self, events: &mut dyn EventChunks, last: &Position) -> Result<(), SinkError> {
         self.blocking("begin transaction", |p| p.begin_transaction()).await?;
-        let pending = self.produce(events).await?;
+        self.produce(events).await?;
         let value = last.to_string();
-        let record = FutureRecord::to(&self.config.checkpoint_topic).key(&self.checkpoint_key).payload(&value);
-        let checkpoint =
-            self.producer()?.send_result(record).map_err(|(e, _)| self.classify("producing the checkpoint", e))?;
-        self.settle_all(pending).await?;
-        // Not through `settle`: a refused checkpoint record is no event's fault.
-        match checkpoint.await {
-            Ok(Ok(_)) => {}
-            Ok(Err((error, _))) => return Err(self.classify("delivering the checkpoint", error)),
-            Err(_) => return Err(SinkError::transient("kafka: a delivery was cancelled (producer closed)")),
+        let producer = self.producer()?;
+        let ledger = producer.context();
+        let record = BaseRecord::with_opaque_to(&self.config.checkpoint_topic, ledger.enter(None))
+            .key(self.checkpoint_key.as_bytes())
+            .payload(value.as_bytes());
+        if let Err((error, _)) = producer.send(record) {
+            ledger.take_back();
+            return Err(self.classify("producing the checkpoint", error));
         }
+        self.settle_all(ledger).await?;
         failpoint::hit("kafka.before_commit");
         self.commit().await?;
         self.count_transaction("committed");
@@ -396,7 +408,7 @@ impl KafkaSink {
 /// (measured: a tenth of the commits here took 100 ms more, which set the
 /// p99 latency). If something is still outstanding after a few
 /// milliseconds, the flush waits for it as before.
-fn settle_reports(producer: &FutureProducer<Watched>) {
+fn settle_reports(producer: &KafkaProducer) {
     let start = Instant::now();
     while producer.in_flight_count() > 0 && start.elapsed() < Duration::from_millis(5) {
         std::thread::sleep(Duration::from_micros(100));
@@ -452,8 +464,8 @@ impl Sink for KafkaSink {
         // landed in part.
         sluice_core::sync::lock(&self.read_back).topics.clear();
         self.watched = Watched::default();
-        let producer: FutureProducer<Watched> =
-            self.producer_config().create_with_context(self.watched.clone()).map_err(|e| {
+        let producer: KafkaProducer =
+            self.producer_config().create_with_context(Ledger::new(self.watched.clone())).map_err(|e| {
             SinkError::permanent_from(
                 format!("kafka sink {:?}: bad producer settings: {e}", self.config.id),
                 "check client_conf",
@@ -508,8 +520,8 @@ impl Sink for KafkaSink {
                 return Err(error);
             }
         } else {
-            let pending = self.produce(events).await?;
-            self.settle_all(pending).await?;
+            self.produce(events).await?;
+            self.settle_all(self.producer()?.context()).await?;
         }
         self.held = Some(last);
         Ok(self.held.clone())
@@ -544,12 +556,12 @@ impl Sink for KafkaSink {
         let mut one = SliceChunks::new(std::slice::from_ref(event))
             .ok_or_else(|| SinkError::transient("kafka: nothing to redeliver"))?;
         if !self.config.transactions() {
-            let pending = self.produce(&mut one).await?;
-            return self.settle_all(pending).await;
+            self.produce(&mut one).await?;
+            return self.settle_all(self.producer()?.context()).await;
         }
         self.blocking("begin transaction", |p| p.begin_transaction()).await?;
         let produced = match self.produce(&mut one).await {
-            Ok(pending) => self.settle_all(pending).await,
+            Ok(()) => self.settle_all(self.producer()?.context()).await,
             Err(error) => Err(error),
         };
         if let Err(error) = produced {
