@@ -26,7 +26,11 @@ pub fn run(serve: ServeArgs) -> Result<(), Failure> {
     let instance = serve.instance_id.clone().unwrap_or_else(fleet::default_instance);
     let (store, fleet_store) = open_store(&config, &args.data_dir, serve.fleet.then_some(instance.as_str()))?;
     let metrics = if api_on { Some(api::install_metrics(&config).map_err(Failure::bad_input)?) } else { None };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = serve.worker_threads {
+        runtime.worker_threads(usize::from(threads));
+    }
+    let runtime = runtime
         .enable_all()
         .thread_name("sluice")
         .build()

@@ -26,6 +26,21 @@ fn quickstart_pipeline_writes_every_event_once_and_records_the_checkpoint() {
 }
 
 #[test]
+fn a_run_on_one_worker_thread_writes_every_event_and_zero_threads_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &generator_to_file(300, 7, None, "out/orders.jsonl"));
+    let config = config.to_str().unwrap();
+    let output = run(&["run", "-c", config, "--worker-threads", "0"], dir.path());
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("--worker-threads"), "{}", stderr(&output));
+    assert!(!dir.path().join("out/orders.jsonl").exists(), "a refused run writes nothing");
+    let output = run(&["run", "-c", config, "--worker-threads", "1"], dir.path());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let held = std::fs::read_to_string(dir.path().join("out/orders.jsonl")).unwrap();
+    assert_eq!(held.lines().collect::<Vec<_>>(), expected_lines(300, 7));
+}
+
+#[test]
 fn validate_shows_each_sink_and_its_guarantee() {
     let dir = tempfile::tempdir().unwrap();
     let text = generator_to_file(1, 1, None, "out.jsonl")
