@@ -29,11 +29,12 @@ fn decimal(mut n: u32, buffer: &mut [u8; 10]) -> &[u8] {
 
 /// One encoded record as a Kafka message: the format's key where it
 /// defines one (Debezium), else the sink's own; Sluice's lineage headers
-/// and the format's headers.
+/// (the record's id, and the event's position as text) and the format's
+/// headers.
 pub(super) fn kafka_record<'a>(
     topic: &'a str,
     event: &'a Event,
-    id: &'a str,
+    (id, position): (&'a str, &'a str),
     encoded: &'a Record,
     native_key: Option<&'a [u8]>,
     placed: Option<Placed>,
@@ -48,7 +49,6 @@ pub(super) fn kafka_record<'a>(
         .insert(Header { key: "sluice.db", value: Some(event.database.as_bytes()) })
         .insert(Header { key: "sluice.table", value: Some(event.table.as_bytes()) })
         .insert(Header { key: "sluice.op", value: Some(event.op.code().as_bytes()) });
-    let position = event.position.to_string();
     headers = headers.insert(Header { key: "sluice.position", value: Some(position.as_bytes()) });
     for (name, value) in &encoded.headers {
         headers = headers.insert(Header { key: name, value: Some(value.as_slice()) });

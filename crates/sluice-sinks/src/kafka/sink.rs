@@ -189,6 +189,8 @@ impl KafkaSink {
         let producer = self.producer()?;
         producer.context().forget();
         let (mut topic, mut key, mut key_text) = (String::new(), Vec::new(), String::new());
+        // Each event's position goes into a header; one buffer serves them all.
+        let mut position_text = String::new();
         let shared = events.shared();
         let mut encoder = self.encoder.lock().await;
         let own_keys = !encoder.defines_keys();
@@ -223,10 +225,13 @@ impl KafkaSink {
                     (None, None) => false,
                 };
                 let records = encoding.records(&encoder, index, event)?;
-                let event_id = event.id().to_string();
+                let mut id_text = [0u8; 36];
+                let event_id = event.id().encode(&mut id_text);
+                position_text.clear();
+                event.position.write_text(&mut |piece| position_text.push_str(piece));
                 let mut transaction_topic = None;
                 for (index, encoded) in records.iter().enumerate() {
-                    let id = crate::encoded::record_id(&event_id, records, index);
+                    let id = crate::encoded::record_id(event_id, records, index);
                     // BEGIN and END go to Debezium's transaction topic.
                     let topic = match encoded.kind {
                         RecordKind::Transaction => transaction_topic
@@ -245,7 +250,7 @@ impl KafkaSink {
                         },
                         false => None,
                     };
-                    let record = kafka_record(topic, event, &id, encoded, native, placed);
+                    let record = kafka_record(topic, event, (&id, &position_text), encoded, native, placed);
                     self.send(&producer, record, event).await?;
                 }
             }
