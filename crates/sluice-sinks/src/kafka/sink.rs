@@ -182,7 +182,6 @@ impl KafkaSink {
         Ok(())
     }
 
-    /// Produces every event; returns the delivery futures still pending.
     /// Produces every record of `events`; their deliveries are left in the
     /// producer's ledger, for `settle_all`.
     async fn produce(&self, events: &mut dyn EventChunks) -> Result<(), SinkError> {
