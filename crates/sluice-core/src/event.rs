@@ -79,14 +79,6 @@ impl EventId {
 /// The length of an event id's text.
 pub const ID_LEN: usize = uuid::fmt::Hyphenated::LENGTH;
 
-impl EventId {
-    /// The id as `Display` writes it, in `buffer`: for a caller that needs
-    /// the text once per event and would otherwise allocate a string for it.
-    pub fn encode<'a>(&self, buffer: &'a mut [u8; 36]) -> &'a str {
-        self.0.hyphenated().encode_lower(buffer)
-    }
-}
-
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.hyphenated().fmt(f)

@@ -60,12 +60,12 @@ pub struct Fields {
 #[error("malformed message from the server: {0}")]
 pub struct Malformed(pub &'static str);
 
-/// Takes one whole message off the front of `buf`, if one is there.
-pub fn parse(buf: &mut BytesMut) -> Result<Option<Backend>, Malformed> {
+/// The tag and length of the message at the front of `buf` once all of it
+/// is there; until then `None`, with room reserved for the rest.
+fn whole(buf: &mut BytesMut) -> Result<Option<(u8, usize)>, Malformed> {
     if buf.len() < 5 {
         return Ok(None);
     }
-    let tag = buf[0];
     let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
     if !(4..=MAX_MESSAGE_LEN).contains(&len) {
         return Err(Malformed("message length out of range"));
@@ -74,6 +74,14 @@ pub fn parse(buf: &mut BytesMut) -> Result<Option<Backend>, Malformed> {
         buf.reserve(len + 1 - buf.len());
         return Ok(None);
     }
+    Ok(Some((buf[0], len)))
+}
+
+/// Takes one whole message off the front of `buf`, if one is there.
+pub fn parse(buf: &mut BytesMut) -> Result<Option<Backend>, Malformed> {
+    let Some((tag, len)) = whole(buf)? else {
+        return Ok(None);
+    };
     buf.advance(5);
     let body = buf.split_to(len - 4).freeze();
     decode(tag, body).map(Some)
@@ -86,16 +94,9 @@ pub fn parse(buf: &mut BytesMut) -> Result<Option<Backend>, Malformed> {
 /// and going through [`parse`] cost each value a shared `Bytes` handle to
 /// make and drop, and each row a vector of them.
 pub fn take_text_row(buf: &mut BytesMut) -> Result<Option<Vec<Option<String>>>, Malformed> {
-    if buf.len() < 5 || buf[0] != b'D' {
+    let Some((b'D', len)) = whole(buf)? else {
         return Ok(None);
-    }
-    let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
-    if !(4..=MAX_MESSAGE_LEN).contains(&len) {
-        return Err(Malformed("message length out of range"));
-    }
-    if buf.len() < len + 1 {
-        return Ok(None);
-    }
+    };
     let row = text_values(&buf[5..len + 1])?;
     buf.advance(len + 1);
     Ok(Some(row))

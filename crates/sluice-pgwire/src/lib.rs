@@ -99,14 +99,16 @@ impl RowStream<'_> {
     pub async fn next(&mut self) -> Result<Option<Vec<Option<String>>>, PgError> {
         while !self.done {
             let conn = &mut *self.conn;
+            // A whole row is always taken here, so `parse` below meets
+            // only the messages around the rows.
             if let Some(row) = frame::take_text_row(&mut conn.read_buf).map_err(|e| conn.protocol(e.to_string()))? {
                 return Ok(Some(row));
             }
-            match self.conn.read_message().await? {
-                Backend::DataRow(values) => return Ok(Some(values.iter().map(|v| v.as_deref().map(text)).collect())),
-                Backend::Error(fields) => self.error = Some(self.conn.server_error(fields)),
-                Backend::ReadyForQuery => self.done = true,
-                _ => {}
+            match frame::parse(&mut conn.read_buf).map_err(|e| conn.protocol(e.to_string()))? {
+                Some(Backend::Error(fields)) => self.error = Some(conn.server_error(fields)),
+                Some(Backend::ReadyForQuery) => self.done = true,
+                Some(_) => {}
+                None => conn.read_more().await?,
             }
         }
         self.error.take().map_or(Ok(None), Err)
@@ -357,20 +359,24 @@ impl Connection {
     /// Reads the next whole message. Cancel-safe.
     pub async fn read_message(&mut self) -> Result<Backend, PgError> {
         loop {
-            if let Some(message) = frame::parse(&mut self.read_buf)
-                .map_err(|e| PgError::Protocol { addr: self.addr.clone(), detail: e.to_string() })?
-            {
+            if let Some(message) = frame::parse(&mut self.read_buf).map_err(|e| self.protocol(e.to_string()))? {
                 return Ok(message);
             }
-            self.read_buf.reserve(64 * 1024);
-            let read = self.stream.read_buf(&mut self.read_buf).await.map_err(|cause| self.io(cause))?;
-            if read == 0 {
-                return Err(
-                    self.io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the server closed the connection"))
-                );
-            }
-            self.bytes_read += read as u64;
+            self.read_more().await?;
         }
+    }
+
+    /// Reads what the server has sent next onto the end of the read buffer.
+    async fn read_more(&mut self) -> Result<(), PgError> {
+        self.read_buf.reserve(64 * 1024);
+        let read = self.stream.read_buf(&mut self.read_buf).await.map_err(|cause| self.io(cause))?;
+        if read == 0 {
+            return Err(
+                self.io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the server closed the connection"))
+            );
+        }
+        self.bytes_read += read as u64;
+        Ok(())
     }
 
     pub async fn send_copy_data(&mut self, data: &[u8]) -> Result<(), PgError> {

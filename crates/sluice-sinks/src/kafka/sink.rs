@@ -224,8 +224,8 @@ impl KafkaSink {
                     (None, None) => false,
                 };
                 let records = encoding.records(&encoder, index, event)?;
-                let mut id_text = [0u8; 36];
-                let event_id = event.id().encode(&mut id_text);
+                let mut id_text = [0u8; sluice_core::event::ID_LEN];
+                let event_id = event.id().write(&mut id_text);
                 position_text.clear();
                 event.position.write_text(&mut |piece| position_text.push_str(piece));
                 let mut transaction_topic = None;
