@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::event::{Event, MessageShape, OldKey, Op, Shape};
 use crate::position::Position;
-use crate::value::{JsonText, Row, Value};
+use crate::value::{CompactString, JsonText, Row, Value};
 
 /// Why bytes could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -290,7 +290,7 @@ fn take_row(input: &mut &[u8]) -> Result<Row, CodecError> {
 const MAX_ARRAY_DEPTH: usize = 32;
 
 pub(crate) fn take_value(input: &mut &[u8], depth: usize) -> Result<Value, CodecError> {
-    let text = |input: &mut &[u8]| take_str(input).map(str::to_string);
+    let text = |input: &mut &[u8]| take_str(input).map(CompactString::from);
     Ok(match take_u8(input)? {
         0 => Value::Null,
         1 => Value::Bool(take_u8(input)? != 0),
@@ -300,7 +300,9 @@ pub(crate) fn take_value(input: &mut &[u8], depth: usize) -> Result<Value, Codec
         5 => Value::Decimal(text(input)?),
         6 => Value::Text(text(input)?),
         7 => Value::Bytes(take_bytes(input)?.to_vec()),
-        8 => Value::Json(JsonText::parse(text(input)?).map_err(|_| CodecError::Invalid("bad JSON value"))?),
+        8 => Value::Json(
+            JsonText::parse(take_str(input)?.to_string()).map_err(|_| CodecError::Invalid("bad JSON value"))?,
+        ),
         9 => Value::Date(text(input)?),
         10 => Value::Time(text(input)?),
         11 => Value::Timestamp(text(input)?),

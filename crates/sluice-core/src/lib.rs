@@ -41,4 +41,4 @@ pub use snapshot::SnapshotPos;
 pub use source::{AckWatermark, LogStats, Source, SourceStatus};
 pub use state::{FileState, StateDir, StateStore};
 pub use tx_place::{TxCounter, TxCounts, TxPlace};
-pub use value::{Columns, JsonText, Row, Value};
+pub use value::{Columns, CompactString, JsonText, Row, ToCompactString, Value, format_compact};

@@ -128,8 +128,8 @@ pub fn change_row(database: &str, ddl: Option<String>, old: Before<'_>, new: Opt
         (Before::Absent, None) => Some(Vec::new()),
     };
     let values = vec![
-        Value::Text(database.to_string()),
-        ddl.map_or(Value::Null, Value::Text),
+        Value::Text(database.into()),
+        ddl.map_or(Value::Null, |ddl| Value::Text(ddl.into())),
         new.map_or(Value::Null, |list| json(serde_json::json!(list))),
         changes.map_or(Value::Null, |changes| json(serde_json::json!(changes))),
     ];

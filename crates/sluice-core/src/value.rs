@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use base64::Engine as _;
+pub use compact_str::{CompactString, ToCompactString, format_compact};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
@@ -20,20 +21,20 @@ pub enum Value {
     UInt(u64),
     Float(f64),
     /// An exact decimal in its text form, e.g. `"12.50"`.
-    Decimal(String),
-    Text(String),
+    Decimal(CompactString),
+    Text(CompactString),
     /// Binary data; base64 in JSON.
     Bytes(Vec<u8>),
     /// A JSON document, emitted as JSON rather than as a string.
     Json(JsonText),
     /// ISO-8601 `YYYY-MM-DD`.
-    Date(String),
+    Date(CompactString),
     /// ISO-8601 time of day, with an offset when the column has one.
-    Time(String),
+    Time(CompactString),
     /// ISO-8601 timestamp without a time zone.
-    Timestamp(String),
+    Timestamp(CompactString),
     /// ISO-8601 timestamp in UTC, ending in `Z`.
-    TimestampTz(String),
+    TimestampTz(CompactString),
     Array(Vec<Value>),
     /// The source did not send this column because it did not change
     /// (PostgreSQL's unchanged TOAST values, MySQL's minimal row images).

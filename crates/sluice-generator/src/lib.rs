@@ -11,7 +11,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sluice_config::GeneratorConfig;
 use sluice_core::schema::{ColumnSchema, ColumnType, TableSchema};
-use sluice_core::{AckWatermark, Columns, Event, Op, Position, Row, Source, SourceError, SourceStatus, Value};
+use sluice_core::{
+    AckWatermark, Columns, Event, Op, Position, Row, Source, SourceError, SourceStatus, ToCompactString as _, Value,
+    format_compact,
+};
 use tokio::time::Instant;
 
 /// Events produced per `poll`: large enough to amortise the channel hop to
@@ -83,10 +86,10 @@ impl GeneratorSource {
             columns: self.columns.clone(),
             values: vec![
                 Value::Int(id as i64),
-                Value::Text(format!("customer-{}", (hash >> 16) % 1000)),
+                Value::Text(format_compact!("customer-{}", (hash >> 16) % 1000)),
                 // Cents stay below 100 after an update's +1: two digits, as declared.
-                Value::Decimal(format!("{}.{:02}", (hash >> 24) % 10_000, (hash >> 40) % 99 + version)),
-                Value::Text(STATUSES[((hash >> 48) % 4) as usize].to_string()),
+                Value::Decimal(format_compact!("{}.{:02}", (hash >> 24) % 10_000, (hash >> 40) % 99 + version)),
+                Value::Text(STATUSES[((hash >> 48) % 4) as usize].to_compact_string()),
             ],
         };
         let (before, after) = match op {

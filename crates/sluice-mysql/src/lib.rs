@@ -1,6 +1,7 @@
 //! The MySQL / MariaDB source: row-based binlog replication. See
 //! [`source`] for the data flow, positions and safety checks.
 
+mod clock;
 mod conn;
 pub mod ddl;
 mod declared;

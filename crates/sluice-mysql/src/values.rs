@@ -4,8 +4,9 @@
 use mysql_async::Value as My;
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::consts::ColumnType;
-use sluice_core::{JsonText, Position, SourceError, Value};
+use sluice_core::{CompactString, JsonText, Position, SourceError, ToCompactString as _, Value};
 
+use crate::clock::{TextBuf, epoch_text, iso_datetime};
 use crate::schema::ColumnInfo;
 
 /// Converts one column value of a row of `table` (`database.table`) read
@@ -33,7 +34,7 @@ pub fn convert(
                      past it with `sluice checkpoints reset --pipeline <name> --yes` and a new snapshot",
                 )
             })?;
-            Ok(JsonText::parse(json.to_string()).map(Value::Json).unwrap_or(Value::Text(json.to_string())))
+            Ok(JsonText::parse(json.to_string()).map(Value::Json).unwrap_or(Value::Text(json.to_compact_string())))
         }
         // A partial update carries only a diff against a document this
         // reader may never have seen, so no whole value can be delivered.
@@ -75,28 +76,28 @@ fn convert_value(value: &My, column_type: ColumnType, meta: &[u8], info: &Column
         My::Double(d) => Value::Float(*d),
         My::Date(y, mo, d, h, mi, s, us) => {
             let date_only = matches!(column_type, MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE);
-            let mut text = String::with_capacity(if date_only { DATE_LEN } else { DATETIME_LEN });
-            push_padded(&mut text, (*y).into(), 4);
-            text.push('-');
-            push_padded(&mut text, (*mo).into(), 2);
-            text.push('-');
-            push_padded(&mut text, (*d).into(), 2);
+            let mut text = TextBuf::default();
+            text.push_padded((*y).into(), 4);
+            text.push(b'-');
+            text.push_padded((*mo).into(), 2);
+            text.push(b'-');
+            text.push_padded((*d).into(), 2);
             if date_only {
-                return Value::Date(text);
+                return Value::Date(text.finish());
             }
-            text.push('T');
-            push_clock(&mut text, (*h).into(), *mi, *s);
-            push_fraction(&mut text, *us, meta.first().copied().unwrap_or(0));
-            Value::Timestamp(text)
+            text.push(b'T');
+            text.push_clock((*h).into(), *mi, *s);
+            text.push_fraction(*us, meta.first().copied().unwrap_or(0));
+            Value::Timestamp(text.finish())
         }
         My::Time(negative, days, h, mi, s, us) => {
-            let mut text = String::with_capacity(DATETIME_LEN);
+            let mut text = TextBuf::default();
             if *negative {
-                text.push('-');
+                text.push(b'-');
             }
-            push_clock(&mut text, u64::from(*days) * 24 + u64::from(*h), *mi, *s);
-            push_fraction(&mut text, *us, meta.first().copied().unwrap_or(0));
-            Value::Time(text)
+            text.push_clock(u64::from(*days) * 24 + u64::from(*h), *mi, *s);
+            text.push_fraction(*us, meta.first().copied().unwrap_or(0));
+            Value::Time(text.finish())
         }
         My::Bytes(bytes) => bytes_value(bytes, column_type, meta, info),
     }
@@ -104,16 +105,16 @@ fn convert_value(value: &My, column_type: ColumnType, meta: &[u8], info: &Column
 
 fn bytes_value(bytes: &[u8], column_type: ColumnType, meta: &[u8], info: &ColumnInfo) -> Value {
     use ColumnType::*;
-    let text = || std::str::from_utf8(bytes).ok().map(str::to_string);
+    let text = || std::str::from_utf8(bytes).ok();
     match (column_type, info.data_type.as_str()) {
         (MYSQL_TYPE_NEWDECIMAL | MYSQL_TYPE_DECIMAL, _) => {
-            text().map_or_else(|| Value::Bytes(bytes.to_vec()), Value::Decimal)
+            text().map_or_else(|| Value::Bytes(bytes.to_vec()), |t| Value::Decimal(t.into()))
         }
         (MYSQL_TYPE_YEAR, _) => {
             text().and_then(|t| t.parse().ok()).map_or_else(|| Value::Bytes(bytes.to_vec()), Value::Int)
         }
         (MYSQL_TYPE_TIMESTAMP2, _) => {
-            text().map_or_else(|| Value::Bytes(bytes.to_vec()), |t| Value::TimestampTz(epoch_text(&t, meta)))
+            text().map_or_else(|| Value::Bytes(bytes.to_vec()), |t| Value::TimestampTz(epoch_text(t, meta)))
         }
         (MYSQL_TYPE_BIT, _) => Value::UInt(bytes.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b))),
         (_, "set") => {
@@ -125,10 +126,10 @@ fn bytes_value(bytes: &[u8], column_type: ColumnType, meta: &[u8], info: &Column
                 .filter(|(i, _)| *i < 64 && mask & (1 << i) != 0)
                 .map(|(_, l)| l.as_str())
                 .collect();
-            Value::Text(names.join(","))
+            Value::Text(names.join(",").into())
         }
         _ if info.json => match text() {
-            Some(t) => JsonText::parse(t.clone()).map(Value::Json).unwrap_or(Value::Text(t)),
+            Some(t) => JsonText::parse(t.to_string()).map(Value::Json).unwrap_or(Value::Text(t.into())),
             None => Value::Bytes(bytes.to_vec()),
         },
         _ => match info.charset.as_deref() {
@@ -184,22 +185,24 @@ pub fn text_value(value: &My, info: &ColumnInfo) -> Value {
         return Value::Bytes(bytes.to_vec());
     }
     let Ok(text) = std::str::from_utf8(bytes) else { return Value::Bytes(bytes.to_vec()) };
-    let or_text = |parsed: Option<Value>| parsed.unwrap_or_else(|| Value::Text(text.to_string()));
+    let or_text = |parsed: Option<Value>| parsed.unwrap_or_else(|| Value::Text(text.to_compact_string()));
     match info.data_type.as_str() {
         "tinyint" | "smallint" | "mediumint" | "int" | "bigint" if info.unsigned => {
             or_text(text.parse().ok().map(Value::UInt))
         }
         "tinyint" | "smallint" | "mediumint" | "int" | "bigint" | "year" => or_text(text.parse().ok().map(Value::Int)),
         "float" | "double" => or_text(text.parse().ok().map(Value::Float)),
-        "decimal" => Value::Decimal(text.to_string()),
-        "date" => Value::Date(text.to_string()),
-        "datetime" => Value::Timestamp(text.replacen(' ', "T", 1)),
-        "timestamp" => Value::TimestampTz(format!("{}Z", text.replacen(' ', "T", 1))),
-        "time" => Value::Time(text.to_string()),
-        "enum" | "set" => Value::Text(text.to_string()),
-        _ if info.json => JsonText::parse(text.to_string()).map(Value::Json).unwrap_or(Value::Text(text.to_string())),
+        "decimal" => Value::Decimal(text.to_compact_string()),
+        "date" => Value::Date(text.to_compact_string()),
+        "datetime" => Value::Timestamp(iso_datetime(text, "")),
+        "timestamp" => Value::TimestampTz(iso_datetime(text, "Z")),
+        "time" => Value::Time(text.to_compact_string()),
+        "enum" | "set" => Value::Text(text.to_compact_string()),
+        _ if info.json => {
+            JsonText::parse(text.to_string()).map(Value::Json).unwrap_or(Value::Text(text.to_compact_string()))
+        }
         _ => match info.charset {
-            Some(_) => Value::Text(text.to_string()),
+            Some(_) => Value::Text(text.to_compact_string()),
             None => Value::Bytes(bytes.to_vec()),
         },
     }
@@ -231,13 +234,16 @@ fn is_shown_as_text(data_type: &str) -> bool {
 fn decode_text(bytes: &[u8], charset: &str) -> Value {
     match charset {
         "utf8" | "utf8mb3" | "utf8mb4" | "ascii" => match std::str::from_utf8(bytes) {
-            Ok(text) => Value::Text(text.to_string()),
+            Ok(text) => Value::Text(text.to_compact_string()),
             Err(_) => Value::Bytes(bytes.to_vec()),
         },
-        // MySQL's latin1 is Windows-1252.
-        "latin1" => Value::Text(bytes.iter().map(|b| cp1252(*b)).collect()),
+        // MySQL's latin1 is Windows-1252, which is ASCII below 0x80.
+        "latin1" => match std::str::from_utf8(bytes) {
+            Ok(text) if text.is_ascii() => Value::Text(text.into()),
+            _ => Value::Text(bytes.iter().map(|b| cp1252(*b)).collect()),
+        },
         _ => match std::str::from_utf8(bytes) {
-            Ok(text) if text.is_ascii() => Value::Text(text.to_string()),
+            Ok(text) if text.is_ascii() => Value::Text(text.to_compact_string()),
             _ => Value::Bytes(bytes.to_vec()),
         },
     }
@@ -257,8 +263,8 @@ fn cp1252(byte: u8) -> char {
 /// The label of an enum index (1-based; 0 is the empty error value).
 fn label(labels: &[String], index: i64) -> Value {
     match usize::try_from(index).ok().and_then(|i| i.checked_sub(1)).and_then(|i| labels.get(i)) {
-        Some(label) => Value::Text(label.clone()),
-        None => Value::Text(String::new()),
+        Some(label) => Value::Text(label.as_str().into()),
+        None => Value::Text(CompactString::default()),
     }
 }
 
@@ -273,60 +279,6 @@ fn unsigned(value: i64, column_type: ColumnType) -> u64 {
         MYSQL_TYPE_LONG => u64::from(value as u32),
         _ => value as u64,
     }
-}
-
-/// The lengths of `2026-02-28` and `2026-02-28T13:14:15.123456`.
-const DATE_LEN: usize = 10;
-const DATETIME_LEN: usize = 26;
-
-/// `value` zero-padded to `width` digits, as `{value:0width$}` writes it.
-/// Dates and times are written digit by digit: through `format!`, a
-/// `datetime(6)` column took about a twentieth of a binlog drain's time.
-fn push_padded(out: &mut String, value: u64, width: usize) {
-    let mut digits = itoa::Buffer::new();
-    let digits = digits.format(value);
-    for _ in digits.len()..width {
-        out.push('0');
-    }
-    out.push_str(digits);
-}
-
-/// `hh:mm:ss`.
-fn push_clock(out: &mut String, hours: u64, minutes: u8, seconds: u8) {
-    push_padded(out, hours, 2);
-    out.push(':');
-    push_padded(out, minutes.into(), 2);
-    out.push(':');
-    push_padded(out, seconds.into(), 2);
-}
-
-/// `.123456` cut to the column's fractional digits, or nothing.
-fn push_fraction(out: &mut String, micros: u32, fsp: u8) {
-    let fsp = u32::from(fsp.min(6));
-    if fsp > 0 {
-        out.push('.');
-        push_padded(out, (micros.min(999_999) / 10u32.pow(6 - fsp)).into(), fsp as usize);
-    }
-}
-
-/// A TIMESTAMP as the binlog holds it (`seconds[.micros]` since the epoch)
-/// to ISO-8601 UTC.
-fn epoch_text(text: &str, meta: &[u8]) -> String {
-    let (secs, micros) = match text.split_once('.') {
-        // The fraction is micro-seconds, written with six digits; pad in case.
-        Some((s, us)) => {
-            (s.parse::<i64>().unwrap_or(0), format!("{us:0<6}").get(..6).and_then(|d| d.parse().ok()).unwrap_or(0))
-        }
-        None => (text.parse::<i64>().unwrap_or(0), 0),
-    };
-    let mut text = sluice_core::time::format_utc_micros(secs.saturating_mul(1_000_000));
-    // format_utc_micros ends in ".000000Z"; put the column's own fraction there.
-    if text.ends_with(".000000Z") {
-        text.truncate(text.len() - ".000000Z".len());
-    }
-    push_fraction(&mut text, micros, meta.first().copied().unwrap_or(0));
-    text.push('Z');
-    text
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! malformed one is an error.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use sluice_core::CompactString;
 
 /// The largest backend message accepted (1 GiB, PostgreSQL's own limit for
 /// one field); anything claiming more is garbage, not data.
@@ -93,7 +94,7 @@ pub fn parse(buf: &mut BytesMut) -> Result<Option<Backend>, Malformed> {
 /// straight out of the buffer: a snapshot takes millions of rows this way,
 /// and going through [`parse`] cost each value a shared `Bytes` handle to
 /// make and drop, and each row a vector of them.
-pub fn take_text_row(buf: &mut BytesMut) -> Result<Option<Vec<Option<String>>>, Malformed> {
+pub fn take_text_row(buf: &mut BytesMut) -> Result<Option<Vec<Option<CompactString>>>, Malformed> {
     let Some((b'D', len)) = whole(buf)? else {
         return Ok(None);
     };
@@ -102,7 +103,7 @@ pub fn take_text_row(buf: &mut BytesMut) -> Result<Option<Vec<Option<String>>>, 
     Ok(Some(row))
 }
 
-fn text_values(mut body: &[u8]) -> Result<Vec<Option<String>>, Malformed> {
+fn text_values(mut body: &[u8]) -> Result<Vec<Option<CompactString>>, Malformed> {
     let count = i16::from_be_bytes(array(&mut body)?).max(0) as usize;
     let mut values = Vec::with_capacity(count.min(1600));
     for _ in 0..count {
@@ -114,8 +115,8 @@ fn text_values(mut body: &[u8]) -> Result<Vec<Option<String>>, Malformed> {
         let (value, rest) = body.split_at_checked(len as usize).ok_or(Malformed("message ends early"))?;
         body = rest;
         values.push(Some(match std::str::from_utf8(value) {
-            Ok(text) => text.to_owned(),
-            Err(_) => String::from_utf8_lossy(value).into_owned(),
+            Ok(text) => CompactString::from(text),
+            Err(_) => CompactString::from(String::from_utf8_lossy(value)),
         }));
     }
     Ok(values)
@@ -356,7 +357,7 @@ mod tests {
         let mut buf = BytesMut::from(row);
         buf.put_slice(b"Z\x00\x00\x00\x05I");
         let values = take_text_row(&mut buf).unwrap().unwrap();
-        assert_eq!(values, vec![None, Some("hi".to_string()), Some(String::new())]);
+        assert_eq!(values, vec![None, Some("hi".into()), Some(CompactString::default())]);
         // The next message is not a row: left for `parse`.
         assert!(take_text_row(&mut buf).unwrap().is_none());
         assert!(matches!(parse(&mut buf).unwrap(), Some(Backend::ReadyForQuery)));
@@ -366,7 +367,7 @@ mod tests {
             assert_eq!(partial.len(), cut);
         }
         let mut bad_utf8 = BytesMut::from(&b"D\x00\x00\x00\x0b\x00\x01\x00\x00\x00\x01\xff"[..]);
-        assert_eq!(take_text_row(&mut bad_utf8).unwrap().unwrap(), vec![Some("\u{fffd}".to_string())]);
+        assert_eq!(take_text_row(&mut bad_utf8).unwrap().unwrap(), vec![Some("\u{fffd}".into())]);
         let mut short = BytesMut::from(&b"D\x00\x00\x00\x0a\x00\x01\x00\x00\x00\x09"[..]);
         assert!(take_text_row(&mut short).is_err());
     }

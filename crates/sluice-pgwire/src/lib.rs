@@ -17,6 +17,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use postgres_protocol::authentication::sasl::{ChannelBinding, SCRAM_SHA_256, ScramSha256};
 use rustls_pki_types::ServerName;
+use sluice_core::CompactString;
 use sluice_core::settings::{Secret, SslMode};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
@@ -96,7 +97,7 @@ impl RowStream<'_> {
     /// The next row's values in text form (invalid UTF-8 replaced), or
     /// `None` once the query is over; a server error is returned at that
     /// point, when the connection is ready again.
-    pub async fn next(&mut self) -> Result<Option<Vec<Option<String>>>, PgError> {
+    pub async fn next(&mut self) -> Result<Option<Vec<Option<CompactString>>>, PgError> {
         while !self.done {
             let conn = &mut *self.conn;
             // A whole row is always taken here, so `parse` below meets

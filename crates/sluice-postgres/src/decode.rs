@@ -322,7 +322,7 @@ impl Decoder {
         let columns: Columns = ["prefix", "content", "transactional"].iter().map(|c| Arc::from(*c)).collect();
         let after = Row {
             columns,
-            values: vec![Value::Text(prefix.clone()), bytes_value(&content), Value::Bool(transactional)],
+            values: vec![Value::Text(prefix.clone().into()), bytes_value(&content), Value::Bool(transactional)],
         };
         let (position, tx_id, commit_time_us, tx_end) = if transactional {
             let (position, tx_id, time) = self.next_position()?;

@@ -158,7 +158,7 @@ impl ChunkReader for Reader {
                 .iter()
                 .map(|k| row.get(k.index)?.as_deref().and_then(|t| crate::snapshot::plan::key_part(k.kind, t)))
                 .collect();
-            let (values, key_row) = row_values(plan, row);
+            let (values, key_row) = row_values(plan, row.into_iter().map(|v| v.map(Into::into)).collect());
             rows.push(Event {
                 op: Op::Read,
                 source_id: self.source_id.clone(),

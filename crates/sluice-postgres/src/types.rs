@@ -5,7 +5,7 @@
 //! A value that does not parse as its type expects is passed on as text:
 //! never dropped, never turned into null.
 
-use sluice_core::{JsonText, Value};
+use sluice_core::{CompactString, JsonText, ToCompactString as _, Value};
 
 use crate::pgoutput::Relation;
 
@@ -117,14 +117,14 @@ pub fn decode_text(ty: &PgType, text: &str) -> Value {
     match ty {
         PgType::Scalar(kind) => scalar(*kind, text),
         PgType::Array { element, delimiter } => {
-            parse_array(text, element, *delimiter).unwrap_or_else(|| Value::Text(text.to_string()))
+            parse_array(text, element, *delimiter).unwrap_or_else(|| Value::Text(text.to_compact_string()))
         }
     }
 }
 
 /// [`decode_text`] for text the caller owns: text, numbers kept as text,
 /// times and timestamps move into the value instead of being copied.
-pub fn decode_owned(ty: &PgType, text: String) -> Value {
+pub fn decode_owned(ty: &PgType, text: CompactString) -> Value {
     match ty {
         PgType::Scalar(Kind::Text) => Value::Text(text),
         PgType::Scalar(Kind::Numeric) => Value::Decimal(text),
@@ -136,7 +136,7 @@ pub fn decode_owned(ty: &PgType, text: String) -> Value {
 }
 
 fn scalar(kind: Kind, text: &str) -> Value {
-    let fallback = || Value::Text(text.to_string());
+    let fallback = || Value::Text(text.to_compact_string());
     match kind {
         Kind::Bool => match text {
             "t" => Value::Bool(true),
@@ -145,21 +145,21 @@ fn scalar(kind: Kind, text: &str) -> Value {
         },
         Kind::Int => text.parse().map(Value::Int).unwrap_or_else(|_| fallback()),
         Kind::Float => text.parse().map(Value::Float).unwrap_or_else(|_| fallback()),
-        Kind::Numeric => Value::Decimal(text.to_string()),
-        Kind::Text => Value::Text(text.to_string()),
+        Kind::Numeric => Value::Decimal(text.to_compact_string()),
+        Kind::Text => Value::Text(text.to_compact_string()),
         Kind::Json => JsonText::parse(text.to_string()).map(Value::Json).unwrap_or_else(|_| fallback()),
         Kind::Bytea => text.strip_prefix("\\x").and_then(decode_hex).map(Value::Bytes).unwrap_or_else(fallback),
         Kind::Date => Value::Date(iso_date(text)),
-        Kind::Time => Value::Time(text.to_string()),
-        Kind::Timestamp => Value::Timestamp(iso_timestamp(text.to_string())),
-        Kind::TimestampTz => Value::TimestampTz(iso_timestamptz(text.to_string())),
+        Kind::Time => Value::Time(text.to_compact_string()),
+        Kind::Timestamp => Value::Timestamp(iso_timestamp(text.into())),
+        Kind::TimestampTz => Value::TimestampTz(iso_timestamptz(text.into())),
     }
 }
 
 /// `2026-01-01 12:00:00.5` → `2026-01-01T12:00:00.5`, through [`iso_date`]
 /// for the date part; `infinity` and `-infinity` stay as they are. Takes
 /// the text so the common form is rewritten in place.
-fn iso_timestamp(mut text: String) -> String {
+fn iso_timestamp(mut text: CompactString) -> CompactString {
     if plain_timestamp(&text) {
         text.replace_range(10..11, "T");
         return text;
@@ -169,7 +169,7 @@ fn iso_timestamp(mut text: String) -> String {
         return text;
     };
     match iso_year(date, bc) {
-        Some(date) => format!("{date}T{time}"),
+        Some(date) => sluice_core::format_compact!("{date}T{time}"),
         None => text,
     }
 }
@@ -187,7 +187,7 @@ fn plain_timestamp(text: &str) -> bool {
 }
 
 /// With TimeZone UTC the server writes `+00`; ISO-8601 says `Z`.
-fn iso_timestamptz(text: String) -> String {
+fn iso_timestamptz(text: CompactString) -> CompactString {
     let mut iso = iso_timestamp(text);
     if iso.contains('T') && iso.ends_with("+00") {
         iso.truncate(iso.len() - 3);
@@ -201,9 +201,9 @@ fn iso_timestamptz(text: String) -> String {
 /// timestamps, 4713 BC for both) with a sign and at least six digits, as
 /// ISO 8601's expanded form and JavaScript write them. BC years become
 /// astronomical ones, where 1 BC is year 0 and 2 BC is -1.
-fn iso_date(text: &str) -> String {
+fn iso_date(text: &str) -> CompactString {
     let (body, bc) = split_era(text);
-    iso_year(body, bc).unwrap_or_else(|| text.to_string())
+    iso_year(body, bc).map_or_else(|| text.into(), CompactString::from)
 }
 
 fn split_era(text: &str) -> (&str, bool) {
@@ -305,7 +305,7 @@ fn parse_level(
 /// Text when the bytes are UTF-8, binary (base64 in JSON) when not.
 pub fn bytes_value(bytes: &[u8]) -> Value {
     match std::str::from_utf8(bytes) {
-        Ok(text) => Value::Text(text.to_string()),
+        Ok(text) => Value::Text(text.to_compact_string()),
         Err(_) => Value::Bytes(bytes.to_vec()),
     }
 }
@@ -418,7 +418,7 @@ mod tests {
         ];
         for (oid, text) in cases {
             let ty = builtin(oid).unwrap();
-            assert_eq!(decode_owned(&ty, text.to_string()), decode_text(&ty, text), "{oid}: {text}");
+            assert_eq!(decode_owned(&ty, text.into()), decode_text(&ty, text), "{oid}: {text}");
         }
     }
 

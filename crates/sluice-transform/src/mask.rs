@@ -65,7 +65,7 @@ impl Mask {
             // NULL stays NULL, and a value the source did not send stays
             // unsent: neither holds anything to hide.
             if let Some(clear) = text(value) {
-                *value = Value::Text(self.masked(&clear));
+                *value = Value::Text(self.masked(&clear).into());
             }
         }
     }

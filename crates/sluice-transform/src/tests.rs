@@ -54,12 +54,12 @@ pub(crate) fn insert(id: i64, status: &str) -> Event {
         Op::Insert,
         "public.users",
         None,
-        Some(row(id, Value::Text(format!("u{id}@example.com")), status, Value::Null)),
+        Some(row(id, Value::Text(sluice_core::format_compact!("u{id}@example.com")), status, Value::Null)),
     )
 }
 
 pub(crate) fn update(id: i64, old: &str, new: &str) -> Event {
-    let email = || Value::Text(format!("u{id}@example.com"));
+    let email = || Value::Text(sluice_core::format_compact!("u{id}@example.com"));
     event(
         Op::Update,
         "public.users",
@@ -230,7 +230,7 @@ impl crate::Transform for Picky {
     fn apply(&self, event: &mut Event) -> Result<Verdict, crate::TransformError> {
         let after = event.after.as_mut().expect("an insert");
         let status = after.values[2].text().to_uppercase();
-        after.values[2] = Value::Text(status.clone());
+        after.values[2] = Value::Text(status.clone().into());
         if status == "BAD" { Err(crate::TransformError("status BAD".into())) } else { Ok(Verdict::Keep) }
     }
 }

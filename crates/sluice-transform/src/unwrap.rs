@@ -12,7 +12,8 @@
 use std::sync::Arc;
 
 use sluice_core::{
-    ColumnSchema, ColumnType, Columns, Event, OldKey, Op, Origin, Position, Row, Shape, TableSchema, Value,
+    ColumnSchema, ColumnType, Columns, Event, OldKey, Op, Origin, Position, Row, Shape, TableSchema,
+    ToCompactString as _, Value,
 };
 
 use crate::config::{DeleteHandling, UnwrapConfig};
@@ -187,7 +188,7 @@ impl Field {
                 }
                 .into(),
             ),
-            Field::Db => Value::Text(event.database.to_string()),
+            Field::Db => Value::Text(event.database.to_compact_string()),
             Field::Schema => Value::Text(event.table.split_once('.').map_or("", |(s, _)| s).into()),
             Field::Table => Value::Text(match connector {
                 Connector::Postgres => event.table.split_once('.').map_or(&*event.table, |(_, t)| t).into(),
@@ -200,8 +201,8 @@ impl Field {
                 _ => None,
             }),
             Field::ServerId => long(mysql.as_ref().map(|m| i64::from(m.0))),
-            Field::Gtid => mysql.and_then(|m| m.5).map_or(Value::Null, |g| Value::Text(g.to_string())),
-            Field::File => mysql.and_then(|m| m.1).map_or(Value::Null, Value::Text),
+            Field::Gtid => mysql.and_then(|m| m.5).map_or(Value::Null, |g| Value::Text(g.to_compact_string())),
+            Field::File => mysql.and_then(|m| m.1).map_or(Value::Null, |f| Value::Text(f.into())),
             Field::Pos => long(mysql.as_ref().map(|m| m.2 as i64)),
             Field::Row => long(mysql.as_ref().map(|m| i64::from(m.3))),
             Field::Thread => long(mysql.and_then(|m| m.4).map(i64::from)),
@@ -254,7 +255,7 @@ impl Unwrap {
         let mut values = image.values;
         // Debezium's order: `__deleted` first, then the added fields.
         if self.rewrite() {
-            values.push(Value::Text(deleted.to_string()));
+            values.push(Value::Text(deleted.to_compact_string()));
         }
         values.extend(self.added(connector).map(|a| a.field.value(event, op, connector)));
         Row { columns, values }

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use sluice_core::{ColumnSchema, ColumnType, Value};
+use sluice_core::{ColumnSchema, ColumnType, CompactString, Value};
 
 use super::settings::{BinaryHandling, DecimalHandling, TimePrecision};
 use crate::json;
@@ -135,7 +135,7 @@ pub fn zero(ty: &ColumnType) -> Value {
         ColumnType::Bool => Value::Bool(false),
         ColumnType::Int16 | ColumnType::Int32 | ColumnType::Int64 => Value::Int(0),
         ColumnType::Float32 | ColumnType::Float64 => Value::Float(0.0),
-        ColumnType::Text { .. } | ColumnType::Other | ColumnType::Enum { .. } => Value::Text(String::new()),
+        ColumnType::Text { .. } | ColumnType::Other | ColumnType::Enum { .. } => Value::Text(CompactString::default()),
         ColumnType::Bytes => Value::Bytes(Vec::new()),
         _ => Value::Null,
     }

@@ -197,22 +197,23 @@ impl Reader {
         let key_columns: Columns = key_index.iter().map(|i| columns[*i].clone()).collect();
         let plan = images::plan(&tme).map_err(|e| unreadable("table map", e))?;
         let convert_row = |image: &images::Image<'_>| -> Result<Row, SourceError> {
-            let values = image
-                .iter()
-                .zip(&plan)
-                .zip(&schema.columns)
-                .map(|((value, column), info)| match value {
-                    Some(value) => convert(value, column.kind, column.meta, info, &name, &probe),
-                    None => Ok(Value::Unchanged),
-                })
-                .collect::<Result<_, _>>()?;
+            // Sized up front: collected through `Result`, the vector grew
+            // from four values and moved once on every row of five or more.
+            let mut values = Vec::with_capacity(plan.len());
+            for ((value, column), info) in image.iter().zip(&plan).zip(&schema.columns) {
+                values.push(match value {
+                    Some(value) => convert(value, column.kind, column.meta, info, &name, &probe)?,
+                    None => Value::Unchanged,
+                });
+            }
             Ok(Row { columns: columns.clone(), values })
         };
         let fingerprint = schema_fingerprint(&schema);
         let declared = self.declared(&schema);
         let origin = self.origin(event.header().server_id());
-        let mut decoded = Vec::new();
-        for (before, after) in images::read(&rows, &tme, &plan).map_err(|e| unreadable("row", e))? {
+        let images = images::read(&rows, &tme, &plan).map_err(|e| unreadable("row", e))?;
+        let mut decoded = Vec::with_capacity(images.len());
+        for (before, after) in images {
             decoded.push((before.as_ref().map(convert_row).transpose()?, after.as_ref().map(convert_row).transpose()?));
         }
         for (row, (before, after)) in (0u32..).zip(decoded) {

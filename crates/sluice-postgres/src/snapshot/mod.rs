@@ -29,7 +29,7 @@ use async_trait::async_trait;
 use sluice_core::snapshot::{
     Chunk, ChunkSender, KeyPart, LogGuard, Pieces, ResumeKey, Run, SnapshotTable, TableReader, decode_key, encode_key,
 };
-use sluice_core::{Event, Op, Position, Row, SnapshotPos, SourceError, Value};
+use sluice_core::{CompactString, Event, Op, Position, Row, SnapshotPos, SourceError, Value};
 use tokio::sync::mpsc;
 use tracing::warn;
 
@@ -247,7 +247,7 @@ fn bad_key(table: &TablePlan) -> SourceError {
 }
 
 /// A row's values as the stream shows them, and its replica identity.
-pub fn row_values(table: &TablePlan, row: Vec<Option<String>>) -> (Row, Option<Row>) {
+pub fn row_values(table: &TablePlan, row: Vec<Option<CompactString>>) -> (Row, Option<Row>) {
     let values: Vec<Value> =
         row.into_iter().zip(&table.types).map(|(text, ty)| text.map_or(Value::Null, |t| decode_owned(ty, t))).collect();
     let key = (!table.identity.is_empty()).then(|| Row {
@@ -257,7 +257,13 @@ pub fn row_values(table: &TablePlan, row: Vec<Option<String>>) -> (Row, Option<R
     (Row { columns: table.columns.clone(), values }, key)
 }
 
-fn event(settings: &Settings, table: &TablePlan, tx_id: &Arc<str>, key: Vec<u8>, row: Vec<Option<String>>) -> Event {
+fn event(
+    settings: &Settings,
+    table: &TablePlan,
+    tx_id: &Arc<str>,
+    key: Vec<u8>,
+    row: Vec<Option<CompactString>>,
+) -> Event {
     let (after, key_row) = row_values(table, row);
     Event {
         op: Op::Read,

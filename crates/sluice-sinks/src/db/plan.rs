@@ -16,7 +16,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use sluice_core::time::format_utc_micros;
-use sluice_core::{Event, OldKey, Op, Row, Shape, SinkError, Value};
+use sluice_core::{Event, OldKey, Op, Row, Shape, SinkError, ToCompactString as _, Value};
 
 use super::{ApplyMode, ColumnFilter};
 
@@ -292,12 +292,12 @@ impl TablePlan {
     fn append<E: Encoding>(&mut self, event: &Event) -> Result<(), SinkError> {
         let columns: Vec<Arc<str>> = CHANGELOG_COLUMNS.iter().map(|c| Arc::from(*c)).collect();
         let fields = [
-            Value::Text(event.id().to_string()),
-            Value::Text(event.op.code().to_string()),
-            Value::Text(event.position.to_string()),
-            Value::Text(event.tx_id.to_string()),
-            Value::TimestampTz(format_utc_micros(event.commit_time_us)),
-            Value::Text(event.table.to_string()),
+            Value::Text(event.id().to_compact_string()),
+            Value::Text(event.op.code().to_compact_string()),
+            Value::Text(event.position.to_compact_string()),
+            Value::Text(event.tx_id.to_compact_string()),
+            Value::TimestampTz(format_utc_micros(event.commit_time_us).into()),
+            Value::Text(event.table.to_compact_string()),
             row_json(event, &event.key)?,
             row_json(event, &event.before)?,
             row_json(event, &event.after)?,
@@ -321,7 +321,7 @@ fn row_json(event: &Event, row: &Option<Row>) -> Result<Value, SinkError> {
         detail: format!("event {} cannot be written as JSON: {e}", event.position),
         position: event.position.clone(),
     })?;
-    Ok(Value::Text(text))
+    Ok(Value::Text(text.into()))
 }
 
 #[cfg(test)]

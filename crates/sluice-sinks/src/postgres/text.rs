@@ -62,7 +62,7 @@ pub fn input_text(value: &Value) -> Option<String> {
         Value::Float(f) if f.is_nan() => "NaN".to_string(),
         Value::Float(f) if f.is_infinite() => if *f > 0.0 { "Infinity" } else { "-Infinity" }.to_string(),
         Value::Float(f) => f.to_string(),
-        Value::Decimal(s) | Value::Text(s) | Value::Time(s) => s.clone(),
+        Value::Decimal(s) | Value::Text(s) | Value::Time(s) => s.to_string(),
         Value::Date(s) | Value::Timestamp(s) | Value::TimestampTz(s) => pg_era(s),
         Value::Bytes(bytes) => format!("\\x{}", hex::encode(bytes)),
         Value::Json(json) => json.as_str().to_string(),

@@ -1,6 +1,6 @@
 //! The event as a script sees it, and its rows back from the script.
 
-use sluice_core::{Event, JsonText, Row, Value};
+use sluice_core::{Event, JsonText, Row, ToCompactString as _, Value};
 use vrl::value::{KeyString, ObjectMap, Value as VrlValue};
 
 use super::shapes::Shapes;
@@ -59,7 +59,7 @@ fn value_out(value: &mut Value) -> VrlValue {
         | Value::Date(s)
         | Value::Time(s)
         | Value::Timestamp(s)
-        | Value::TimestampTz(s) => VrlValue::from(std::mem::take(s)),
+        | Value::TimestampTz(s) => VrlValue::from(std::mem::take(s).into_string()),
         Value::Null | Value::Unchanged => VrlValue::Null,
         Value::Bool(b) => VrlValue::Boolean(*b),
         Value::Int(i) => VrlValue::Integer(*i),
@@ -133,12 +133,12 @@ pub(super) fn put_back(
 
 fn value_back(value: VrlValue, previous: Option<&Value>) -> Value {
     let text = |s: String| match previous {
-        Some(Value::Decimal(_)) => Value::Decimal(s),
-        Some(Value::Date(_)) => Value::Date(s),
-        Some(Value::Time(_)) => Value::Time(s),
-        Some(Value::Timestamp(_)) => Value::Timestamp(s),
-        Some(Value::TimestampTz(_)) => Value::TimestampTz(s),
-        _ => Value::Text(s),
+        Some(Value::Decimal(_)) => Value::Decimal(s.into()),
+        Some(Value::Date(_)) => Value::Date(s.into()),
+        Some(Value::Time(_)) => Value::Time(s.into()),
+        Some(Value::Timestamp(_)) => Value::Timestamp(s.into()),
+        Some(Value::TimestampTz(_)) => Value::TimestampTz(s.into()),
+        _ => Value::Text(s.into()),
     };
     match value {
         VrlValue::Null => Value::Null,
@@ -152,11 +152,11 @@ fn value_back(value: VrlValue, previous: Option<&Value>) -> Value {
             (_, Ok(s)) => text(s),
         },
         VrlValue::String(s) => text(s.to_string()),
-        VrlValue::Timestamp(t) => Value::TimestampTz(t.format("%Y-%m-%dT%H:%M:%S%.fZ").to_string()),
+        VrlValue::Timestamp(t) => Value::TimestampTz(t.format("%Y-%m-%dT%H:%M:%S%.fZ").to_compact_string()),
         VrlValue::Array(items) if !matches!(previous, Some(Value::Json(_))) => {
             Value::Array(items.into_iter().map(|v| value_back(v, None)).collect())
         }
-        VrlValue::Regex(r) => Value::Text(r.to_string()),
+        VrlValue::Regex(r) => Value::Text(r.to_compact_string()),
         other => {
             let json: Result<serde_json::Value, _> = other.try_into();
             json.ok().and_then(|j| JsonText::parse(j.to_string()).ok()).map_or(Value::Null, Value::Json)
