@@ -16,37 +16,50 @@ pub fn write_str(out: &mut Vec<u8>, text: &str) {
 /// `text` escaped for the inside of a JSON string, as `serde_json`
 /// escapes it: quote, backslash and control characters only.
 pub fn write_str_contents(out: &mut Vec<u8>, text: &str) {
-    let bytes = text.as_bytes();
+    escape(text, |piece| out.extend_from_slice(piece.as_bytes()));
+}
+
+/// `text` as a quoted JSON string, onto a `String`.
+pub fn push_str(out: &mut String, text: &str) {
+    out.push('"');
+    escape(text, |piece| out.push_str(piece));
+    out.push('"');
+}
+
+/// `text` escaped for the inside of a JSON string, handed to `put` in
+/// pieces: runs of the text as it is, and escape sequences. Every escaped
+/// byte is ASCII, so each run ends on a character boundary.
+fn escape(text: &str, mut put: impl FnMut(&str)) {
     // Most texts need nothing: a check, then one copy. A rare text with
     // something to escape takes the slow path.
-    if !needs_escaping(bytes) {
-        out.extend_from_slice(bytes);
+    if !needs_escaping(text.as_bytes()) {
+        put(text);
         return;
     }
     let mut start = 0;
-    for (at, &b) in bytes.iter().enumerate() {
+    for (at, &b) in text.as_bytes().iter().enumerate() {
         if !ESCAPED[usize::from(b)] {
             continue;
         }
-        out.extend_from_slice(&bytes[start..at]);
+        put(text.get(start..at).unwrap_or_default());
         start = at + 1;
         match b {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            0x08 => out.extend_from_slice(b"\\b"),
-            0x0C => out.extend_from_slice(b"\\f"),
+            b'"' => put("\\\""),
+            b'\\' => put("\\\\"),
+            b'\n' => put("\\n"),
+            b'\r' => put("\\r"),
+            b'\t' => put("\\t"),
+            0x08 => put("\\b"),
+            0x0C => put("\\f"),
             _ => {
                 const HEX: &[u8; 16] = b"0123456789abcdef";
-                out.extend_from_slice(b"\\u00");
-                out.push(HEX[usize::from(b >> 4)]);
-                out.push(HEX[usize::from(b & 0xF)]);
+                let code = [b'\\', b'u', b'0', b'0', HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xF)]];
+                // Six ASCII bytes.
+                put(std::str::from_utf8(&code).unwrap_or_default());
             }
         }
     }
-    out.extend_from_slice(&bytes[start..]);
+    put(text.get(start..).unwrap_or_default());
 }
 
 /// Whether any byte needs escaping, eight bytes at a time: a byte below
@@ -131,10 +144,15 @@ mod tests {
     use super::*;
     use crate::value::JsonText;
 
+    /// The text through both writers, which must agree.
     fn written(text: &str) -> String {
         let mut out = Vec::new();
         write_str(&mut out, text);
-        String::from_utf8(out).unwrap()
+        let mut pushed = String::new();
+        push_str(&mut pushed, text);
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!(pushed, out, "{text:?}");
+        out
     }
 
     #[test]

@@ -4,9 +4,9 @@
 
 use serde::Deserialize;
 use sluice_core::time::format_utc_micros;
-use sluice_core::{Envelope, Event, Op};
+use sluice_core::{Envelope, Event, Op, json};
 
-use crate::{FormatError, Headers, Record, json};
+use crate::{FormatError, Headers, Record};
 
 /// The CloudEvents envelope's options, defaults applied.
 #[derive(Debug, Clone, PartialEq)]

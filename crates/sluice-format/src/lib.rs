@@ -11,7 +11,6 @@ mod avro;
 mod cloudevents;
 mod config;
 pub mod debezium;
-mod json;
 #[cfg(test)]
 mod native_tests;
 mod registry;

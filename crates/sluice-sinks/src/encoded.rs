@@ -52,14 +52,17 @@ impl Encoding {
             || SinkError::transient(format!("{}: an encoded batch is missing event {}", sink.sink, event.position));
         match self.encoded().and_then(|encoded| encoded.event(index)).ok_or_else(missing)? {
             Ok(records) => Ok(records),
-            Err(e) => {
-                Err(SinkError::Rejected { detail: format!("{}: {e}", sink.sink), position: event.position.clone() })
-            }
+            Err(e) => Err(sink.rejected(event, e)),
         }
     }
 }
 
 impl SharedEncoder {
+    /// The error of an event the format cannot encode, naming the sink.
+    pub(crate) fn rejected(&self, event: &Event, problem: impl std::fmt::Display) -> SinkError {
+        SinkError::Rejected { detail: format!("{}: {problem}", self.sink), position: event.position.clone() }
+    }
+
     pub(crate) fn new(config: &FormatConfig, carrier: Carrier, sink: String) -> Self {
         let encoder = Encoder::new(config, carrier);
         let mut hasher = std::collections::hash_map::DefaultHasher::new();

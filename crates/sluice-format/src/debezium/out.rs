@@ -6,8 +6,7 @@
 use std::fmt::Write as _;
 
 use base64::Engine as _;
-
-use crate::json;
+use sluice_core::json;
 
 /// Calls fail only where the value does not fit the Avro schema.
 pub trait Out {

@@ -4,10 +4,9 @@
 
 use std::fmt::Write as _;
 
-use sluice_core::{ColumnSchema, ColumnType, CompactString, Value};
+use sluice_core::{ColumnSchema, ColumnType, CompactString, Value, json};
 
 use super::settings::{BinaryHandling, DecimalHandling, TimePrecision};
-use crate::json;
 
 /// How a value of a column is written in the payload.
 #[derive(Debug, Clone, PartialEq)]

@@ -71,10 +71,7 @@ impl FileSink {
             match sluice_format::write_native_value(event, buf) {
                 Ok(true) => buf.push(b'\n'),
                 Ok(false) => {}
-                Err(e) => {
-                    let detail = format!("file sink {:?}: {e}", self.id);
-                    return Err(SinkError::Rejected { detail, position: event.position.clone() });
-                }
+                Err(e) => return Err(self.encoder.rejected(event, e)),
             }
         }
         Ok(())
