@@ -28,6 +28,11 @@ fn a_standby_is_snapshotted_and_streamed_while_the_primary_takes_the_writes() {
          INSERT INTO items SELECT g, 'n' || g FROM generate_series(1, 500) g; \
          CREATE PUBLICATION sluice_e2e_standby FOR TABLE items",
     );
+    // The standby replays the database, table and publication a moment
+    // later; the checks below read them there.
+    wait_until(Duration::from_secs(60), "the standby to replay the table", || {
+        psql_at(standby, db, "SELECT count(*) FROM items").is_ok_and(|n| n.trim() == "500")
+    });
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("items.jsonl");
     let source = format!(
