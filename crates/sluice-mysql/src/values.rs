@@ -4,9 +4,9 @@
 use mysql_async::Value as My;
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::consts::ColumnType;
-use sluice_core::{CompactString, JsonText, Position, SourceError, ToCompactString as _, Value};
+use sluice_core::{CompactString, JsonText, Position, SourceError, StackText, ToCompactString as _, Value};
 
-use crate::clock::{TextBuf, epoch_text, iso_datetime};
+use crate::clock::{epoch_text, iso_datetime, push_clock, push_fraction};
 use crate::schema::ColumnInfo;
 
 /// Converts one column value of a row of `table` (`database.table`) read
@@ -76,28 +76,28 @@ fn convert_value(value: &My, column_type: ColumnType, meta: &[u8], info: &Column
         My::Double(d) => Value::Float(*d),
         My::Date(y, mo, d, h, mi, s, us) => {
             let date_only = matches!(column_type, MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE);
-            let mut text = TextBuf::default();
+            let mut text = StackText::default();
             text.push_padded((*y).into(), 4);
             text.push(b'-');
             text.push_padded((*mo).into(), 2);
             text.push(b'-');
             text.push_padded((*d).into(), 2);
             if date_only {
-                return Value::Date(text.finish());
+                return Value::Date(text.to_compact());
             }
             text.push(b'T');
-            text.push_clock((*h).into(), *mi, *s);
-            text.push_fraction(*us, meta.first().copied().unwrap_or(0));
-            Value::Timestamp(text.finish())
+            push_clock(&mut text, (*h).into(), *mi, *s);
+            push_fraction(&mut text, *us, meta.first().copied().unwrap_or(0));
+            Value::Timestamp(text.to_compact())
         }
         My::Time(negative, days, h, mi, s, us) => {
-            let mut text = TextBuf::default();
+            let mut text = StackText::default();
             if *negative {
                 text.push(b'-');
             }
-            text.push_clock(u64::from(*days) * 24 + u64::from(*h), *mi, *s);
-            text.push_fraction(*us, meta.first().copied().unwrap_or(0));
-            Value::Time(text.finish())
+            push_clock(&mut text, u64::from(*days) * 24 + u64::from(*h), *mi, *s);
+            push_fraction(&mut text, *us, meta.first().copied().unwrap_or(0));
+            Value::Time(text.to_compact())
         }
         My::Bytes(bytes) => bytes_value(bytes, column_type, meta, info),
     }

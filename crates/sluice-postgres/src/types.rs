@@ -5,7 +5,7 @@
 //! A value that does not parse as its type expects is passed on as text:
 //! never dropped, never turned into null.
 
-use sluice_core::{CompactString, JsonText, ToCompactString as _, Value};
+use sluice_core::{CompactString, JsonText, ToCompactString as _, Value, format_compact};
 
 use crate::pgoutput::Relation;
 
@@ -169,7 +169,7 @@ fn iso_timestamp(mut text: CompactString) -> CompactString {
         return text;
     };
     match iso_year(date, bc) {
-        Some(date) => sluice_core::format_compact!("{date}T{time}"),
+        Some(date) => format_compact!("{date}T{time}"),
         None => text,
     }
 }

@@ -1,7 +1,9 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use sluice_core::{ColumnSchema, ColumnType, Event, Lsn, Op, Origin, Position, Row, TableSchema, Value};
+use sluice_core::{
+    ColumnSchema, ColumnType, Event, Lsn, Op, Origin, Position, Row, TableSchema, Value, format_compact,
+};
 
 use crate::{TransformConfig, Transforms, Verdict};
 
@@ -54,12 +56,12 @@ pub(crate) fn insert(id: i64, status: &str) -> Event {
         Op::Insert,
         "public.users",
         None,
-        Some(row(id, Value::Text(sluice_core::format_compact!("u{id}@example.com")), status, Value::Null)),
+        Some(row(id, Value::Text(format_compact!("u{id}@example.com")), status, Value::Null)),
     )
 }
 
 pub(crate) fn update(id: i64, old: &str, new: &str) -> Event {
-    let email = || Value::Text(sluice_core::format_compact!("u{id}@example.com"));
+    let email = || Value::Text(format_compact!("u{id}@example.com"));
     event(
         Op::Update,
         "public.users",

@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::StackText;
+
 /// A PostgreSQL log sequence number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Lsn(pub u64);
@@ -241,29 +243,29 @@ impl Position {
     pub fn write_text(&self, put: &mut impl FnMut(&str)) {
         match self {
             Position::Generator { tx, seq } => {
-                let mut text = Text::default();
-                text.push(b"gen:");
-                text.push(itoa::Buffer::new().format(*tx).as_bytes());
-                text.push(b":");
-                text.push(itoa::Buffer::new().format(*seq).as_bytes());
+                let mut text = StackText::default();
+                text.push_str("gen:");
+                text.push_int(*tx);
+                text.push(b':');
+                text.push_int(*seq);
                 put(text.as_str());
             }
             Position::Postgres { commit_lsn, seq } => {
-                let mut text = Text::default();
-                text.push(b"pg:");
-                text.push(commit_lsn.digits(&mut [0; 17]));
-                text.push(b":");
-                text.push(itoa::Buffer::new().format(*seq).as_bytes());
+                let mut text = StackText::default();
+                text.push_str("pg:");
+                text.push_bytes(commit_lsn.digits(&mut [0; 17]));
+                text.push(b':');
+                text.push_int(*seq);
                 put(text.as_str());
             }
             Position::Mysql(pos) => {
                 put("my:");
                 put(&pos.file);
-                let mut text = Text::default();
-                text.push(b":");
-                text.push(itoa::Buffer::new().format(pos.offset).as_bytes());
-                text.push(b":");
-                text.push(itoa::Buffer::new().format(pos.seq).as_bytes());
+                let mut text = StackText::default();
+                text.push(b':');
+                text.push_int(pos.offset);
+                text.push(b':');
+                text.push_int(pos.seq);
                 put(text.as_str());
                 if let Some(gtid) = &pos.gtid_before {
                     put(":");
@@ -294,31 +296,6 @@ fn display(f: &mut fmt::Formatter<'_>, write_text: impl FnOnce(&mut dyn FnMut(&s
         }
     });
     result
-}
-
-/// Room on the stack for the fixed-size parts of a position's text.
-struct Text {
-    bytes: [u8; 48],
-    len: usize,
-}
-
-impl Default for Text {
-    fn default() -> Self {
-        Self { bytes: [0; 48], len: 0 }
-    }
-}
-
-impl Text {
-    /// Callers push at most 44 bytes: a prefix, a u64, a colon and a u32.
-    fn push(&mut self, piece: &[u8]) {
-        self.bytes[self.len..self.len + piece.len()].copy_from_slice(piece);
-        self.len += piece.len();
-    }
-
-    fn as_str(&self) -> &str {
-        // Only ASCII is pushed.
-        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
-    }
 }
 
 impl fmt::Display for Position {
