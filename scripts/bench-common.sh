@@ -27,6 +27,13 @@ cleanup() {
 trap cleanup EXIT
 run_id=$$
 now() { date +%s.%N; }
+# The start of a timed run: first the disk writes back what the load or
+# the script before left in the page cache, so no contender's time, and
+# no contender's fsyncs, include writing back another's data.
+start_clock() {
+  sync
+  now
+}
 export PGPASSWORD="$SLUICE_TEST_PG_PASSWORD"
 psql_db() { psql -X -q -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -v ON_ERROR_STOP=1 "$@"; }
 # Drops database $1 with the replication slots in it, and creates it empty.
@@ -41,7 +48,7 @@ calc() { awk "BEGIN { print $1 }"; }
 # optional sink may take up to shutdown_grace_secs) is not part of the rate.
 measure() {
   local config=$1 done_check=$2 start end="" pid peak=0 sample
-  start=$(now)
+  start=$(start_clock)
   RUST_LOG=info,sluice_runtime::checkpointer=debug "$SLUICE" run -c "$config" --data-dir "$work/data-$RANDOM" \
     2> "$work/sluice.log" &
   pid=$!
@@ -76,7 +83,7 @@ tree_cpu() {
 # arrive in id order, so it is the last); sets sluice_secs and peak_kib.
 run_until_row() {
   local config=$1 last=$2 file=$3 start
-  start=$(now)
+  start=$(start_clock)
   "$SLUICE" run -c "$config" --data-dir "$work/data" 2> "$work/sluice.log" &
   sluice_pid=$!
   until tail -c 4096 "$file" 2>/dev/null | grep -q "\"id\":$last,"; do
@@ -106,7 +113,7 @@ run_peer() {
   shift 3
   classpath=$(scripts/debezium.sh fetch "$set")
   echo "peer: debezium embedded ($set) to /dev/null" >&2
-  start=$(now)
+  start=$(start_clock)
   java -cp "$classpath" Capture "$properties" --max-records "$records" --timeout-ms 1800000 "$@" \
     > /dev/null 2> "$work/debezium.log" &
   pid=$!
@@ -161,7 +168,7 @@ load_orders() {
 recvlogical_ceiling() {
   local start
   echo "ceiling: pg_recvlogical to /dev/null" >&2
-  start=$(now)
+  start=$(start_clock)
   "$SLUICE_TEST_PG_BIN/pg_recvlogical" -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -d "$1" \
     --slot "$2" --start --endpos "$end_lsn" -o proto_version=1 -o publication_names="$3" -f /dev/null
   calc "$(now) - $start"

@@ -33,6 +33,7 @@ if [ ! -f "$tools/libs/kafka-tools-4.1.1.jar" ]; then
 fi
 perf_test() {
   local topic=bench-perf-$run_id-$RANDOM
+  sync
   java -Xms256m -Xmx512m -cp "$tools/libs/*" org.apache.kafka.tools.ProducerPerformance \
     --topic "$topic" --num-records 1000000 --throughput -1 --payload-file "$perf_payload" \
     --producer-props bootstrap.servers="$SLUICE_TEST_KAFKA_BROKERS" acks=all enable.idempotence=true \
@@ -136,7 +137,7 @@ echo "peer: debezium on kafka connect to kafka" >&2
 connect_done() {
   [ "$(psql_db -d postgres -At -c "SELECT confirmed_flush_lsn > '$before_done' FROM pg_replication_slots WHERE slot_name = 'bench_connect'")" = t ]
 }
-start=$(now)
+start=$(start_clock)
 java -Xmx768m -cp "$classpath" org.apache.kafka.connect.cli.ConnectStandalone \
   "$work/worker.properties" "$work/connector.properties" > "$work/connect.log" 2>&1 &
 peer_pid=$!

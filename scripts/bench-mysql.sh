@@ -33,7 +33,7 @@ read -r end_file end_offset < <(my -N -e "SHOW MASTER STATUS" | awk '{print $1, 
 # The ceiling runs before and after Sluice, and the faster run counts.
 ceiling() {
   local start
-  start=$(now)
+  start=$(start_clock)
   mariadb-binlog --read-from-remote-server -h 127.0.0.1 -P "$SLUICE_TEST_MY_PORT" -u "$SLUICE_TEST_MY_USER" \
     -p"$SLUICE_TEST_MY_PASSWORD" -v --start-position="$start_offset" --to-last-log "$start_file" \
     2>/dev/null > /dev/null

@@ -67,7 +67,7 @@ psql_db -d bench_sink -c "INSERT INTO bench_done VALUES (2)"
 echo "ceiling of the source: pg_recvlogical, the inserts" >&2
 postmaster=$(head -1 "${SLUICE_SERVICES_DIR:-/tmp/sluice-services}/postgres/data/postmaster.pid")
 decode_cpu=$(tree_cpu "$postmaster")
-start=$(now)
+start=$(start_clock)
 "$SLUICE_TEST_PG_BIN/pg_recvlogical" -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -d bench_sink \
   --slot sink_source --start --endpos "$after_inserts" -o proto_version=1 -o publication_names=sluice_bench -f /dev/null
 source_secs=$(calc "$(now) - $start")
@@ -81,7 +81,7 @@ ceiling() {
   psql_db -d bench_sink_copy -c "DROP TABLE IF EXISTS orders" \
     -c "CREATE TABLE orders (id bigint PRIMARY KEY, customer text, amount numeric(12,2), status text, created_at timestamptz)"
   cpu=$(tree_cpu "$postmaster")
-  start=$(now)
+  start=$(start_clock)
   psql_db -d bench_sink_copy -c "COPY orders FROM STDIN" < "$work/rows.copy"
   echo "$(calc "$(now) - $start") $(calc "$(tree_cpu "$postmaster") - $cpu")"
 }
@@ -101,7 +101,7 @@ pipelines:
 YAML
 echo "sluice: postgres source to the postgres sink, apply mode" >&2
 pg_cpu=$(tree_cpu "$postmaster")
-start=$(now)
+start=$(start_clock)
 "$SLUICE" run -c "$work/sink.yaml" --data-dir "$work/data-sink" 2> "$work/sluice.log" &
 sluice_pid=$!
 sluice_kib=0

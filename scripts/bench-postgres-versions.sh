@@ -58,7 +58,7 @@ SQL
   peak=0
   for round in $(seq 1 $ROUNDS); do
     echo "PostgreSQL $major, round $round: pg_recvlogical to /dev/null" >&2
-    start=$(now)
+    start=$(start_clock)
     "$SLUICE_TEST_PG_BIN/pg_recvlogical" -h 127.0.0.1 -p "$port" -U "$SLUICE_TEST_PG_USER" -d bench_versions \
       --slot "ceiling_$round" --start --endpos "$end_lsn" -o proto_version=1 -o publication_names=sluice_bench -f /dev/null
     ceilings+=("$(calc "$(now) - $start")")

@@ -27,7 +27,7 @@ my -e "ANALYZE TABLE bench_mysnap.orders" > /dev/null
 
 ceiling() {
   local start
-  start=$(now)
+  start=$(start_clock)
   my --quick -N -e "SELECT * FROM bench_mysnap.orders" > /dev/null
   calc "$(now) - $start"
 }

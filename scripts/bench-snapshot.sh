@@ -25,7 +25,7 @@ SQL
 
 ceiling() {
   local start
-  start=$(now)
+  start=$(start_clock)
   psql_db -d bench_snap -c "COPY (SELECT * FROM orders) TO STDOUT" > /dev/null
   calc "$(now) - $start"
 }

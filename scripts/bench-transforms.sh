@@ -45,7 +45,7 @@ end_lsn=$(psql_db -d bench_tf -At -c "SELECT pg_current_wal_lsn()")
 
 ceiling() {
   local start
-  start=$(now)
+  start=$(start_clock)
   "$SLUICE_TEST_PG_BIN/pg_recvlogical" -h 127.0.0.1 -p "$SLUICE_TEST_PG_PORT" -U "$SLUICE_TEST_PG_USER" -d bench_tf \
     --slot "$1" --start --endpos "$end_lsn" -o proto_version=1 -o publication_names=sluice_bench -f /dev/null
   calc "$(now) - $start"
