@@ -6,7 +6,7 @@ use std::sync::Arc;
 use sluice_core::{ColumnSchema, ColumnType, Value};
 
 use crate::schema::{ColumnInfo, TableSchema};
-use crate::values::text_value;
+use crate::text_values::text_value;
 
 pub fn table_schema(schema: &TableSchema) -> sluice_core::TableSchema {
     let columns: Vec<ColumnSchema> = schema.columns.iter().map(column).collect();

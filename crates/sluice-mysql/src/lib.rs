@@ -14,6 +14,7 @@ pub mod schema;
 pub mod snapshot;
 mod source;
 mod start;
+pub mod text_values;
 pub mod values;
 
 pub use source::MysqlSource;

@@ -6,7 +6,7 @@ use mysql_async::binlog::value::BinlogValue;
 use mysql_async::consts::ColumnType;
 use sluice_core::{CompactString, JsonText, Position, SourceError, StackText, ToCompactString as _, Value};
 
-use crate::clock::{epoch_text, iso_datetime, push_clock, push_fraction};
+use crate::clock::{epoch_text, push_clock, push_fraction};
 use crate::schema::ColumnInfo;
 
 /// Converts one column value of a row of `table` (`database.table`) read
@@ -60,7 +60,7 @@ fn jsonb_to_json(jsonb: &mysql_async::binlog::jsonb::Value<'_>) -> Result<serde_
         .map_err(|e| e.to_string())
 }
 
-fn convert_value(value: &My, column_type: ColumnType, meta: &[u8], info: &ColumnInfo) -> Value {
+pub(crate) fn convert_value(value: &My, column_type: ColumnType, meta: &[u8], info: &ColumnInfo) -> Value {
     use ColumnType::*;
     match value {
         My::NULL => Value::Null,
@@ -167,68 +167,6 @@ fn binary_length(column_type: ColumnType, meta: &[u8], info: &ColumnInfo) -> Opt
     }
 }
 
-/// A column as a snapshot query reads it (text protocol, results in
-/// utf8mb4, session time zone UTC), shaped like the same value from the
-/// binlog, so a row reads the same from either.
-pub fn text_value(value: &My, info: &ColumnInfo) -> Value {
-    let bytes = match value {
-        My::NULL => return Value::Null,
-        My::Bytes(bytes) => bytes.as_slice(),
-        // The text protocol sends only bytes; anything else is from a
-        // prepared statement, where the binlog conversion fits.
-        other => return convert_value(other, ColumnType::MYSQL_TYPE_NULL, &[], info),
-    };
-    if info.data_type == "bit" {
-        return Value::UInt(bytes.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b)));
-    }
-    if info.charset.is_none() && !is_shown_as_text(&info.data_type) {
-        return Value::Bytes(bytes.to_vec());
-    }
-    let Ok(text) = std::str::from_utf8(bytes) else { return Value::Bytes(bytes.to_vec()) };
-    let or_text = |parsed: Option<Value>| parsed.unwrap_or_else(|| Value::Text(text.to_compact_string()));
-    match info.data_type.as_str() {
-        "tinyint" | "smallint" | "mediumint" | "int" | "bigint" if info.unsigned => {
-            or_text(text.parse().ok().map(Value::UInt))
-        }
-        "tinyint" | "smallint" | "mediumint" | "int" | "bigint" | "year" => or_text(text.parse().ok().map(Value::Int)),
-        "float" | "double" => or_text(text.parse().ok().map(Value::Float)),
-        "decimal" => Value::Decimal(text.to_compact_string()),
-        "date" => Value::Date(text.to_compact_string()),
-        "datetime" => Value::Timestamp(iso_datetime(text, "")),
-        "timestamp" => Value::TimestampTz(iso_datetime(text, "Z")),
-        "time" => Value::Time(text.to_compact_string()),
-        "enum" | "set" => Value::Text(text.to_compact_string()),
-        _ if info.json => {
-            JsonText::parse(text.to_string()).map(Value::Json).unwrap_or(Value::Text(text.to_compact_string()))
-        }
-        _ => match info.charset {
-            Some(_) => Value::Text(text.to_compact_string()),
-            None => Value::Bytes(bytes.to_vec()),
-        },
-    }
-}
-
-/// Types with no character set that the server still writes as text.
-fn is_shown_as_text(data_type: &str) -> bool {
-    matches!(
-        data_type,
-        "tinyint"
-            | "smallint"
-            | "mediumint"
-            | "int"
-            | "bigint"
-            | "year"
-            | "float"
-            | "double"
-            | "decimal"
-            | "date"
-            | "datetime"
-            | "timestamp"
-            | "time"
-            | "json"
-    )
-}
-
 /// Character data in its column's character set, as UTF-8 text. A set
 /// Sluice cannot decode is passed on as bytes (base64), never guessed at.
 fn decode_text(bytes: &[u8], charset: &str) -> Value {
@@ -282,10 +220,10 @@ fn unsigned(value: i64, column_type: ColumnType) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn info(data_type: &str) -> ColumnInfo {
+    pub(crate) fn info(data_type: &str) -> ColumnInfo {
         ColumnInfo {
             name: "c".into(),
             data_type: data_type.into(),
@@ -299,7 +237,7 @@ mod tests {
         }
     }
 
-    fn json(value: Value) -> String {
+    pub(crate) fn json(value: Value) -> String {
         serde_json::to_string(&value).unwrap()
     }
 
@@ -441,29 +379,6 @@ mod tests {
             json(Value::Bytes(vec![1])),
             "VARBINARY keeps the length it was given"
         );
-    }
-
-    #[test]
-    fn text_protocol_values_read_like_the_binlog() {
-        let text = |t: &str, info: &ColumnInfo| json(text_value(&My::Bytes(t.as_bytes().to_vec()), info));
-        let mut unsigned = info("bigint");
-        unsigned.unsigned = true;
-        assert_eq!(text("18446744073709551615", &unsigned), "18446744073709551615");
-        assert_eq!(text("-8388608", &info("mediumint")), "-8388608");
-        assert_eq!(text("2026-02-28 13:14:15.500", &info("datetime")), "\"2026-02-28T13:14:15.500\"");
-        assert_eq!(text("2026-02-28 13:14:15.25", &info("timestamp")), "\"2026-02-28T13:14:15.25Z\"");
-        assert_eq!(text("-26:03:04", &info("time")), "\"-26:03:04\"");
-        assert_eq!(text("-12345678901234567890.0100", &info("decimal")), "\"-12345678901234567890.0100\"");
-        assert_eq!(text("small,x", &info("set")), "\"small,x\"");
-        assert_eq!(text("0.1", &info("float")), "0.1");
-        assert_eq!(json(text_value(&My::Bytes(vec![1, 0]), &info("bit"))), "256");
-        assert_eq!(json(text_value(&My::NULL, &info("int"))), "null");
-        let mut blob = info("blob");
-        blob.charset = None;
-        assert_eq!(json(text_value(&My::Bytes(vec![0, 255]), &blob)), "\"AP8=\"");
-        let mut doc = info("longtext");
-        doc.json = true;
-        assert_eq!(text("{\"a\":1}", &doc), "{\"a\":1}");
     }
 
     fn binlog_position() -> Position {

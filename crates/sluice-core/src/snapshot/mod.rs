@@ -38,17 +38,29 @@ pub enum KeyKind {
 /// Encodes key parts so that byte order is key order.
 pub fn encode_key(parts: &[KeyPart]) -> Vec<u8> {
     let mut out = Vec::new();
-    for part in parts {
-        match part {
-            KeyPart::Int(v) => out.extend_from_slice(&((*v as u64) ^ (1 << 63)).to_be_bytes()),
-            KeyPart::Text(text) => escape(text.as_bytes(), &mut out),
-            KeyPart::Bytes(bytes) => escape(bytes, &mut out),
-        }
-    }
+    encode_key_into(parts, &mut out);
     out
 }
 
-fn escape(bytes: &[u8], out: &mut Vec<u8>) {
+/// [`encode_key`] appended to `out`, so a reader can reuse one buffer for
+/// every row's key.
+pub fn encode_key_into(parts: &[KeyPart], out: &mut Vec<u8>) {
+    for part in parts {
+        match part {
+            KeyPart::Int(v) => push_key_int(out, *v),
+            KeyPart::Text(text) => push_key_bytes(out, text.as_bytes()),
+            KeyPart::Bytes(bytes) => push_key_bytes(out, bytes),
+        }
+    }
+}
+
+/// One [`KeyPart::Int`] of an encoded key, appended to `out`.
+pub fn push_key_int(out: &mut Vec<u8>, value: i64) {
+    out.extend_from_slice(&((value as u64) ^ (1 << 63)).to_be_bytes());
+}
+
+/// One [`KeyPart::Bytes`] (or `Text`) of an encoded key, appended to `out`.
+pub fn push_key_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     for &b in bytes {
         out.push(b);
         if b == 0 {

@@ -38,7 +38,8 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use sluice_config::MysqlConfig;
 use sluice_core::snapshot::{
-    ChunkSender, KeyKind, KeyPart, LogGuard, Pieces, ResumeKey, Run, TableReader, decode_key, encode_key,
+    ChunkSender, KeyKind, KeyPart, LogGuard, Pieces, ResumeKey, Run, TableReader, decode_key, push_key_bytes,
+    push_key_int,
 };
 use sluice_core::{Event, Op, Position, Row, SnapshotPos, SourceError, Value};
 use tokio::time::Instant;
@@ -46,7 +47,7 @@ use tracing::{info, warn};
 
 use crate::conn::connect;
 use crate::errors::mysql_error;
-use crate::values::text_value;
+use crate::text_values::text_value_as;
 pub use plan::{TablePlan, plan_table, plan_tables, quote_ident, table_names};
 
 pub struct Settings {
@@ -162,7 +163,9 @@ pub fn spawn(
     resume: Option<SnapshotPos>,
 ) -> Run {
     let settings = Arc::new(settings);
-    let readers = conns.into_iter().map(|conn| Reader { conn, settings: settings.clone() }).collect();
+    let tx_id: Arc<str> = Arc::from("snapshot");
+    let readers =
+        conns.into_iter().map(|conn| Reader { conn, settings: settings.clone(), tx_id: tx_id.clone() }).collect();
     let guard = Arc::new(BinlogGuard { config, settings: settings.clone(), warned: Default::default() });
     Run::spawn(settings.source_id.clone(), readers, tables, resume, guard)
 }
@@ -171,6 +174,8 @@ pub fn spawn(
 struct Reader {
     conn: Conn,
     settings: Arc<Settings>,
+    /// Every snapshot row's transaction id, shared.
+    tx_id: Arc<str>,
 }
 
 fn snapshot_error(table: &TablePlan, e: mysql_async::Error) -> SourceError {
@@ -206,7 +211,11 @@ impl TableReader for Reader {
             None => (0, None),
         };
         let settings = self.settings.clone();
+        let tx_id = self.tx_id.clone();
         let chunk_size = settings.chunk_size;
+        // Each row's encoded key is built here, then copied into the row's
+        // position: one allocation per row.
+        let mut key = Vec::new();
         let mut pieces = Pieces::new(out);
         if table.order.is_empty() {
             // No primary key: one pass; a resume skips the rows already
@@ -220,7 +229,9 @@ impl TableReader for Reader {
                     continue;
                 }
                 let values = row.unwrap();
-                if !pieces.push(event(&settings, table, encode_key(&[KeyPart::Int(read)]), &values)).await {
+                key.clear();
+                push_key_int(&mut key, read);
+                if !pieces.push(event(&settings, &tx_id, table, key.as_slice().into(), &values)).await {
                     return Ok(());
                 }
             }
@@ -233,32 +244,31 @@ impl TableReader for Reader {
             // producing while these are turned into events.
             let mut rows = self.conn.query_iter(sql).await.map_err(|e| snapshot_error(table, e))?;
             let mut read = 0;
-            let mut last_parts = None;
+            let mut last_row = None;
             while let Some(row) = rows.next().await.map_err(|e| snapshot_error(table, e))? {
                 read += 1;
                 let values = row.unwrap();
-                let key = table.key_of(&values);
-                let key = key.ok_or_else(|| {
-                    SourceError::permanent(
-                        format!("snapshot of {}: a primary key value came back NULL or not as text", table.name),
-                        "report this with the table definition",
-                    )
-                })?;
                 ordinal += 1;
-                let mut parts = Vec::with_capacity(key.len() + 1);
-                parts.push(KeyPart::Int(ordinal));
-                parts.extend(key.into_iter().map(KeyPart::Bytes));
-                let event = event(&settings, table, encode_key(&parts), &values);
-                last_parts = Some(parts);
+                key.clear();
+                push_key_int(&mut key, ordinal);
+                for index in &table.order {
+                    let Some(mysql_async::Value::Bytes(bytes)) = values.get(*index) else {
+                        return Err(SourceError::permanent(
+                            format!("snapshot of {}: a primary key value came back NULL or not as text", table.name),
+                            "report this with the table definition",
+                        ));
+                    };
+                    push_key_bytes(&mut key, bytes);
+                }
+                let event = event(&settings, &tx_id, table, key.as_slice().into(), &values);
+                last_row = Some(values);
                 if !pieces.push(event).await {
                     return Ok(());
                 }
             }
             // Only the chunk's last key is needed, to go on after it.
-            if let Some(parts) = last_parts {
-                last = Some(
-                    parts.into_iter().filter_map(|p| if let KeyPart::Bytes(b) = p { Some(b) } else { None }).collect(),
-                );
+            if let Some(row) = last_row {
+                last = table.key_of(&row);
             }
             if read < chunk_size {
                 pieces.send().await;
@@ -270,7 +280,12 @@ impl TableReader for Reader {
 
 /// A row's values as the binlog shows them, and its primary key.
 pub fn row_values(table: &TablePlan, row: &[mysql_async::Value]) -> (Row, Option<Row>) {
-    let values: Vec<Value> = row.iter().zip(&table.schema.columns).map(|(v, info)| text_value(v, info)).collect();
+    let values: Vec<Value> = row
+        .iter()
+        .zip(&table.schema.columns)
+        .zip(&table.kinds)
+        .map(|((v, info), kind)| text_value_as(v, *kind, info))
+        .collect();
     let key = (!table.identity.is_empty()).then(|| Row {
         columns: table.identity_columns.clone(),
         values: table.identity.iter().map(|i| values.get(*i).cloned().unwrap_or(Value::Null)).collect(),
@@ -278,7 +293,13 @@ pub fn row_values(table: &TablePlan, row: &[mysql_async::Value]) -> (Row, Option
     (Row { columns: table.columns.clone(), values }, key)
 }
 
-fn event(settings: &Settings, table: &TablePlan, key: Vec<u8>, row: &[mysql_async::Value]) -> Event {
+fn event(
+    settings: &Settings,
+    tx_id: &Arc<str>,
+    table: &TablePlan,
+    key: Arc<[u8]>,
+    row: &[mysql_async::Value],
+) -> Event {
     let (after, key_row) = row_values(table, row);
     Event {
         op: Op::Read,
@@ -291,10 +312,10 @@ fn event(settings: &Settings, table: &TablePlan, key: Vec<u8>, row: &[mysql_asyn
         schema_version: table.fingerprint,
         position: Position::Snapshot(SnapshotPos {
             table: table.name.clone(),
-            key: key.into(),
+            key,
             stream_from: settings.stream_from.clone(),
         }),
-        tx_id: Arc::from("snapshot"),
+        tx_id: tx_id.clone(),
         tx_end: true,
         commit_time_us: settings.started_us,
         schema: Some(table.declared.clone()),

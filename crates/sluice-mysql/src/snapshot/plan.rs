@@ -11,6 +11,7 @@ use sluice_core::{Columns, SourceError};
 
 use crate::errors::mysql_error;
 use crate::schema::{ColumnInfo, TableSchema, read_schema, schema_fingerprint};
+use crate::text_values::TextKind;
 
 pub struct TablePlan {
     /// `database.table`, as events name it.
@@ -19,6 +20,8 @@ pub struct TablePlan {
     from_sql: String,
     select_list: String,
     pub schema: TableSchema,
+    /// How each column's text becomes a value.
+    pub kinds: Vec<TextKind>,
     /// The columns as formats see them.
     pub declared: Arc<sluice_core::TableSchema>,
     pub columns: Columns,
@@ -112,6 +115,7 @@ impl TablePlan {
             select_list,
             fingerprint: schema_fingerprint(&schema),
             declared: Arc::new(crate::declared::table_schema(&schema)),
+            kinds: schema.columns.iter().map(TextKind::of).collect(),
             schema,
             columns,
             identity,

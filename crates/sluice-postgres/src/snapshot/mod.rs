@@ -27,7 +27,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sluice_core::snapshot::{
-    Chunk, ChunkSender, KeyPart, LogGuard, Pieces, ResumeKey, Run, SnapshotTable, TableReader, decode_key, encode_key,
+    Chunk, ChunkSender, KeyPart, LogGuard, Pieces, ResumeKey, Run, SnapshotTable, TableReader, decode_key,
+    encode_key_into, push_key_int,
 };
 use sluice_core::{CompactString, Event, Op, Position, Row, SnapshotPos, SourceError, Value};
 use tokio::sync::mpsc;
@@ -187,6 +188,9 @@ async fn read_table(
         .map_err(|e| snapshot_error(table, e))?;
     let tx_id: Arc<str> = Arc::from("snapshot");
     let mut pieces = Pieces::new(queue);
+    // Each row's encoded key is built here, then copied into the row's
+    // position: one allocation per row.
+    let mut encoded = Vec::new();
     match &table.order {
         Order::Key(key) => loop {
             let sql = table.key_chunk_sql(key, after.as_deref(), settings.chunk_size);
@@ -199,7 +203,9 @@ async fn read_table(
                     .map(|k| row.get(k.index)?.as_deref().and_then(|text| plan::key_part(k.kind, text)))
                     .collect();
                 let parts = parts.ok_or_else(|| bad_key(table))?;
-                let event = event(settings, table, &tx_id, encode_key(&parts), row);
+                encoded.clear();
+                encode_key_into(&parts, &mut encoded);
+                let event = event(settings, table, &tx_id, encoded.as_slice().into(), row);
                 after = Some(parts);
                 if !pieces.push(event).await {
                     return Ok(());
@@ -222,8 +228,10 @@ async fn read_table(
                     let ctid = row.first().cloned().flatten().as_deref().and_then(plan::parse_ctid);
                     let (block, offset) = ctid.ok_or_else(|| bad_key(table))?;
                     row.remove(0);
-                    let key = encode_key(&[KeyPart::Int(block as i64), KeyPart::Int(offset as i64)]);
-                    if !pieces.push(event(settings, table, &tx_id, key, row)).await {
+                    encoded.clear();
+                    push_key_int(&mut encoded, block as i64);
+                    push_key_int(&mut encoded, offset as i64);
+                    if !pieces.push(event(settings, table, &tx_id, encoded.as_slice().into(), row)).await {
                         return Ok(());
                     }
                 }
@@ -261,7 +269,7 @@ fn event(
     settings: &Settings,
     table: &TablePlan,
     tx_id: &Arc<str>,
-    key: Vec<u8>,
+    key: Arc<[u8]>,
     row: Vec<Option<CompactString>>,
 ) -> Event {
     let (after, key_row) = row_values(table, row);
@@ -276,7 +284,7 @@ fn event(
         schema_version: table.fingerprint,
         position: Position::Snapshot(SnapshotPos {
             table: table.read_name.clone(),
-            key: key.into(),
+            key,
             stream_from: settings.stream_from.clone(),
         }),
         tx_id: tx_id.clone(),
