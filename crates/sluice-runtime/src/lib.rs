@@ -21,6 +21,7 @@ mod drain;
 mod error;
 mod intake;
 pub mod latency;
+pub mod latency_buckets;
 mod monitor;
 pub mod pipeline;
 pub mod policy;

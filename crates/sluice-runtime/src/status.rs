@@ -147,6 +147,8 @@ pub struct SinkStatus {
     /// Why the sink was detached, and whether it must be resynced.
     detached: Mutex<Option<Detachment>>,
     pub(crate) buffer: BufferFigures,
+    /// Commit-to-durable seconds per event, for /metrics.
+    pub latency: crate::latency_buckets::LatencyBuckets,
     /// The sink's own transforms, whose counts the API reports.
     transforms: Mutex<Arc<sluice_transform::Transforms>>,
 }
@@ -198,6 +200,7 @@ impl SinkStatus {
             failing_since_us: AtomicI64::new(0),
             last_error: Mutex::new(None),
             detached: Mutex::new(None),
+            latency: Default::default(),
             buffer: BufferFigures::default(),
             transforms: Mutex::default(),
         }

@@ -132,9 +132,8 @@ pub(crate) struct SinkWriter {
     pub merges: bool,
 }
 
-/// The sink's histograms, looked up once.
+/// The sink's batch size histogram and drop counter, looked up once.
 pub(crate) struct SinkMetrics {
-    pub latency: metrics::Histogram,
     pub batch_events: metrics::Histogram,
     pub dropped: metrics::Counter,
 }
@@ -143,7 +142,6 @@ impl SinkMetrics {
     pub fn new(pipeline: &str, sink: &str) -> Self {
         let labels = [("pipeline", pipeline.to_string()), ("sink", sink.to_string())];
         Self {
-            latency: metrics::histogram!("sluice_sink_latency_seconds", &labels),
             batch_events: metrics::histogram!("sluice_sink_batch_events", &labels),
             dropped: metrics::counter!("sluice_sink_dropped_events_total", &labels),
         }
@@ -486,7 +484,7 @@ impl SinkWriter {
             if measures && state.opened_at.as_ref().is_none_or(|o| batch.first() > o) {
                 batch.record_latency(&state.latency, now);
                 for (seconds, count) in batch.latencies(now) {
-                    self.metrics.latency.record_many(seconds, count as usize);
+                    self.sink_status().latency.record(seconds, count);
                 }
             }
             state.retained.pop_front();

@@ -65,6 +65,14 @@ fn metrics_count_exactly_the_changes_the_database_committed() {
         Some(n),
         "one latency per event"
     );
+    let buckets: Vec<f64> = metrics
+        .lines()
+        .filter(|l| l.starts_with("sluice_sink_latency_seconds_bucket{") && l.contains("sink=\"file\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(buckets.len(), 17, "16 bounds and +Inf\n{metrics}");
+    assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "cumulative buckets never shrink: {buckets:?}");
+    assert_eq!(buckets.last(), Some(&n), "+Inf holds every event");
     assert_eq!(sample(&metrics, "sluice_sink_batch_events_sum", &["sink=\"file\""]), Some(n), "batch sizes add up");
     let le_max = sample(&metrics, "sluice_sink_batch_events_bucket", &["sink=\"file\"", "le=\"2000\""]);
     assert_eq!(le_max, Some(sample(&metrics, "sluice_sink_batch_events_count", &["sink=\"file\""]).unwrap()));

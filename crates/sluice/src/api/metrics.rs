@@ -3,6 +3,7 @@
 //! histograms (latency, batch size) and the Kafka transaction counters
 //! are recorded where they happen.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -16,11 +17,6 @@ use sluice_runtime::status::SinkState;
 
 use super::Api;
 
-/// Latency buckets (s): from a few ms, where a fast sink lands, to ten
-/// minutes, past any sane object storage flush.
-const LATENCY_BUCKETS: &[f64] =
-    &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
-
 /// Installs the global recorder. Batch size buckets run in powers of two
 /// up to the largest `batch.max_events` of the config, so a full batch
 /// has its own bucket; larger ones (one huge transaction) go to +Inf.
@@ -32,7 +28,6 @@ pub fn install(config: &Config) -> Result<PrometheusHandle, anyhow::Error> {
         batch_buckets.push(next);
     }
     let recorder = PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Full("sluice_sink_latency_seconds".into()), LATENCY_BUCKETS)?
         .set_buckets_for_metric(Matcher::Full("sluice_sink_batch_events".into()), &batch_buckets)?
         .build_recorder();
     let handle = recorder.handle();
@@ -42,7 +37,36 @@ pub fn install(config: &Config) -> Result<PrometheusHandle, anyhow::Error> {
 
 pub async fn render(State(api): State<Arc<Api>>) -> impl IntoResponse {
     refresh(&api).await;
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], api.metrics.render())
+    let mut text = api.metrics.render();
+    write_latency(&mut text, &api);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}
+
+/// `sluice_sink_latency_seconds`, a histogram per sink that the sinks'
+/// writers count themselves ([`sluice_runtime::latency_buckets`]), in the
+/// form the exporter writes its own.
+fn write_latency(out: &mut String, api: &Api) {
+    const NAME: &str = "sluice_sink_latency_seconds";
+    // Writing into a String cannot fail.
+    let _ = writeln!(out, "# TYPE {NAME} histogram");
+    for status in api.statuses() {
+        for sink in &status.sinks {
+            let labels = format!("pipeline=\"{}\",sink=\"{}\"", label_value(&status.name), label_value(&sink.id));
+            let counts = sink.latency.read();
+            for (bound, events) in &counts.cumulative {
+                let _ = writeln!(out, "{NAME}_bucket{{{labels},le=\"{bound}\"}} {events}");
+            }
+            let _ = writeln!(out, "{NAME}_bucket{{{labels},le=\"+Inf\"}} {}", counts.count);
+            let _ = writeln!(out, "{NAME}_sum{{{labels}}} {}", counts.sum_seconds);
+            let _ = writeln!(out, "{NAME}_count{{{labels}}} {}", counts.count);
+        }
+    }
+    out.push('\n');
+}
+
+/// A label value as the exposition format quotes it.
+fn label_value(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 fn gauge_of(value: Option<u64>) -> f64 {
