@@ -39,8 +39,9 @@ else
   trap cleanup EXIT
   run_bench() { # script, output file
     echo "running scripts/$1.sh ($2)" >&2
-    # What the script before wrote is on the disk before this one starts.
-    sync
+    # What the script before wrote is on the disk, and out of the page
+    # cache, before this one starts.
+    scripts/bench-settle.sh
     "scripts/$1.sh" > "$out/$2.txt" 2> "$out/$2.err" || { cat "$out/$2.err" >&2; exit 1; }
   }
   # Round after round, so a slow spell of the machine falls on one round

@@ -16,6 +16,7 @@ if [ ! -f "${SLUICE_SERVICES_DIR:-/tmp/sluice-services}/env" ]; then
   started_services=yes
 fi
 env_file=$(scripts/services.sh start)
+scripts/bench-settle.sh
 # shellcheck source=/dev/null
 . "$env_file"
 work=$(mktemp -d)

@@ -3,4 +3,5 @@
 # generator → memory sink, generator → file sink; 2M events each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/bench-settle.sh
 cargo bench -p sluice --bench pipeline --locked
