@@ -385,11 +385,11 @@ impl Serialize for Envelope<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::value::Value;
 
-    fn event(tx: u64, seq: u32) -> Event {
+    pub(crate) fn event(tx: u64, seq: u32) -> Event {
         Event {
             op: Op::Insert,
             source_id: "gen1".into(),

@@ -8,6 +8,7 @@ mod codec_meta;
 pub mod dead_letter;
 pub mod error;
 pub mod event;
+pub mod event_vecs;
 pub mod failpoint;
 pub mod guarantee;
 pub mod history;

@@ -218,10 +218,11 @@ impl Reader {
                     // The receiver is gone only when the source was restarted or dropped.
                     let Ok(permit) = permit else { return Ok(()) };
                     self.last_emitted = ready.last().map(|e| e.position.clone());
-                    // Room for a chunk like this one, so the next does not move its
-                    // events each time it grows.
-                    let room = ready.len();
-                    permit.send(Ok(std::mem::replace(&mut ready, Vec::with_capacity(room))));
+                    // Room for a full chunk, or one like this if larger, so the next
+                    // does not move its events each time it grows; a kept vector's
+                    // pages are resident.
+                    let room = ready.len().max(READY_LIMIT);
+                    permit.send(Ok(std::mem::replace(&mut ready, sluice_core::event_vecs::take(room))));
                 }
             }
         }

@@ -75,6 +75,14 @@ enum Body {
     Spilled(SpillFile),
 }
 
+impl Drop for Batch {
+    fn drop(&mut self) {
+        if let Body::Memory(events) = &mut self.body {
+            sluice_core::event_vecs::give(std::mem::take(events));
+        }
+    }
+}
+
 impl Batch {
     /// The batch cut from `events`, of which `transforms` keep some.
     fn in_memory(
@@ -533,13 +541,14 @@ impl Batcher {
             return None;
         }
         let rest = if len == self.current.len() {
-            // Room for a batch like this one, so the next does not grow
-            // event by event, moving every event each time it doubles: a
+            // Room for a batch like this one (a kept vector, whose pages
+            // are resident, when one is large enough), so the next does
+            // not grow event by event, moving every event each time it doubles: a
             // run of transactions larger than `max_events` would otherwise
             // reallocate each of their batches three or four times, and
             // the blocks they leave behind stay resident until the
             // allocator returns them. Room not filled is never touched.
-            Vec::with_capacity(len.min(MAX_RESERVED_EVENTS))
+            sluice_core::event_vecs::take(len.min(MAX_RESERVED_EVENTS))
         } else {
             self.current.split_off(len)
         };

@@ -52,14 +52,15 @@ impl Dispatcher {
                 biased;
                 _ = self.shutdown.wait() => break,
                 chunk = self.chunks.recv() => {
-                    let Some(events) = chunk else { break };
-                    for event in events {
+                    let Some(mut events) = chunk else { break };
+                    for event in events.drain(..) {
                         let batch = self.batcher.push(event)?;
                         self.check()?;
                         if let Some(batch) = batch {
                             self.send(batch).await?;
                         }
                     }
+                    sluice_core::event_vecs::give(events);
                 }
                 _ = sleep_until(deadline) => {
                     let batch = self.batcher.on_deadline();

@@ -28,7 +28,7 @@ impl<'a> Pieces<'a> {
     /// snapshot no longer takes events (it was stopped).
     pub async fn push(&mut self, event: Event) -> bool {
         if self.events.capacity() == 0 {
-            self.events.reserve_exact(PIECE_EVENTS);
+            self.events = crate::event_vecs::take(PIECE_EVENTS);
         }
         self.events.push(event);
         self.events.len() < PIECE_EVENTS || self.send().await

@@ -151,13 +151,15 @@ impl<S: Stream> Driver<S> {
 
 /// Moves a chunk read into `out`. An empty `out` takes the chunk's own
 /// allocation: copying it would hold two of them at once and grow `out`
-/// past the chunk's length, a large share of a snapshot's memory.
-fn hand_on(events: Vec<Event>, out: &mut Vec<Event>) {
+/// past the chunk's length, a large share of a snapshot's memory. The
+/// vector left over either way is kept for the reader's next chunk.
+fn hand_on(mut events: Vec<Event>, out: &mut Vec<Event>) {
     if out.is_empty() {
-        *out = events;
+        std::mem::swap(out, &mut events);
     } else {
-        out.extend(events);
+        out.append(&mut events);
     }
+    crate::event_vecs::give(events);
 }
 
 /// Implements [`Source`](super::Source) for a source struct with a

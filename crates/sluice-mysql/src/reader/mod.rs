@@ -101,10 +101,11 @@ impl Reader {
                 _ = measure.tick() => self.measure_log().await,
                 permit = events.reserve(), if !ready.is_empty() => {
                     let Ok(permit) = permit else { return Ok(()) };
-                    // Room for a chunk like this one, so the next does not move its
-                    // events each time it grows.
-                    let room = ready.len();
-                    permit.send(Ok(std::mem::replace(&mut ready, Vec::with_capacity(room))));
+                    // Room for a full chunk, or one like this if larger, so the next
+                    // does not move its events each time it grows; a kept vector's
+                    // pages are resident.
+                    let room = ready.len().max(READY_LIMIT);
+                    permit.send(Ok(std::mem::replace(&mut ready, sluice_core::event_vecs::take(room))));
                 }
                 next = tokio::time::timeout(self.receive_timeout, self.stream.next()), if ready.len() < READY_LIMIT => {
                     let event = match next {
