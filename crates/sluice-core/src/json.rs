@@ -4,7 +4,9 @@
 //! hold them to it); what is saved is its per-value machinery and a
 //! byte-by-byte escape of text that, nearly always, needs none.
 
-use crate::value::{Row, Value};
+use std::sync::Arc;
+
+use crate::value::{Columns, Row, Value};
 
 /// `text` as a quoted JSON string.
 pub fn write_str(out: &mut Vec<u8>, text: &str) {
@@ -119,6 +121,20 @@ impl Value {
 impl Row {
     /// The row's JSON object, as its `Serialize` writes it.
     pub fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        let cached = KEYS.try_with(|kept| {
+            let Ok(mut kept) = kept.try_borrow_mut() else { return None };
+            let keys = Keys::for_columns(&mut kept, &self.columns)?;
+            Some(self.write_keyed(keys, out))
+        });
+        match cached {
+            Ok(Some(written)) => written,
+            _ => self.write_unkeyed(out),
+        }
+    }
+
+    /// The same bytes, each key escaped as it is written: for a thread
+    /// whose kept places all hold column lists still in use.
+    fn write_unkeyed(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
         out.push(b'{');
         let mut first = true;
         for (column, value) in self.columns.iter().zip(&self.values) {
@@ -134,6 +150,79 @@ impl Row {
         }
         out.push(b'}');
         Ok(())
+    }
+
+    fn write_keyed(&self, keys: &Keys, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        out.push(b'{');
+        let mut first = true;
+        for (key, value) in keys.each().zip(&self.values) {
+            if matches!(value, Value::Unchanged) {
+                continue;
+            }
+            // Each key is `,"name":`; the first leaves its comma out.
+            let key = if std::mem::take(&mut first) { key.get(1..).unwrap_or_default() } else { key };
+            out.extend_from_slice(key);
+            value.write_json(out)?;
+        }
+        out.push(b'}');
+        Ok(())
+    }
+}
+
+/// How many column lists a thread keeps the keys of: one per table a sink
+/// writes (a row and its key have a list each).
+const KEPT_KEYS: usize = 32;
+
+thread_local! {
+    static KEYS: std::cell::RefCell<Vec<Keys>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A column list's object keys as JSON, each `,"name":`, escaped once. A
+/// row's columns are shared by every row decoded with the same table
+/// version, so each sink thread writes the keys of a table with one copy
+/// per column, not an escape check and four copies.
+struct Keys {
+    /// Held, so the list cannot be freed and another take its address.
+    columns: Columns,
+    text: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Keys {
+    fn new(columns: &Columns) -> Self {
+        let mut text = Vec::new();
+        let mut ends = Vec::with_capacity(columns.len());
+        for column in columns.iter() {
+            text.push(b',');
+            write_str(&mut text, column);
+            text.push(b':');
+            ends.push(text.len());
+        }
+        Self { columns: columns.clone(), text, ends }
+    }
+
+    /// The kept keys of `columns`, made if there is room: a free place,
+    /// or that of a list nothing else holds any more (its table version
+    /// is gone). `None` when every place holds a live list.
+    fn for_columns<'a>(kept: &'a mut Vec<Keys>, columns: &Columns) -> Option<&'a Keys> {
+        let at = match kept.iter().position(|k| Arc::ptr_eq(&k.columns, columns)) {
+            Some(at) => at,
+            None if kept.len() < KEPT_KEYS => {
+                kept.push(Keys::new(columns));
+                kept.len() - 1
+            }
+            None => {
+                let at = kept.iter().position(|k| Arc::strong_count(&k.columns) == 1)?;
+                kept[at] = Keys::new(columns);
+                at
+            }
+        };
+        kept.get(at)
+    }
+
+    fn each(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(&self.ends).map(|(start, &end)| self.text.get(start..end).unwrap_or_default())
     }
 }
 
@@ -205,5 +294,42 @@ mod tests {
         let mut out = Vec::new();
         row.write_json(&mut out).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&row).unwrap());
+    }
+
+    fn row_of(columns: &Columns, values: Vec<Value>) -> Row {
+        Row { columns: columns.clone(), values }
+    }
+
+    fn json_of(row: &Row) -> String {
+        let mut out = Vec::new();
+        row.write_json(&mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn rows_written_with_kept_keys_match_serde_whatever_the_list() {
+        let names = |n: usize, tag: &str| -> Columns { (0..n).map(|i| Arc::from(format!("{tag}\"{i}"))).collect() };
+        // More live lists than are kept: the last ones are written without.
+        let lists: Vec<Columns> = (0..KEPT_KEYS + 5).map(|i| names(i % 4 + 1, &format!("t{i}"))).collect();
+        for round in 0..2 {
+            for list in &lists {
+                let values = (0..list.len()).map(|i| if i == 1 { Value::Unchanged } else { Value::Int(i as i64) });
+                let row = row_of(list, values.collect());
+                assert_eq!(json_of(&row), serde_json::to_string(&row).unwrap(), "round {round}");
+            }
+        }
+        // Fewer values than columns, more values than columns.
+        let short = row_of(&lists[3], vec![Value::Bool(true)]);
+        assert_eq!(json_of(&short), serde_json::to_string(&short).unwrap());
+        let long = row_of(&lists[0], vec![Value::Int(1), Value::Int(2)]);
+        assert_eq!(json_of(&long), serde_json::to_string(&long).unwrap());
+        let kept = || KEYS.with_borrow(|kept| kept.iter().map(|k| k.columns.clone()).collect::<Vec<_>>());
+        assert_eq!(kept().len(), KEPT_KEYS);
+        // Once the lists are gone, new ones take their places.
+        drop(lists);
+        let fresh = names(2, "fresh");
+        let row = row_of(&fresh, vec![Value::Null, Value::Text("x".into())]);
+        assert_eq!(json_of(&row), r#"{"fresh\"0":null,"fresh\"1":"x"}"#);
+        assert!(kept().iter().any(|c| Arc::ptr_eq(c, &fresh)));
     }
 }

@@ -71,11 +71,10 @@ pub(crate) struct Reader {
     pub(crate) log: Arc<LogStats>,
     /// The end of the last event read in `file`.
     pub(crate) read_through: u64,
-    /// Each recorded schema as formats see it, converted once.
     /// The server is MariaDB (its Debezium connector is `mariadb`).
     pub(crate) mariadb: bool,
-    pub(crate) declared:
-        std::collections::HashMap<usize, (Arc<crate::schema::TableSchema>, Arc<sluice_core::TableSchema>)>,
+    /// What each recorded schema's rows share, by the schema's address.
+    pub(crate) parts: std::collections::HashMap<usize, Arc<rows::TableParts>>,
 }
 
 pub(crate) fn unreadable(what: &str, e: impl std::fmt::Display) -> SourceError {
@@ -405,7 +404,7 @@ impl MyStream {
             held: None,
             counter: Default::default(),
             mariadb,
-            declared: std::collections::HashMap::new(),
+            parts: std::collections::HashMap::new(),
             checksum,
             format_seen: false,
             log: self.log.clone(),

@@ -192,9 +192,8 @@ impl Reader {
                 "reset this source's checkpoints and take a new snapshot so the schema is read at a known point",
             ));
         }
-        let columns: Columns = schema.columns.iter().map(|c| Arc::from(c.name.as_str())).collect();
-        let key_index: Vec<usize> = schema.columns.iter().enumerate().filter(|(_, c)| c.key).map(|(i, _)| i).collect();
-        let key_columns: Columns = key_index.iter().map(|i| columns[*i].clone()).collect();
+        let parts = self.parts(&schema);
+        let TableParts { columns, key_columns, key_index, .. } = &*parts;
         let plan = images::plan(&tme).map_err(|e| unreadable("table map", e))?;
         let convert_row = |image: &images::Image<'_>| -> Result<Row, SourceError> {
             // Sized up front: collected through `Result`, the vector grew
@@ -209,7 +208,6 @@ impl Reader {
             Ok(Row { columns: columns.clone(), values })
         };
         let fingerprint = schema_fingerprint(&schema);
-        let declared = self.declared(&schema);
         let origin = self.origin(event.header().server_id());
         let images = images::read(&rows, &tme, &plan).map_err(|e| unreadable("row", e))?;
         let mut decoded = Vec::with_capacity(images.len());
@@ -223,7 +221,7 @@ impl Reader {
                 values: key_index.iter().map(|i| image.map_or(Value::Null, |r| r.values[*i].clone())).collect(),
             });
             let mut event = self.next_event(op, &database, &name, Images { key, before, after }, fingerprint)?;
-            event.schema = Some(declared.clone());
+            event.schema = Some(parts.declared.clone());
             event.origin = origin.clone();
             if let Origin::Mysql { row: index, .. } = &mut event.origin {
                 *index = row;
@@ -235,12 +233,15 @@ impl Reader {
 
     /// `schema` as formats see it, converted once per recorded version.
     fn declared(&mut self, schema: &Arc<TableSchema>) -> Arc<sluice_core::TableSchema> {
+        self.parts(schema).declared.clone()
+    }
+
+    /// What the rows of `schema` share, worked out once per recorded
+    /// version: every row of the version holds the same column lists,
+    /// which sinks key their own per-table work on.
+    fn parts(&mut self, schema: &Arc<TableSchema>) -> Arc<TableParts> {
         let key = Arc::as_ptr(schema) as usize;
-        let entry = self
-            .declared
-            .entry(key)
-            .or_insert_with(|| (schema.clone(), Arc::new(crate::declared::table_schema(schema))));
-        entry.1.clone()
+        self.parts.entry(key).or_insert_with(|| Arc::new(TableParts::of(schema))).clone()
     }
 
     /// Where the current statement's rows are in the binlog.
@@ -268,5 +269,25 @@ impl Reader {
         let file = self.file.clone().ok_or_else(|| unreadable("event", "a row before any rotate event"))?;
         let tx = self.tx.as_ref().ok_or_else(|| unreadable("event", "a row outside a transaction"))?;
         Ok(Position::Mysql(BinlogPos { file, offset: tx.offset, seq: tx.seq, gtid_before: tx.gtid_before.clone() }))
+    }
+}
+
+/// The parts of one recorded table version its rows share.
+pub(crate) struct TableParts {
+    /// Held, so the address that keys it cannot be reused.
+    _schema: Arc<TableSchema>,
+    declared: Arc<sluice_core::TableSchema>,
+    columns: Columns,
+    key_columns: Columns,
+    key_index: Vec<usize>,
+}
+
+impl TableParts {
+    fn of(schema: &Arc<TableSchema>) -> Self {
+        let columns: Columns = schema.columns.iter().map(|c| Arc::from(c.name.as_str())).collect();
+        let key_index: Vec<usize> = schema.columns.iter().enumerate().filter(|(_, c)| c.key).map(|(i, _)| i).collect();
+        let key_columns: Columns = key_index.iter().map(|i| columns[*i].clone()).collect();
+        let declared = Arc::new(crate::declared::table_schema(schema));
+        Self { _schema: schema.clone(), declared, columns, key_columns, key_index }
     }
 }
