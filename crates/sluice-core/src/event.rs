@@ -226,6 +226,20 @@ impl Serialize for Event {
     }
 }
 
+/// An envelope field: its name, and its JSON key with the comma that
+/// comes before every field but the first, written as one piece.
+#[derive(Clone, Copy)]
+struct Field {
+    name: &'static str,
+    key: &'static str,
+}
+
+macro_rules! field {
+    ($name:literal) => {
+        Field { name: $name, key: concat!(",\"", $name, "\":") }
+    };
+}
+
 /// An event with its id computed once. A sink that puts the id in a
 /// header or field as well as in the JSON body uses this, so the hash runs
 /// once per event, not twice.
@@ -263,40 +277,40 @@ impl Envelope<'_> {
     /// follow.
     fn fields<F: Fields>(&self, unchanged: &[&str], out: &mut F) -> Result<(), F::Error> {
         let event = self.event;
-        out.text("id", &self.id)?;
-        out.plain("op", event.op.code())?;
-        out.text("source", &event.source_id)?;
-        out.text("db", &event.database)?;
-        out.text("table", &event.table)?;
-        out.row("key", event.key.as_ref())?;
-        out.row("before", event.before.as_ref())?;
-        out.row("after", event.after.as_ref())?;
+        out.text(field!("id"), &self.id)?;
+        out.plain(field!("op"), event.op.code())?;
+        out.text(field!("source"), &event.source_id)?;
+        out.text(field!("db"), &event.database)?;
+        out.text(field!("table"), &event.table)?;
+        out.row(field!("key"), event.key.as_ref())?;
+        out.row(field!("before"), event.before.as_ref())?;
+        out.row(field!("after"), event.after.as_ref())?;
         // Only when there are some, so every other event keeps its bytes.
         if !unchanged.is_empty() {
-            out.value("unchanged", unchanged)?;
+            out.value(field!("unchanged"), unchanged)?;
         }
-        out.value("schema_version", &event.schema_version)?;
-        out.position("position", &event.position)?;
-        out.text("tx_id", &event.tx_id)?;
-        out.value("tx_end", &event.tx_end)?;
-        out.plain("commit_time", &crate::time::utc_micros_text(event.commit_time_us, &mut [0; UTC_MICROS_LEN]))
+        out.value(field!("schema_version"), &event.schema_version)?;
+        out.position(field!("position"), &event.position)?;
+        out.text(field!("tx_id"), &event.tx_id)?;
+        out.value(field!("tx_end"), &event.tx_end)?;
+        out.plain(field!("commit_time"), &crate::time::utc_micros_text(event.commit_time_us, &mut [0; UTC_MICROS_LEN]))
     }
 }
 
 /// Where [`Envelope::fields`] goes: a serde map, or JSON bytes directly.
 trait Fields {
     type Error;
-    fn value<T: Serialize + ?Sized>(&mut self, name: &'static str, value: &T) -> Result<(), Self::Error>;
+    fn value<T: Serialize + ?Sized>(&mut self, field: Field, value: &T) -> Result<(), Self::Error>;
     /// Text JSON takes as it is: no quote, backslash or control character.
-    fn plain(&mut self, name: &'static str, text: &str) -> Result<(), Self::Error>;
-    fn text(&mut self, name: &'static str, text: &str) -> Result<(), Self::Error> {
-        self.value(name, text)
+    fn plain(&mut self, field: Field, text: &str) -> Result<(), Self::Error>;
+    fn text(&mut self, field: Field, text: &str) -> Result<(), Self::Error> {
+        self.value(field, text)
     }
-    fn row(&mut self, name: &'static str, row: Option<&Row>) -> Result<(), Self::Error> {
-        self.value(name, &row)
+    fn row(&mut self, field: Field, row: Option<&Row>) -> Result<(), Self::Error> {
+        self.value(field, &row)
     }
-    fn position(&mut self, name: &'static str, position: &Position) -> Result<(), Self::Error> {
-        self.value(name, position)
+    fn position(&mut self, field: Field, position: &Position) -> Result<(), Self::Error> {
+        self.value(field, position)
     }
 }
 
@@ -304,11 +318,11 @@ struct MapFields<M>(M);
 
 impl<M: SerializeMap> Fields for MapFields<M> {
     type Error = M::Error;
-    fn value<T: Serialize + ?Sized>(&mut self, name: &'static str, value: &T) -> Result<(), M::Error> {
-        self.0.serialize_entry(name, value)
+    fn value<T: Serialize + ?Sized>(&mut self, field: Field, value: &T) -> Result<(), M::Error> {
+        self.0.serialize_entry(field.name, value)
     }
-    fn plain(&mut self, name: &'static str, text: &str) -> Result<(), M::Error> {
-        self.0.serialize_entry(name, text)
+    fn plain(&mut self, field: Field, text: &str) -> Result<(), M::Error> {
+        self.0.serialize_entry(field.name, text)
     }
 }
 
@@ -318,36 +332,33 @@ struct JsonFields<'a> {
 }
 
 impl JsonFields<'_> {
-    fn name(&mut self, name: &str) {
-        if !std::mem::take(&mut self.first) {
-            self.out.push(b',');
-        }
-        self.out.push(b'"');
-        self.out.extend_from_slice(name.as_bytes());
-        self.out.extend_from_slice(b"\":");
+    #[inline]
+    fn key(&mut self, field: Field) {
+        let key = if std::mem::take(&mut self.first) { field.key.get(1..).unwrap_or_default() } else { field.key };
+        self.out.extend_from_slice(key.as_bytes());
     }
 }
 
 impl Fields for JsonFields<'_> {
     type Error = serde_json::Error;
-    fn value<T: Serialize + ?Sized>(&mut self, name: &'static str, value: &T) -> serde_json::Result<()> {
-        self.name(name);
+    fn value<T: Serialize + ?Sized>(&mut self, field: Field, value: &T) -> serde_json::Result<()> {
+        self.key(field);
         serde_json::to_writer(&mut *self.out, value)
     }
-    fn plain(&mut self, name: &'static str, text: &str) -> serde_json::Result<()> {
-        self.name(name);
+    fn plain(&mut self, field: Field, text: &str) -> serde_json::Result<()> {
+        self.key(field);
         self.out.push(b'"');
         self.out.extend_from_slice(text.as_bytes());
         self.out.push(b'"');
         Ok(())
     }
-    fn text(&mut self, name: &'static str, text: &str) -> serde_json::Result<()> {
-        self.name(name);
+    fn text(&mut self, field: Field, text: &str) -> serde_json::Result<()> {
+        self.key(field);
         crate::json::write_str(self.out, text);
         Ok(())
     }
-    fn row(&mut self, name: &'static str, row: Option<&Row>) -> serde_json::Result<()> {
-        self.name(name);
+    fn row(&mut self, field: Field, row: Option<&Row>) -> serde_json::Result<()> {
+        self.key(field);
         match row {
             Some(row) => row.write_json(self.out),
             None => {
@@ -356,8 +367,8 @@ impl Fields for JsonFields<'_> {
             }
         }
     }
-    fn position(&mut self, name: &'static str, position: &Position) -> serde_json::Result<()> {
-        self.name(name);
+    fn position(&mut self, field: Field, position: &Position) -> serde_json::Result<()> {
+        self.key(field);
         self.out.push(b'"');
         position.write_text(&mut |piece| crate::json::write_str_contents(self.out, piece));
         self.out.push(b'"');

@@ -4,7 +4,7 @@
 //! hold them to it); what is saved is its per-value machinery and a
 //! byte-by-byte escape of text that, nearly always, needs none.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::value::{Columns, Row, Value};
 
@@ -182,8 +182,10 @@ thread_local! {
 /// version, so each sink thread writes the keys of a table with one copy
 /// per column, not an escape check and four copies.
 struct Keys {
-    /// Held, so the list cannot be freed and another take its address.
-    columns: Columns,
+    /// The list, by a weak reference: it keeps the list's allocation, so
+    /// no other list can take its address, but not the list itself, so
+    /// every thread's keys of a table version that is gone show as gone.
+    columns: Weak<[Arc<str>]>,
     text: Vec<u8>,
     ends: Vec<usize>,
 }
@@ -198,21 +200,21 @@ impl Keys {
             text.push(b':');
             ends.push(text.len());
         }
-        Self { columns: columns.clone(), text, ends }
+        Self { columns: Arc::downgrade(columns), text, ends }
     }
 
     /// The kept keys of `columns`, made if there is room: a free place,
-    /// or that of a list nothing else holds any more (its table version
-    /// is gone). `None` when every place holds a live list.
+    /// or that of a list no longer in use (its table version is gone).
+    /// `None` when every place holds a list still in use.
     fn for_columns<'a>(kept: &'a mut Vec<Keys>, columns: &Columns) -> Option<&'a Keys> {
-        let at = match kept.iter().position(|k| Arc::ptr_eq(&k.columns, columns)) {
+        let at = match kept.iter().position(|k| std::ptr::addr_eq(k.columns.as_ptr(), Arc::as_ptr(columns))) {
             Some(at) => at,
             None if kept.len() < KEPT_KEYS => {
                 kept.push(Keys::new(columns));
                 kept.len() - 1
             }
             None => {
-                let at = kept.iter().position(|k| Arc::strong_count(&k.columns) == 1)?;
+                let at = kept.iter().position(|k| k.columns.strong_count() == 0)?;
                 kept[at] = Keys::new(columns);
                 at
             }
@@ -324,12 +326,26 @@ mod tests {
         let long = row_of(&lists[0], vec![Value::Int(1), Value::Int(2)]);
         assert_eq!(json_of(&long), serde_json::to_string(&long).unwrap());
         let kept = || KEYS.with_borrow(|kept| kept.iter().map(|k| k.columns.clone()).collect::<Vec<_>>());
+        let holds = |list: &Columns| kept().iter().any(|k| std::ptr::addr_eq(k.as_ptr(), Arc::as_ptr(list)));
+        assert!(holds(&lists[0]) && !holds(&lists[KEPT_KEYS]));
         assert_eq!(kept().len(), KEPT_KEYS);
         // Once the lists are gone, new ones take their places.
         drop(lists);
         let fresh = names(2, "fresh");
         let row = row_of(&fresh, vec![Value::Null, Value::Text("x".into())]);
         assert_eq!(json_of(&row), r#"{"fresh\"0":null,"fresh\"1":"x"}"#);
-        assert!(kept().iter().any(|c| Arc::ptr_eq(c, &fresh)));
+        assert!(holds(&fresh));
+    }
+
+    #[test]
+    fn kept_keys_do_not_hold_the_column_list() {
+        let list: Columns = vec![Arc::from("a")].into();
+        let row = row_of(&list, vec![Value::Int(1)]);
+        let other = row.clone();
+        std::thread::spawn(move || json_of(&other)).join().unwrap();
+        assert_eq!(json_of(&row), r#"{"a":1}"#);
+        drop(row);
+        // Two threads keep its keys; neither keeps the list in use.
+        assert_eq!(Arc::strong_count(&list), 1);
     }
 }
