@@ -119,9 +119,13 @@ row "PostgreSQL snapshot → file sink" "$(field bench-snapshot "sluice snapshot
   "$(best bench-snapshot "COPY -> /dev/null" 1)" "$(peak_rss bench-snapshot)"
 row "MariaDB snapshot → file sink" "$(field bench-snapshot-mysql "sluice snapshot" 1)" "mariadb --quick to /dev/null" \
   "$(best bench-snapshot-mysql "mariadb --quick -> /dev/null" 1)" "$(peak_rss bench-snapshot-mysql)"
-for mode in at-least-once "exactly-once (transactions)"; do
+for mode in at-least-once "exactly-once (read_back)" "exactly-once (transactions)"; do
   row "generator → Kafka, $mode" "$(field bench-kafka "generator -> kafka, $mode" 2)" "generator alone" "$generator" "$(field bench-kafka "generator -> kafka, $mode" 0)"
-  sink=kafka_alo; [ "$mode" = at-least-once ] || sink=kafka_eos
+  case $mode in
+    at-least-once) sink=kafka_alo ;;
+    *read_back*) sink=kafka_read_back ;;
+    *) sink=kafka_eos ;;
+  esac
   row "PostgreSQL → Kafka, $mode" "$(field bench-kafka "postgres -> kafka, $mode" 2)" "pg_recvlogical" "$pg" "$(field bench-kafka "postgres -> kafka, $mode" 0)" "$sink" "$connect_peer"
 done
 row "the Kafka sink alone (generator → Kafka, at-least-once)" "$(field bench-kafka "generator -> kafka, at-least-once" 2)" "kafka-producer-perf-test" \

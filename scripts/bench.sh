@@ -3,5 +3,7 @@
 # generator → memory sink, generator → file sink; 2M events each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Built first, so the build's writes are settled with the rest.
+cargo bench -p sluice --bench pipeline --locked --no-run
 scripts/bench-settle.sh
 cargo bench -p sluice --bench pipeline --locked
