@@ -541,13 +541,14 @@ impl Batcher {
             return None;
         }
         let rest = if len == self.current.len() {
-            // Room for a batch like this one (a kept vector, whose pages
-            // are resident, when one is large enough), so the next does
-            // not grow event by event, moving every event each time it doubles: a
+            // Room for a batch like this one, so the next does not grow
+            // event by event, moving every event each time it doubles: a
             // run of transactions larger than `max_events` would otherwise
             // reallocate each of their batches three or four times, and
             // the blocks they leave behind stay resident until the
-            // allocator returns them. Room not filled is never touched.
+            // allocator returns them. A kept vector (`event_vecs`) comes
+            // with its pages resident; a new one's room is touched only
+            // as it fills.
             sluice_core::event_vecs::take(len.min(MAX_RESERVED_EVENTS))
         } else {
             self.current.split_off(len)
