@@ -108,6 +108,16 @@ pub enum StoreError {
     InUse { path: String },
 }
 
+/// The cause of a permanent [`SinkError`] when another writer took the
+/// sink's exclusive identity (Kafka's `transactional.id`), so this one may
+/// write nothing more. A fleet member that still holds the pipeline's
+/// lease was fenced by a writer that lost it (a stalled instance's late
+/// start): the member starts the pipeline again at a new epoch, whose
+/// writer fences the stale one in turn, instead of stopping.
+#[derive(Debug, thiserror::Error)]
+#[error("a newer writer with the same identity fenced this one")]
+pub struct SinkFenced(#[source] pub BoxError);
+
 /// `head` followed by the causes of `e`, joined by ": ": what a network
 /// error's own text leaves out (a refused connection, an unknown
 /// certificate).

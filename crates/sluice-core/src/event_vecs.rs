@@ -42,13 +42,27 @@ pub fn give(events: Vec<Event>) {
 }
 
 struct Pool {
-    kept: Mutex<Vec<Vec<Event>>>,
+    kept: Mutex<Kept>,
     limit: usize,
+}
+
+struct Kept {
+    vectors: Vec<Vec<Event>>,
+    /// The slot bytes of `vectors`, kept as they come and go.
+    bytes: usize,
+}
+
+impl Kept {
+    fn remove(&mut self, at: usize) -> Vec<Event> {
+        let vector = self.vectors.swap_remove(at);
+        self.bytes -= slot_bytes(&vector);
+        vector
+    }
 }
 
 impl Pool {
     const fn new(limit: usize) -> Self {
-        Self { kept: Mutex::new(Vec::new()), limit }
+        Self { kept: Mutex::new(Kept { vectors: Vec::new(), bytes: 0 }), limit }
     }
 
     /// The smallest kept vector with room for `capacity`, unless even it
@@ -59,12 +73,13 @@ impl Pool {
         if capacity >= SMALLEST_KEPT
             && let Ok(mut kept) = self.kept.lock()
             && let Some((at, _)) = kept
+                .vectors
                 .iter()
                 .enumerate()
                 .filter(|(_, v)| (capacity..=capacity.saturating_mul(4)).contains(&v.capacity()))
                 .min_by_key(|(_, v)| v.capacity())
         {
-            return kept.swap_remove(at);
+            return kept.remove(at);
         }
         Vec::with_capacity(capacity)
     }
@@ -77,21 +92,24 @@ impl Pool {
             return;
         }
         let Ok(mut kept) = self.kept.lock() else { return };
-        let mut held: usize = kept.iter().map(slot_bytes).sum();
-        while held + bytes > self.limit || kept.len() >= KEPT_VECTORS {
-            let Some((at, smallest)) = kept.iter().enumerate().min_by_key(|(_, v)| v.capacity()) else { break };
+        while kept.bytes + bytes > self.limit || kept.vectors.len() >= KEPT_VECTORS {
+            let Some((at, smallest)) = kept.vectors.iter().enumerate().min_by_key(|(_, v)| v.capacity()) else {
+                break;
+            };
             if smallest.capacity() >= events.capacity() {
                 return;
             }
-            held -= slot_bytes(smallest);
-            kept.swap_remove(at);
+            kept.remove(at);
         }
-        kept.push(events);
+        kept.bytes += bytes;
+        kept.vectors.push(events);
     }
 
     #[cfg(test)]
     fn held(&self) -> usize {
-        self.kept.lock().map(|kept| kept.iter().map(slot_bytes).sum()).unwrap_or(0)
+        let kept = self.kept.lock().unwrap();
+        assert_eq!(kept.bytes, kept.vectors.iter().map(slot_bytes).sum::<usize>(), "the running count");
+        kept.bytes
     }
 }
 
@@ -169,8 +187,8 @@ mod tests {
             pool.give(Vec::with_capacity(SMALLEST_KEPT + n));
         }
         let kept = pool.kept.lock().unwrap();
-        assert_eq!(kept.len(), KEPT_VECTORS);
+        assert_eq!(kept.vectors.len(), KEPT_VECTORS);
         // The larger ones stayed.
-        assert!(kept.iter().all(|v| v.capacity() >= SMALLEST_KEPT + KEPT_VECTORS));
+        assert!(kept.vectors.iter().all(|v| v.capacity() >= SMALLEST_KEPT + KEPT_VECTORS));
     }
 }

@@ -32,7 +32,7 @@ pub mod value;
 
 pub use checkpoint::{CheckpointKey, CheckpointStore};
 pub use dead_letter::{DeadLetter, DeadLetterQueue};
-pub use error::{BoxError, SinkError, SourceError, StoreError};
+pub use error::{BoxError, SinkError, SinkFenced, SourceError, StoreError};
 pub use event::{Envelope, Event, EventId, MessageShape, OldKey, Op, Shape};
 pub use guarantee::Guarantee;
 pub use pattern::glob_match;

@@ -39,7 +39,9 @@ impl Intake {
         info!(from = %or_start(last.as_ref()), "source started");
         // Each chunk is sent on, so the next starts empty; sized like the
         // last one, it does not grow event by event, and taken from the
-        // kept vectors, its pages are already resident.
+        // kept vectors, its pages are already resident. A source that
+        // brings its own vectors moves one in whole.
+        let own_vectors = self.source.brings_its_vectors();
         let mut capacity = 0;
         loop {
             if *self.paused.borrow_and_update() {
@@ -50,7 +52,7 @@ impl Intake {
                     _ = self.paused.wait_for(|p| !*p) => info!("resumed through the API"),
                 }
             }
-            let mut chunk = sluice_core::event_vecs::take(capacity);
+            let mut chunk = if own_vectors { Vec::new() } else { sluice_core::event_vecs::take(capacity) };
             let polled = tokio::select! {
                 biased;
                 _ = self.shutdown.wait() => return Ok(()),

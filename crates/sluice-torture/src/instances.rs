@@ -114,3 +114,16 @@ impl Instances {
         Ok(())
     }
 }
+
+/// A run that fails midway (an instance exited, a chaos step failed)
+/// leaves through `?` without `stop`: its instances must not outlive it,
+/// stopped by the chaos or still writing into the sinks.
+impl Drop for Instances {
+    fn drop(&mut self) {
+        for mut child in self.children.iter_mut().filter_map(Option::take) {
+            // SIGKILL ends a stopped (SIGSTOP) process too.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

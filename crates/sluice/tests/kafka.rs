@@ -13,6 +13,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceS
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
+use rdkafka::producer::Producer;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 fn brokers() -> String {
@@ -30,6 +31,12 @@ struct Record {
 
 /// Every record of the topics, read from the beginning.
 fn consume(topics: &[String], isolation: &str) -> Vec<Record> {
+    read(topics, isolation, usize::MAX)
+}
+
+/// The records of the topics from the beginning, until `enough` of them
+/// or until none came for two seconds.
+fn read(topics: &[String], isolation: &str, enough: usize) -> Vec<Record> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers())
         .set("group.id", "sluice-test-reader")
@@ -49,7 +56,7 @@ fn consume(topics: &[String], isolation: &str) -> Vec<Record> {
     consumer.assign(&assignment).unwrap();
     let mut records = Vec::new();
     let mut idle = 0;
-    while idle < 20 {
+    while idle < 20 && records.len() < enough {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(message)) => {
                 idle = 0;
@@ -183,6 +190,65 @@ fn a_second_instance_fences_the_first_which_stops_with_a_clear_error() {
     let log = log_of(first_dir.path());
     assert!(log.contains(&format!("another Sluice instance is running pipeline \"{id}\"")), "{log}");
     second.kill9();
+}
+
+/// In a fleet, an instance that lost the lease while it opened its
+/// producer can fence the rightful owner's producer: its
+/// `init_transactions` reaches the coordinator after the owner's. A
+/// producer of the test's own with the pipeline's `transactional.id`
+/// replays that late start. The owner must not stop: it gives the lease
+/// back and takes the pipeline again at a new epoch, and a
+/// `read_committed` consumer sees every event of the generator once.
+#[test]
+fn in_a_fleet_an_owner_fenced_by_a_late_producer_starts_again_and_writes_nothing_twice() {
+    let id = &unique("fleetfence");
+    let store = format!("store_{id}");
+    sql("postgres", &format!("DROP SCHEMA IF EXISTS {store} CASCADE"));
+    let dir = tempfile::tempdir().unwrap();
+    // 60,000 events at 2000 a second: the fence and the new start fall
+    // well inside the stream.
+    let text = format!(
+        "{}{}",
+        common::fleet::store_yaml(&store),
+        generator_to_kafka(id, 6000, 10, Some(2000), ", exactly_once: true")
+    );
+    let config = write_config(dir.path(), &text);
+    let mut owner = spawn(
+        &["run", "-c", config.to_str().unwrap(), "--fleet", "--instance-id", "f1", "--api-addr", "off"],
+        dir.path(),
+    );
+    let topic = vec![format!("{id}.orders")];
+    wait_until(Duration::from_secs(90), "the owner's first committed transaction", || {
+        !read(&topic, "read_committed", 1).is_empty()
+    });
+    let epoch = |store: &str| common::fleet::leases(store, "epoch").get(id.as_str()).cloned();
+    let first_epoch = epoch(&store).expect("the owner holds the lease");
+
+    let late: rdkafka::producer::BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("transactional.id", format!("sluice-{id}-k"))
+        .create()
+        .unwrap();
+    late.init_transactions(Duration::from_secs(30)).unwrap();
+
+    wait_until(Duration::from_secs(90), "the owner taking its pipeline again at a new epoch", || {
+        epoch(&store).is_some_and(|e| e != first_epoch) && log_of(dir.path()).matches("source started").count() >= 2
+    });
+    let log = log_of(dir.path());
+    assert!(log.contains("a sink's writer was fenced while this instance holds the lease"), "{log}");
+    wait_until(Duration::from_secs(120), "the generator's last event delivered", || {
+        log_of(dir.path()).contains("pipeline done")
+    });
+    assert!(owner.still_running(), "the owner stopped:\n{}", log_of(dir.path()));
+    let status = owner.terminate();
+    assert!(status.success(), "{}", log_of(dir.path()));
+
+    let committed = consume(&topic, "read_committed");
+    let positions: Vec<&String> = committed.iter().map(|r| &r.position).collect();
+    let unique: BTreeSet<String> = positions.iter().map(|p| (*p).clone()).collect();
+    assert_eq!(positions.len(), unique.len(), "a read_committed consumer saw duplicates");
+    assert_eq!(unique, expected_positions(6000, 10), "events missing");
+    sql("postgres", &format!("DROP SCHEMA IF EXISTS {store} CASCADE"));
 }
 
 #[test]

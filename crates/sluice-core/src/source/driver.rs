@@ -192,6 +192,10 @@ macro_rules! driven_source {
                 self.stream.started_once = true;
             }
 
+            fn brings_its_vectors(&self) -> bool {
+                true
+            }
+
             async fn poll(&mut self, out: &mut Vec<$crate::Event>) -> Result<$crate::SourceStatus, $crate::SourceError> {
                 self.driver.poll(&mut self.stream, out).await
             }

@@ -59,6 +59,12 @@ pub trait Source: Send {
     /// restart in the same process would, so `snapshot.mode: always`
     /// takes no new snapshot.
     fn continues_in_process(&mut self) {}
+
+    /// `poll` hands on vectors its reader filled, moving one into an empty
+    /// `out` whole: the caller need not bring room of its own.
+    fn brings_its_vectors(&self) -> bool {
+        false
+    }
 }
 
 /// The server's log as a source last saw it. Updated by the source's

@@ -6,7 +6,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 use sluice_core::settings::valid_topic;
-use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError, SliceChunks, failpoint};
+use sluice_core::{Event, EventChunks, Guarantee, Position, Sink, SinkError, SinkFenced, SliceChunks, failpoint};
 use sluice_format::RecordKind;
 
 use crate::encoded::SharedEncoder;
@@ -125,7 +125,7 @@ impl KafkaSink {
                         self.pipeline, self.transactional_id
                     ),
                     "stop the other instance; two instances of one pipeline would each write the same changes",
-                    error,
+                    SinkFenced(Box::new(error)),
                 );
             }
             // Only the checkpoint record gets here: the events' own

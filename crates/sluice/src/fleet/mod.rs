@@ -8,7 +8,9 @@
 //! stopping it in order, so its checkpoints are stored), so load spreads
 //! when the fleet grows. A lease it finds lost (it stalled past its TTL
 //! and another took over) stops that pipeline here; its checkpoint
-//! commits were refused from the moment the other took it.
+//! commits were refused from the moment the other took it. A sink whose
+//! writer was fenced (Kafka transactions) while the lease is still held
+//! gives the lease back, and the pipeline starts again at a new epoch.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -18,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use sluice_config::PipelineConfig;
-use sluice_core::StoreError;
+use sluice_core::{SinkFenced, StoreError};
 use sluice_runtime::status::Ownership;
 use sluice_runtime::{PipelineHandle, RunReport, Shutdown};
 use sluice_store::{Lease, PgStore, Store, Taken};
@@ -181,8 +183,18 @@ impl Fleet {
         let owned = entry.owned.take().expect("checked above");
         let name = &entry.config.name;
         match result {
-            Err(e) if owned.lost || is_fenced(&e) => {
+            Err(e) if owned.lost || store_fenced(&e) => {
                 warn!(pipeline = %name, error = %e, "gave the pipeline up: another instance owns it now");
+            }
+            Err(e) if sink_fenced(&e) => {
+                // Most likely an instance that lost the lease while it
+                // opened its sinks, whose late start reached the sink
+                // after this owner's. Taking the lease again, here or
+                // elsewhere, starts a writer at a new epoch, which fences
+                // that one in turn; its aborted batch is written again.
+                warn!(pipeline = %name, error = %format!("{e:#}"),
+                    "a sink's writer was fenced while this instance holds the lease; giving the lease back so the pipeline starts again at a new epoch");
+                self.release(&owned.lease).await;
             }
             Err(e) => {
                 error!(pipeline = %name, error = %e, "pipeline failed");
@@ -369,8 +381,12 @@ impl Entry {
     }
 }
 
-fn is_fenced(error: &anyhow::Error) -> bool {
+fn store_fenced(error: &anyhow::Error) -> bool {
     error
         .chain()
         .any(|cause| cause.downcast_ref::<StoreError>().is_some_and(|e| matches!(e, StoreError::Fenced { .. })))
+}
+
+fn sink_fenced(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| cause.is::<SinkFenced>())
 }
