@@ -91,6 +91,15 @@ fn expected_positions(tx_count: u64, rows_per_tx: u32) -> BTreeSet<String> {
     (1..=tx_count).flat_map(|tx| (0..rows_per_tx).map(move |seq| format!("gen:{tx}:{seq}"))).collect()
 }
 
+/// The records hold each event of a generator of `tx_count` transactions
+/// of 10 rows once, and nothing else.
+fn assert_each_once(records: &[Record], isolation: &str, tx_count: u64) {
+    let positions: Vec<&String> = records.iter().map(|r| &r.position).collect();
+    let unique: BTreeSet<String> = positions.iter().map(|p| (*p).clone()).collect();
+    assert_eq!(positions.len(), unique.len(), "a {isolation} consumer saw duplicates");
+    assert_eq!(unique, expected_positions(tx_count, 10), "events missing");
+}
+
 fn log_of(dir: &std::path::Path) -> String {
     std::fs::read_to_string(dir.join("sluice.log")).unwrap_or_default()
 }
@@ -132,10 +141,7 @@ fn exactly_once_survives_crashes_before_and_after_commit() {
     assert!(output.status.success(), "{}", log_of(dir.path()));
     let topic = vec![format!("{id}.orders")];
     let committed = consume(&topic, "read_committed");
-    let positions: Vec<&String> = committed.iter().map(|r| &r.position).collect();
-    let unique: BTreeSet<String> = positions.iter().map(|p| (*p).clone()).collect();
-    assert_eq!(positions.len(), unique.len(), "a read_committed consumer saw duplicates");
-    assert_eq!(unique, expected_positions(3000, 10), "events missing");
+    assert_each_once(&committed, "read_committed", 3000);
     let everything = consume(&topic, "read_uncommitted");
     assert!(
         everything.len() > committed.len(),
@@ -221,8 +227,8 @@ fn in_a_fleet_an_owner_fenced_by_a_late_producer_starts_again_and_writes_nothing
     wait_until(Duration::from_secs(90), "the owner's first committed transaction", || {
         !read(&topic, "read_committed", 1).is_empty()
     });
-    let epoch = |store: &str| common::fleet::leases(store, "epoch").get(id.as_str()).cloned();
-    let first_epoch = epoch(&store).expect("the owner holds the lease");
+    let epoch = || common::fleet::leases(&store, "epoch").get(id.as_str()).cloned();
+    let first_epoch = epoch().expect("the owner holds the lease");
 
     let late: rdkafka::producer::BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers())
@@ -232,7 +238,7 @@ fn in_a_fleet_an_owner_fenced_by_a_late_producer_starts_again_and_writes_nothing
     late.init_transactions(Duration::from_secs(30)).unwrap();
 
     wait_until(Duration::from_secs(90), "the owner taking its pipeline again at a new epoch", || {
-        epoch(&store).is_some_and(|e| e != first_epoch) && log_of(dir.path()).matches("source started").count() >= 2
+        epoch().is_some_and(|e| e != first_epoch) && log_of(dir.path()).matches("source started").count() >= 2
     });
     let log = log_of(dir.path());
     assert!(log.contains("a sink's writer was fenced while this instance holds the lease"), "{log}");
@@ -244,10 +250,7 @@ fn in_a_fleet_an_owner_fenced_by_a_late_producer_starts_again_and_writes_nothing
     assert!(status.success(), "{}", log_of(dir.path()));
 
     let committed = consume(&topic, "read_committed");
-    let positions: Vec<&String> = committed.iter().map(|r| &r.position).collect();
-    let unique: BTreeSet<String> = positions.iter().map(|p| (*p).clone()).collect();
-    assert_eq!(positions.len(), unique.len(), "a read_committed consumer saw duplicates");
-    assert_eq!(unique, expected_positions(6000, 10), "events missing");
+    assert_each_once(&committed, "read_committed", 6000);
     sql("postgres", &format!("DROP SCHEMA IF EXISTS {store} CASCADE"));
 }
 
@@ -564,10 +567,7 @@ fn read_back_writes_each_event_once_across_kill_9_without_transactions() {
     // Without transactions, what a read_uncommitted consumer sees is all
     // there is: each event once.
     let records = consume(std::slice::from_ref(&topic), "read_uncommitted");
-    let positions: Vec<&String> = records.iter().map(|r| &r.position).collect();
-    let unique_positions: BTreeSet<String> = positions.iter().map(|p| (*p).clone()).collect();
-    assert_eq!(positions.len(), unique_positions.len(), "a read_uncommitted consumer saw duplicates");
-    assert_eq!(unique_positions, expected_positions(3000, 10), "events missing");
+    assert_each_once(&records, "read_uncommitted", 3000);
     let used: BTreeSet<i32> = records.iter().map(|r| r.partition).collect();
     assert_eq!(used.len(), 3, "records spread over the partitions by key");
 
