@@ -56,8 +56,14 @@ impl Encoder {
         Self { settings, headers }
     }
 
-    pub fn encode(&mut self, event: &Event, id: &str, out: &mut Vec<Record>) -> Result<(), FormatError> {
-        let envelope = Envelope { event, id: id.into() };
+    /// `position` is the event's position as text, if printed already.
+    pub fn encode(
+        &mut self,
+        event: &Event,
+        (id, position): (&str, Option<&str>),
+        out: &mut Vec<Record>,
+    ) -> Result<(), FormatError> {
+        let envelope = Envelope { event, id: id.into(), position };
         let data = serde_json::to_vec(&envelope)
             .map_err(|e| FormatError(format!("cannot encode event {}: {e}", event.position)))?;
         let source = self.settings.source.clone().unwrap_or_else(|| format!("/sluice/{}", event.source_id));

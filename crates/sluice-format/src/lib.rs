@@ -17,7 +17,8 @@ mod registry;
 
 use std::sync::Arc;
 
-use sluice_core::{Event, Shape};
+use sluice_core::event::Marks;
+use sluice_core::{Event, EventId, Shape};
 
 #[cfg(feature = "avro")]
 pub use avro::{AvroCodec, AvroContainer, AvroSchema};
@@ -83,6 +84,7 @@ pub struct Encoder {
     /// The format and carrier in full: two encoders with the same identity
     /// write the same records, so sinks may share them.
     identity: String,
+    marks: Marks,
 }
 
 /// The records of a run of events in one vector, where each event's are
@@ -92,6 +94,9 @@ pub struct Encoded {
     pub identity: String,
     records: Vec<Record>,
     events: Vec<Result<std::ops::Range<usize>, FormatError>>,
+    /// Each event's id, where its format hashed it (not Debezium's), so
+    /// a sink that also writes it in a header need not hash it again.
+    ids: Vec<Option<EventId>>,
 }
 
 impl Encoded {
@@ -101,6 +106,11 @@ impl Encoded {
             Ok(range) => Ok(&self.records[range.clone()]),
             Err(e) => Err(e),
         })
+    }
+
+    /// The id of the event at `index`, where the format hashed it.
+    pub fn id(&self, index: usize) -> Option<EventId> {
+        self.ids.get(index).copied().flatten()
     }
 }
 
@@ -122,7 +132,7 @@ impl Encoder {
         };
         // The carrier's name changes nothing the encoder writes.
         let identity = format!("{config:?} keys={} headers={:?}", carrier.keys, carrier.headers);
-        Self { kind, identity }
+        Self { kind, identity, marks: Marks::default() }
     }
 
     pub fn identity(&self) -> &str {
@@ -132,11 +142,14 @@ impl Encoder {
     /// The records of each of `events`.
     pub fn encode_all(&mut self, events: &[Event]) -> Encoded {
         let mut records = Vec::with_capacity(events.len());
+        let mut ids = Vec::with_capacity(events.len());
         let events = events
             .iter()
             .map(|event| {
                 let start = records.len();
-                match self.encode(event, &mut records) {
+                let (id, encoded) = self.encode_one(event, &mut records);
+                ids.push(id);
+                match encoded {
                     Ok(()) => Ok(start..records.len()),
                     Err(e) => {
                         records.truncate(start);
@@ -145,7 +158,7 @@ impl Encoder {
                 }
             })
             .collect();
-        Encoded { identity: self.identity.clone(), records, events }
+        Encoded { identity: self.identity.clone(), records, events, ids }
     }
 
     /// True for the native envelope, whose sinks keep their own keys.
@@ -180,23 +193,41 @@ impl Encoder {
     /// Appends the records of `event` to `out`; an event a format leaves
     /// out (a truncate Debezium is told to skip) adds none.
     pub fn encode(&mut self, event: &Event, out: &mut Vec<Record>) -> Result<(), FormatError> {
+        self.encode_one(event, out).1
+    }
+
+    /// [`Encoder::encode`], and the event's id where the format hashed it.
+    fn encode_one(&mut self, event: &Event, out: &mut Vec<Record>) -> (Option<EventId>, Result<(), FormatError>) {
         // Only the envelopes that carry the id pay for its hash.
-        let mut text = [0; sluice_core::event::ID_LEN];
-        let id = match self.kind {
-            Kind::Debezium(_) => "",
-            _ => event.id().write(&mut text),
-        };
-        self.encode_with_id(event, id, out)
+        if let Kind::Debezium(encoder) = &mut self.kind {
+            return (None, encoder.encode(event, out));
+        }
+        let mut marks = std::mem::take(&mut self.marks);
+        let (id, position) = marks.of(event);
+        let encoded = self.encode_marked(event, id, Some(position), out);
+        self.marks = marks;
+        (Some(self.marks.id()), encoded)
     }
 
     /// As [`Encoder::encode`], with the event's id already computed by a
     /// sink that also puts it in a header, so it is hashed once.
     pub fn encode_with_id(&mut self, event: &Event, id: &str, out: &mut Vec<Record>) -> Result<(), FormatError> {
+        self.encode_marked(event, id, None, out)
+    }
+
+    /// `position` is the event's position as text, if printed already.
+    fn encode_marked(
+        &mut self,
+        event: &Event,
+        id: &str,
+        position: Option<&str>,
+        out: &mut Vec<Record>,
+    ) -> Result<(), FormatError> {
         match &mut self.kind {
             Kind::Native => {
                 // Room for a typical event, so the buffer seldom grows.
                 let mut value = Vec::with_capacity(512);
-                native_json(event, id, &mut value)?;
+                native_json(event, (id, position), &mut value)?;
                 match &event.shape {
                     Shape::Tombstone => out.push(Record {
                         kind: RecordKind::Tombstone,
@@ -209,16 +240,17 @@ impl Encoder {
                 Ok(())
             }
             Kind::Debezium(encoder) => encoder.encode(event, out),
-            Kind::CloudEvents(encoder) => encoder.encode(event, id, out),
+            Kind::CloudEvents(encoder) => encoder.encode(event, (id, position), out),
         }
     }
 }
 
 /// The native envelope's JSON of `event` (its record's value) appended
 /// to `out`; on an error `out` is as it was.
-fn native_json(event: &Event, id: &str, out: &mut Vec<u8>) -> Result<(), FormatError> {
+/// `position` is the event's position as text, if printed already.
+fn native_json(event: &Event, (id, position): (&str, Option<&str>), out: &mut Vec<u8>) -> Result<(), FormatError> {
     let start = out.len();
-    sluice_core::Envelope { event, id: id.into() }.write_json(out).map_err(|e| {
+    sluice_core::Envelope { event, id: id.into(), position }.write_json(out).map_err(|e| {
         out.truncate(start);
         FormatError(format!("cannot encode event {}: {e}", event.position))
     })
@@ -228,12 +260,13 @@ fn native_json(event: &Event, id: &str, out: &mut Vec<u8>) -> Result<(), FormatE
 /// `event`'s native record appended to `out`, the bytes
 /// [`Encoder::encode`] puts in it, without building a record. `Ok(false)`,
 /// with nothing appended, for a tombstone, which has no value.
-pub fn write_native_value(event: &Event, out: &mut Vec<u8>) -> Result<bool, FormatError> {
+/// `marks` is kept from one event to the next.
+pub fn write_native_value(event: &Event, marks: &mut Marks, out: &mut Vec<u8>) -> Result<bool, FormatError> {
     if matches!(event.shape, Shape::Tombstone) {
         return Ok(false);
     }
-    let mut text = [0; sluice_core::event::ID_LEN];
-    native_json(event, event.id().write(&mut text), out)?;
+    let (id, position) = marks.of(event);
+    native_json(event, (id, Some(position)), out)?;
     Ok(true)
 }
 

@@ -44,7 +44,7 @@ fn a_native_value_written_directly_is_the_records_value() {
         encoder.encode(&event, &mut records).unwrap();
         let [record] = records.as_slice() else { panic!("one record for {:?}", event.shape) };
         let mut direct = b"before|".to_vec();
-        let wrote = crate::write_native_value(&event, &mut direct).unwrap();
+        let wrote = crate::write_native_value(&event, &mut Default::default(), &mut direct).unwrap();
         assert_eq!(wrote, record.kind != RecordKind::Tombstone, "{:?}", event.shape);
         let expected = [b"before|".as_slice(), record.value.as_deref().filter(|_| wrote).unwrap_or_default()].concat();
         assert_eq!(String::from_utf8(direct).unwrap(), String::from_utf8(expected).unwrap(), "{:?}", event.shape);

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use sluice_core::{Event, SharedValue, SharedWork, SinkError};
+use sluice_core::{Event, EventId, SharedValue, SharedWork, SinkError};
 use sluice_format::{Carrier, Encoded, Encoder, FormatConfig, Record, RecordKind};
 use tokio::sync::OnceCell;
 
@@ -54,6 +54,15 @@ impl Encoding {
             Ok(records) => Ok(records),
             Err(e) => Err(sink.rejected(event, e)),
         }
+    }
+}
+
+impl Encoding {
+    /// The id of the chunk's event at `index`, hashed once by the format
+    /// where it carries the id, else here.
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
+    pub(crate) fn id(&self, index: usize, event: &Event) -> EventId {
+        self.encoded().and_then(|encoded| encoded.id(index)).unwrap_or_else(|| event.id())
     }
 }
 

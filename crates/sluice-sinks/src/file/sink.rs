@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use sluice_core::event::Marks;
 use sluice_core::{Event, EventChunks, Guarantee, Position, SharedWork, Sink, SinkError};
 
 use sluice_format::{FormatConfig, RecordKind};
@@ -66,9 +67,9 @@ impl FileSink {
     }
 
     /// Appends the native line of each of `chunk`'s events.
-    fn write_direct(&self, chunk: &[Event], buf: &mut Vec<u8>) -> Result<(), SinkError> {
+    fn write_direct(&self, chunk: &[Event], marks: &mut Marks, buf: &mut Vec<u8>) -> Result<(), SinkError> {
         for event in chunk {
-            match sluice_format::write_native_value(event, buf) {
+            match sluice_format::write_native_value(event, marks, buf) {
                 Ok(true) => buf.push(b'\n'),
                 Ok(false) => {}
                 Err(e) => return Err(self.encoder.rejected(event, e)),
@@ -184,9 +185,10 @@ impl Sink for FileSink {
         // records with, it is written straight into the buffer, with no
         // record built per event.
         let direct = self.encoder.is_native() && shared.as_ref().is_none_or(|(work, _)| work.alone());
+        let mut marks = Marks::default();
         while let Some(chunk) = events.next_chunk().await? {
             if direct {
-                self.write_direct(chunk, &mut buf)?;
+                self.write_direct(chunk, &mut marks, &mut buf)?;
             } else {
                 self.write_records(shared.as_ref(), chunk, &mut buf).await?;
             }

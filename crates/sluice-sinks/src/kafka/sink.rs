@@ -225,7 +225,7 @@ impl KafkaSink {
                 };
                 let records = encoding.records(&encoder, index, event)?;
                 let mut id_text = [0u8; sluice_core::event::ID_LEN];
-                let event_id = event.id().write(&mut id_text);
+                let event_id = encoding.id(index, event).write(&mut id_text);
                 position_text.clear();
                 event.position.write_text(&mut |piece| position_text.push_str(piece));
                 let mut transaction_topic = None;
