@@ -78,6 +78,16 @@ pub trait Sink: Send {
         false
     }
 
+    /// At most how many written batches the sink holds before they are
+    /// durable, where its own queue bounds them (a file's writing thread
+    /// takes a few while it syncs): the writer keeps that many in memory
+    /// rather than move them to disk, which would cost more than the
+    /// memory it frees. `None` for no such bound (object storage holds a
+    /// part until it is full).
+    fn unsynced_bound(&self) -> Option<usize> {
+        None
+    }
+
     /// Whether `open` reads back, from the sink's own data, the last
     /// position it holds (a file's last line, a checkpoint row written in
     /// the same transaction). Only then does `open` returning `None` while a

@@ -44,13 +44,8 @@ mod dead_letter;
 mod detached;
 mod merged;
 mod open;
+mod retained;
 mod transformed;
-
-/// Heap bytes of retained batches a writer keeps in memory besides the
-/// newest; older ones move to spill files. A buffering sink (object
-/// storage) may hold minutes of events before they are durable, which must
-/// not all sit on the heap; a file sink's newest is durable at its next write.
-pub(crate) const RETAINED_MEMORY_BYTES: usize = 4 * 1024 * 1024;
 
 /// What writers tell the checkpointer.
 #[derive(Debug)]
@@ -104,7 +99,7 @@ pub(crate) struct SinkWriter {
     pub source_id: String,
     pub dead_letters: Arc<dyn DeadLetterQueue>,
     pub dead_letter: DeadLetterConfig,
-    /// Where retained batches beyond [`RETAINED_MEMORY_BYTES`] go.
+    /// Where retained batches beyond [`retained::RETAINED_MEMORY_BYTES`] go.
     pub retain_dir: PathBuf,
     pub status: Arc<PipelineStatus>,
     pub control: mpsc::Receiver<Control>,
@@ -325,30 +320,6 @@ impl SinkWriter {
             }
         }
         self.flush(state).await
-    }
-
-    /// Moves the oldest in-memory retained batches but the newest to spill
-    /// files while those hold more than [`RETAINED_MEMORY_BYTES`].
-    fn spill_retained(&self, state: &mut State) -> Result<(), Stop> {
-        let older = state.retained.len().saturating_sub(1);
-        let mut held: usize = state.retained.iter().take(older).map(|b| b.heap_bytes).sum();
-        for batch in state.retained.iter_mut().take(older) {
-            if held <= RETAINED_MEMORY_BYTES {
-                break;
-            }
-            let size = batch.heap_bytes;
-            let copy = batch.spilled_copy(&self.retain_dir).map_err(|e| {
-                Stop::Fatal(SinkError::permanent(
-                    format!("cannot move a batch the sink has not made durable to disk: {e}"),
-                    "free space on the disk of --data-dir",
-                ))
-            })?;
-            if let Some(copy) = copy {
-                *batch = Arc::new(copy);
-                held -= size;
-            }
-        }
-        Ok(())
     }
 
     /// Writes every retained batch past the sink's position, retrying

@@ -232,6 +232,9 @@ impl<S: Sink> Sink for Recording<S> {
     fn merges_writes(&self) -> bool {
         self.inner.merges_writes()
     }
+    fn unsynced_bound(&self) -> Option<usize> {
+        self.inner.unsynced_bound()
+    }
     fn reads_back_what_it_holds(&self) -> bool {
         self.inner.reads_back_what_it_holds()
     }

@@ -18,6 +18,11 @@ use super::mark::write_mark;
 /// encoding to run ahead while it syncs, few enough to bound the memory.
 const QUEUED: usize = 2;
 
+/// Whole batches sent and not yet reported fsynced, at most: the queued
+/// ones, the one being appended, and one appended whose sync the sink has
+/// not yet been told of.
+pub(super) const UNSYNCED: usize = QUEUED + 2;
+
 /// Emptied buffers kept for reuse.
 const SPARE_BUFFERS: usize = QUEUED + 2;
 

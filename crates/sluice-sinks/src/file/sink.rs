@@ -216,6 +216,10 @@ impl Sink for FileSink {
         Ok(self.durable())
     }
 
+    fn unsynced_bound(&self) -> Option<usize> {
+        Some(super::appender::UNSYNCED)
+    }
+
     fn flush_due(&self) -> Option<Instant> {
         self.appender.as_ref()?.unreported_since().map(|sent| sent + SYNC_WAIT)
     }

@@ -99,6 +99,10 @@ impl<S: Sink> Sink for FaultySink<S> {
         self.inner.merges_writes()
     }
 
+    fn unsynced_bound(&self) -> Option<usize> {
+        self.inner.unsynced_bound()
+    }
+
     fn reads_back_what_it_holds(&self) -> bool {
         self.inner.reads_back_what_it_holds()
     }
