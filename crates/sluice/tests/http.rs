@@ -252,8 +252,7 @@ fn a_refused_event_goes_to_the_dead_letter_queue_and_dlq_retry_delivers_it() {
     let output = run(&["run", "-c", config], dir.path());
     assert!(output.status.success(), "{}", stderr(&output));
 
-    let expected: BTreeSet<String> =
-        (1..=100).flat_map(|tx| (0..10).map(move |seq| format!("gen:{tx}:{seq}"))).collect();
+    let expected: BTreeSet<String> = generator_positions(100, 10).into_iter().collect();
     let delivered: BTreeSet<String> = receiver.delivered_positions().into_iter().collect();
     let missing: Vec<&String> = expected.difference(&delivered).collect();
     assert_eq!(missing, [&poison], "everything but the poison event is delivered");

@@ -15,11 +15,6 @@ use common::lake::*;
 use common::pg::*;
 use common::*;
 
-/// The positions a generator config produces, in order.
-fn generated(tx_count: u64, rows_per_tx: u32) -> Vec<String> {
-    (1..=tx_count).flat_map(|tx| (0..rows_per_tx).map(move |seq| format!("gen:{tx}:{seq}"))).collect()
-}
-
 fn generator_pipeline(id: &str, tx_count: u64, rate: u64, sinks: &str) -> String {
     format!(
         "pipelines:\n  - name: {id}\n    source: {{ type: generator, config: {{ id: gen1, tx_count: {tx_count}, rows_per_tx: 10, events_per_sec: {rate}, tables: [orders, items] }} }}\n    sinks:\n{sinks}    batch: {{ max_events: 500, max_ms: 20 }}\n"
@@ -56,7 +51,7 @@ fn kill_9_mid_multipart_upload_and_after_commits_leaves_each_event_in_one_file()
     let output = run(&["run", "-c", config], dir.path());
     assert!(output.status.success(), "{}", stderr(&output));
     let files = s3_files(&prefix);
-    let count = assert_exactly_once(&files, "big", &generated(10_000, 10));
+    let count = assert_exactly_once(&files, "big", &generator_positions(10_000, 10));
     assert!(count >= 4, "expected several multipart files, got {count}");
     let marker = dir.path().join("sluice-data/s3").join(&prefix).join("big/upload-in-flight");
     assert!(!marker.exists(), "the record of the aborted upload is gone");
@@ -90,7 +85,7 @@ fn two_writers_of_one_prefix_cutting_files_differently_leave_each_event_in_one_f
     let refused: usize = runs.iter().map(|(dir, _)| log_of(dir.path()).matches("another writer claimed").count()).sum();
     eprintln!("claims refused to the slower writer: {refused}");
     assert!(refused > 0, "the writers never met at a claim, so this run tested nothing");
-    assert_exactly_once(&s3_files(&prefix), "pq", &generated(3000, 10));
+    assert_exactly_once(&s3_files(&prefix), "pq", &generator_positions(3000, 10));
 }
 
 #[test]
@@ -113,7 +108,7 @@ fn kill_9_at_random_moments_never_duplicates_or_loses_an_event_in_s3_or_on_disk(
     }
     let output = run(&["run", "-c", config], dir.path());
     assert!(output.status.success(), "{}", log_of(dir.path()));
-    let expected = generated(3000, 10);
+    let expected = generator_positions(3000, 10);
     let files = s3_files(&prefix);
     assert!(assert_exactly_once(&files, "pq", &expected) > 10);
     assert!(

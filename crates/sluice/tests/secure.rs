@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::*;
@@ -22,14 +21,8 @@ fn generator_with(id: &str, sink: &str) -> String {
     )
 }
 
-fn expected() -> BTreeSet<String> {
-    (1..=TX_COUNT).flat_map(|tx| (0..10).map(move |seq| format!("gen:{tx}:{seq}"))).collect()
-}
-
 fn assert_exactly_every_event(positions: Vec<String>) {
-    let unique: BTreeSet<String> = positions.iter().cloned().collect();
-    assert_eq!(positions.len(), unique.len(), "duplicates");
-    assert_eq!(unique, expected());
+    assert_each_once(&positions, &generator_positions(TX_COUNT, 10), "the sink");
 }
 
 fn run_to_the_end(dir: &std::path::Path, config: &str) {
@@ -280,8 +273,7 @@ fn s3_keys_come_from_the_named_profile_of_the_shared_credentials_file() {
     let status = child.wait_exit(Duration::from_secs(120));
     let log = std::fs::read_to_string(dir.path().join("sluice.log")).unwrap_or_default();
     assert!(status.success(), "{log}");
-    let expected: Vec<String> = expected().into_iter().collect();
-    common::lake::assert_exactly_once(&common::lake::s3_files(&id), "lake", &expected);
+    common::lake::assert_exactly_once(&common::lake::s3_files(&id), "lake", &generator_positions(TX_COUNT, 10));
 
     // A profile that is not in the file is a clear error, not a guess.
     let missing = [("AWS_SHARED_CREDENTIALS_FILE", credentials), ("AWS_PROFILE", "nope")];

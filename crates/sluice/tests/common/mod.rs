@@ -169,6 +169,25 @@ pub fn expected_events(tx_count: u64, rows_per_tx: u32) -> Vec<sluice_core::Even
         .collect()
 }
 
+/// The positions of a generator's events, `tx_count` transactions of
+/// `rows_per_tx` rows, in order.
+pub fn generator_positions(tx_count: u64, rows_per_tx: u32) -> Vec<String> {
+    (1..=tx_count).flat_map(|tx| (0..rows_per_tx).map(move |seq| format!("gen:{tx}:{seq}"))).collect()
+}
+
+/// Asserts that `positions`, as `holder` holds them in any order, name
+/// each of `expected` exactly once and nothing else.
+pub fn assert_each_once<S: AsRef<str>>(positions: &[S], expected: &[String], holder: &str) {
+    let mut seen = std::collections::BTreeSet::new();
+    let repeated: Vec<&str> = positions.iter().map(AsRef::as_ref).filter(|p| !seen.insert(*p)).take(5).collect();
+    assert!(repeated.is_empty(), "{holder} holds duplicates, e.g. {repeated:?}");
+    let missing: Vec<&String> = expected.iter().filter(|p| !seen.contains(p.as_str())).take(5).collect();
+    assert!(missing.is_empty(), "{holder} misses events, e.g. {missing:?}");
+    let wanted: std::collections::BTreeSet<&str> = expected.iter().map(String::as_str).collect();
+    let extra: Vec<&str> = seen.iter().filter(|p| !wanted.contains(*p)).take(5).copied().collect();
+    assert!(extra.is_empty(), "{holder} holds events never written, e.g. {extra:?}");
+}
+
 pub fn line_count(path: &Path) -> usize {
     std::fs::read(path).map(|bytes| bytes.iter().filter(|b| **b == b'\n').count()).unwrap_or(0)
 }
