@@ -202,28 +202,28 @@ impl Encoder {
         if let Kind::Debezium(encoder) = &mut self.kind {
             return (None, encoder.encode(event, out));
         }
-        let mut marks = std::mem::take(&mut self.marks);
-        let (id, position) = marks.of(event);
-        let encoded = self.encode_marked(event, id, Some(position), out);
-        self.marks = marks;
+        let (id, position) = self.marks.of(event);
+        let encoded = self.kind.encode(event, id, Some(position), out);
         (Some(self.marks.id()), encoded)
     }
 
     /// As [`Encoder::encode`], with the event's id already computed by a
     /// sink that also puts it in a header, so it is hashed once.
     pub fn encode_with_id(&mut self, event: &Event, id: &str, out: &mut Vec<Record>) -> Result<(), FormatError> {
-        self.encode_marked(event, id, None, out)
+        self.kind.encode(event, id, None, out)
     }
+}
 
+impl Kind {
     /// `position` is the event's position as text, if printed already.
-    fn encode_marked(
+    fn encode(
         &mut self,
         event: &Event,
         id: &str,
         position: Option<&str>,
         out: &mut Vec<Record>,
     ) -> Result<(), FormatError> {
-        match &mut self.kind {
+        match self {
             Kind::Native => {
                 // Room for a typical event, so the buffer seldom grows.
                 let mut value = Vec::with_capacity(512);

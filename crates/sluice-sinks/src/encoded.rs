@@ -55,9 +55,7 @@ impl Encoding {
             Err(e) => Err(sink.rejected(event, e)),
         }
     }
-}
 
-impl Encoding {
     /// The id of the chunk's event at `index`, hashed once by the format
     /// where it carries the id, else here.
     #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
