@@ -13,6 +13,10 @@ use crate::schema::{Origin, TableSchema};
 use crate::time::UTC_MICROS_LEN;
 use crate::value::Row;
 
+mod marks;
+
+pub use marks::Marks;
+
 /// What happened to the row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
@@ -68,11 +72,22 @@ impl EventId {
     }
 
     fn hashed(source_id: &str, position: impl FnOnce(&mut sha1::Sha1)) -> Self {
+        let mut hasher = Self::hasher(source_id);
+        position(&mut hasher);
+        Self::of_hasher(hasher)
+    }
+
+    /// A hasher that has taken in what comes before the position.
+    fn hasher(source_id: &str) -> sha1::Sha1 {
         let mut hasher = sha1::Sha1::new();
         hasher.update(EVENT_ID_NAMESPACE.as_bytes());
         hasher.update(source_id.as_bytes());
         hasher.update(b"/");
-        position(&mut hasher);
+        hasher
+    }
+
+    /// The id from a [`EventId::hasher`] that has taken in the whole position.
+    fn of_hasher(hasher: sha1::Sha1) -> Self {
         let digest = hasher.finalize();
         let mut bytes = [0; 16];
         bytes.copy_from_slice(&digest[..16]);
@@ -87,38 +102,6 @@ impl EventId {
 
 /// The length of an event id's text.
 pub const ID_LEN: usize = uuid::fmt::Hyphenated::LENGTH;
-
-/// An event's position text and id text, printed into buffers kept from
-/// one event to the next. A sink that writes both (the native envelope,
-/// Kafka's headers) prints the position once and hashes the id from that
-/// print, where [`Event::id`] would print it again: printing a snapshot
-/// row's position was a tenth of a file sink's time.
-pub struct Marks {
-    position: String,
-    id: EventId,
-    id_text: [u8; ID_LEN],
-}
-
-impl Default for Marks {
-    fn default() -> Self {
-        Marks { position: String::new(), id: EventId(Uuid::nil()), id_text: [0; ID_LEN] }
-    }
-}
-
-impl Marks {
-    /// `event`'s id text and position text.
-    pub fn of(&mut self, event: &Event) -> (&str, &str) {
-        self.position.clear();
-        event.position.write_text(&mut |piece| self.position.push_str(piece));
-        self.id = EventId::of_text(&event.source_id, &self.position);
-        (self.id.write(&mut self.id_text), &self.position)
-    }
-
-    /// The id [`Marks::of`] last gave.
-    pub fn id(&self) -> EventId {
-        self.id
-    }
-}
 
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

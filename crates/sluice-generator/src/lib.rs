@@ -12,8 +12,7 @@ use async_trait::async_trait;
 use sluice_config::GeneratorConfig;
 use sluice_core::schema::{ColumnSchema, ColumnType, TableSchema};
 use sluice_core::{
-    AckWatermark, Columns, Event, Op, Position, Row, Source, SourceError, SourceStatus, ToCompactString as _, Value,
-    format_compact,
+    AckWatermark, Columns, Event, Op, Position, Row, Source, SourceError, SourceStatus, Value, format_compact,
 };
 use tokio::time::Instant;
 
@@ -89,7 +88,7 @@ impl GeneratorSource {
                 Value::Text(format_compact!("customer-{}", (hash >> 16) % 1000)),
                 // Cents stay below 100 after an update's +1: two digits, as declared.
                 Value::Decimal(format_compact!("{}.{:02}", (hash >> 24) % 10_000, (hash >> 40) % 99 + version)),
-                Value::Text(STATUSES[((hash >> 48) % 4) as usize].to_compact_string()),
+                Value::Text(STATUSES[((hash >> 48) % 4) as usize].into()),
             ],
         };
         let (before, after) = match op {

@@ -4,7 +4,7 @@
 
 use mysql_async::Value as My;
 use mysql_async::consts::ColumnType;
-use sluice_core::{JsonText, ToCompactString as _, Value};
+use sluice_core::{CompactString, JsonText, Value};
 
 use crate::clock::iso_datetime;
 use crate::schema::ColumnInfo;
@@ -77,20 +77,20 @@ pub fn text_value_as(value: &My, kind: TextKind, info: &ColumnInfo) -> Value {
         _ => {}
     }
     let Ok(text) = std::str::from_utf8(bytes) else { return Value::Bytes(bytes.to_vec()) };
-    let or_text = |parsed: Option<Value>| parsed.unwrap_or_else(|| Value::Text(text.to_compact_string()));
+    let or_text = |parsed: Option<Value>| parsed.unwrap_or_else(|| Value::Text(CompactString::from(text)));
     match kind {
         TextKind::UInt => or_text(text.parse().ok().map(Value::UInt)),
         TextKind::Int => or_text(text.parse().ok().map(Value::Int)),
         TextKind::Float => or_text(text.parse().ok().map(Value::Float)),
-        TextKind::Decimal => Value::Decimal(text.to_compact_string()),
-        TextKind::Date => Value::Date(text.to_compact_string()),
+        TextKind::Decimal => Value::Decimal(CompactString::from(text)),
+        TextKind::Date => Value::Date(CompactString::from(text)),
         TextKind::Datetime => Value::Timestamp(iso_datetime(text, "")),
         TextKind::Timestamp => Value::TimestampTz(iso_datetime(text, "Z")),
-        TextKind::Time => Value::Time(text.to_compact_string()),
+        TextKind::Time => Value::Time(CompactString::from(text)),
         TextKind::Json => {
-            JsonText::parse(text.to_string()).map(Value::Json).unwrap_or(Value::Text(text.to_compact_string()))
+            JsonText::parse(text.to_string()).map(Value::Json).unwrap_or(Value::Text(CompactString::from(text)))
         }
-        TextKind::Text | TextKind::Bit | TextKind::Bytes => Value::Text(text.to_compact_string()),
+        TextKind::Text | TextKind::Bit | TextKind::Bytes => Value::Text(CompactString::from(text)),
     }
 }
 

@@ -172,7 +172,7 @@ fn binary_length(column_type: ColumnType, meta: &[u8], info: &ColumnInfo) -> Opt
 fn decode_text(bytes: &[u8], charset: &str) -> Value {
     match charset {
         "utf8" | "utf8mb3" | "utf8mb4" | "ascii" => match std::str::from_utf8(bytes) {
-            Ok(text) => Value::Text(text.to_compact_string()),
+            Ok(text) => Value::Text(CompactString::from(text)),
             Err(_) => Value::Bytes(bytes.to_vec()),
         },
         // MySQL's latin1 is Windows-1252, which is ASCII below 0x80.
@@ -181,7 +181,7 @@ fn decode_text(bytes: &[u8], charset: &str) -> Value {
             _ => Value::Text(bytes.iter().map(|b| cp1252(*b)).collect()),
         },
         _ => match std::str::from_utf8(bytes) {
-            Ok(text) if text.is_ascii() => Value::Text(text.to_compact_string()),
+            Ok(text) if text.is_ascii() => Value::Text(CompactString::from(text)),
             _ => Value::Bytes(bytes.to_vec()),
         },
     }

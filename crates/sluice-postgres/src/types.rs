@@ -5,7 +5,7 @@
 //! A value that does not parse as its type expects is passed on as text:
 //! never dropped, never turned into null.
 
-use sluice_core::{CompactString, JsonText, ToCompactString as _, Value, format_compact};
+use sluice_core::{CompactString, JsonText, Value, format_compact};
 
 use crate::pgoutput::Relation;
 
@@ -117,7 +117,7 @@ pub fn decode_text(ty: &PgType, text: &str) -> Value {
     match ty {
         PgType::Scalar(kind) => scalar(*kind, text),
         PgType::Array { element, delimiter } => {
-            parse_array(text, element, *delimiter).unwrap_or_else(|| Value::Text(text.to_compact_string()))
+            parse_array(text, element, *delimiter).unwrap_or_else(|| Value::Text(CompactString::from(text)))
         }
     }
 }
@@ -136,7 +136,7 @@ pub fn decode_owned(ty: &PgType, text: CompactString) -> Value {
 }
 
 fn scalar(kind: Kind, text: &str) -> Value {
-    let fallback = || Value::Text(text.to_compact_string());
+    let fallback = || Value::Text(CompactString::from(text));
     match kind {
         Kind::Bool => match text {
             "t" => Value::Bool(true),
@@ -145,12 +145,12 @@ fn scalar(kind: Kind, text: &str) -> Value {
         },
         Kind::Int => text.parse().map(Value::Int).unwrap_or_else(|_| fallback()),
         Kind::Float => text.parse().map(Value::Float).unwrap_or_else(|_| fallback()),
-        Kind::Numeric => Value::Decimal(text.to_compact_string()),
-        Kind::Text => Value::Text(text.to_compact_string()),
+        Kind::Numeric => Value::Decimal(CompactString::from(text)),
+        Kind::Text => Value::Text(CompactString::from(text)),
         Kind::Json => JsonText::parse(text.to_string()).map(Value::Json).unwrap_or_else(|_| fallback()),
         Kind::Bytea => text.strip_prefix("\\x").and_then(decode_hex).map(Value::Bytes).unwrap_or_else(fallback),
         Kind::Date => Value::Date(iso_date(text)),
-        Kind::Time => Value::Time(text.to_compact_string()),
+        Kind::Time => Value::Time(CompactString::from(text)),
         Kind::Timestamp => Value::Timestamp(iso_timestamp(text.into())),
         Kind::TimestampTz => Value::TimestampTz(iso_timestamptz(text.into())),
     }
@@ -305,7 +305,7 @@ fn parse_level(
 /// Text when the bytes are UTF-8, binary (base64 in JSON) when not.
 pub fn bytes_value(bytes: &[u8]) -> Value {
     match std::str::from_utf8(bytes) {
-        Ok(text) => Value::Text(text.to_compact_string()),
+        Ok(text) => Value::Text(CompactString::from(text)),
         Err(_) => Value::Bytes(bytes.to_vec()),
     }
 }

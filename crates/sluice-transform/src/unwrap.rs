@@ -188,7 +188,7 @@ impl Field {
                 }
                 .into(),
             ),
-            Field::Db => Value::Text(event.database.to_compact_string()),
+            Field::Db => Value::Text((&*event.database).into()),
             Field::Schema => Value::Text(event.table.split_once('.').map_or("", |(s, _)| s).into()),
             Field::Table => Value::Text(match connector {
                 Connector::Postgres => event.table.split_once('.').map_or(&*event.table, |(_, t)| t).into(),

@@ -273,8 +273,8 @@ impl Position {
                 }
             }
             Position::Snapshot(pos) => {
-                put("snap:");
-                pos.write_text(put);
+                Self::write_snapshot_head(&pos.table, put);
+                pos.write_tail(put);
             }
             Position::Later { generation, inner } => {
                 put("e");
@@ -283,6 +283,13 @@ impl Position {
                 inner.write_text(put);
             }
         }
+    }
+
+    /// The text of a snapshot row's position up to its key: the same for
+    /// every row of `table`.
+    pub fn write_snapshot_head(table: &str, put: &mut impl FnMut(&str)) {
+        put("snap:");
+        SnapshotPos::write_head(table, put);
     }
 }
 
@@ -451,8 +458,18 @@ impl SnapshotPos {
 impl SnapshotPos {
     /// The text `Display` writes, in pieces (see [`Position::write_text`]).
     pub fn write_text(&self, put: &mut impl FnMut(&str)) {
-        write_hex(put, self.table.as_bytes());
+        Self::write_head(&self.table, put);
+        self.write_tail(put);
+    }
+
+    /// The start of the text, the same for every row of `table`.
+    pub fn write_head(table: &str, put: &mut impl FnMut(&str)) {
+        write_hex(put, table.as_bytes());
         put(":");
+    }
+
+    /// The rest of the text, after [`SnapshotPos::write_head`].
+    pub fn write_tail(&self, put: &mut impl FnMut(&str)) {
         write_hex(put, &self.key);
         put(":");
         put(&self.stream_from);

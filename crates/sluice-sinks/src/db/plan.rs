@@ -293,11 +293,11 @@ impl TablePlan {
         let columns: Vec<Arc<str>> = CHANGELOG_COLUMNS.iter().map(|c| Arc::from(*c)).collect();
         let fields = [
             Value::Text(event.id().to_compact_string()),
-            Value::Text(event.op.code().to_compact_string()),
+            Value::Text(event.op.code().into()),
             Value::Text(event.position.to_compact_string()),
-            Value::Text(event.tx_id.to_compact_string()),
+            Value::Text((&*event.tx_id).into()),
             Value::TimestampTz(format_utc_micros(event.commit_time_us).into()),
-            Value::Text(event.table.to_compact_string()),
+            Value::Text((&*event.table).into()),
             row_json(event, &event.key)?,
             row_json(event, &event.before)?,
             row_json(event, &event.after)?,
