@@ -110,9 +110,17 @@ fn image<'d>(
         }
         let null = bit(nulls, at, true);
         at += 1;
-        values.push(Some(match null {
-            true => BinlogValue::Value(MyValue::NULL),
-            false => buf.parse::<BinlogValue<'d>>((column.kind, column.meta, column.unsigned, is_partial))?,
+        let decimal = match (null, column.kind) {
+            (false, ColumnType::MYSQL_TYPE_NEWDECIMAL) => super::decimal::read(buf.0, column.meta),
+            _ => None,
+        };
+        values.push(Some(match (null, decimal) {
+            (true, _) => BinlogValue::Value(MyValue::NULL),
+            (false, Some((text, size))) => {
+                buf.skip(size);
+                BinlogValue::Value(MyValue::Bytes(text))
+            }
+            (false, None) => buf.parse::<BinlogValue<'d>>((column.kind, column.meta, column.unsigned, is_partial))?,
         }));
     }
     Ok(values)

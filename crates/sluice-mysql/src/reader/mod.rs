@@ -3,6 +3,7 @@
 //! written (see [`crate::schema`]), and measures how far behind the
 //! server's head it is.
 
+mod decimal;
 mod images;
 mod rows;
 
