@@ -83,6 +83,17 @@ mod tests {
     }
 
     #[test]
+    fn padded_numbers_read_as_format_writes_them() {
+        for value in [0, 1, 9, 10, 59, 999_999, 1_000_000, 123_456_789, u64::MAX] {
+            for width in 0..=24 {
+                let mut text = StackText::default();
+                text.push_padded(value, width);
+                assert_eq!(text.as_str(), format!("{value:0width$}"));
+            }
+        }
+    }
+
+    #[test]
     fn text_past_the_capacity_is_cut_off_without_a_panic() {
         let mut text = StackText::default();
         for _ in 0..CAPACITY {

@@ -12,6 +12,10 @@ const GROUP_BYTES: [usize; 10] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4];
 
 const DIGITS_PER_GROUP: usize = 9;
 
+/// Ten to the number of digits in a group: one more than its largest.
+const POWERS_OF_TEN: [u32; 10] =
+    [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000, 1_000_000_000];
+
 /// The largest precision and scale a DECIMAL column can have.
 const MAX_PRECISION: usize = 65;
 const MAX_SCALE: usize = 30;
@@ -30,31 +34,29 @@ pub(super) fn read(bytes: &[u8], meta: &[u8]) -> Option<(Vec<u8>, usize)> {
     if precision > MAX_PRECISION || scale > MAX_SCALE || scale > precision {
         return None;
     }
-    let int_digits = precision - scale;
-    let size: usize = group_widths(int_digits, scale).map(|digits| GROUP_BYTES[digits]).sum();
-    let value = bytes.get(..size)?;
     // The sign is the first bit, stored flipped; a negative value has
     // every bit of its digits inverted.
-    let negative = value.first()? & 0x80 == 0;
+    let negative = bytes.first()? & 0x80 == 0;
     let mut groups = [(0u32, 0usize); MAX_GROUPS];
     let mut count = 0;
     let mut at = 0;
-    for digits in group_widths(int_digits, scale) {
+    for digits in group_widths(precision - scale, scale) {
         let width = GROUP_BYTES[digits];
-        let mut group = value.get(at..at + width)?.iter().fold(0u32, |v, b| (v << 8) | u32::from(*b));
+        let mut group = bytes.get(at..at + width)?.iter().fold(0u32, |v, b| (v << 8) | u32::from(*b));
         if at == 0 {
             group ^= 0x80 << (8 * (width - 1));
         }
         if negative {
             group ^= u32::MAX >> (32 - 8 * width);
         }
-        if group >= 10u32.pow(digits as u32) {
+        if group >= POWERS_OF_TEN[digits] {
             return None;
         }
         *groups.get_mut(count)? = (group, digits);
         count += 1;
         at += width;
     }
+    let size = at;
     let groups = &groups[..count];
     let int_groups = groups.len() - scale.div_ceil(DIGITS_PER_GROUP);
     let (int, frac) = groups.split_at(int_groups);
@@ -101,11 +103,13 @@ fn group_widths(int_digits: usize, scale: usize) -> impl Iterator<Item = usize> 
 }
 
 /// `group` with zeros in front, `digits` wide.
-fn push_padded(text: &mut Vec<u8>, group: u32, digits: usize) {
-    let mut printed = itoa::Buffer::new();
-    let printed = printed.format(group);
-    text.extend(std::iter::repeat_n(b'0', digits.saturating_sub(printed.len())));
-    text.extend_from_slice(printed.as_bytes());
+fn push_padded(text: &mut Vec<u8>, mut group: u32, digits: usize) {
+    let mut printed = [b'0'; DIGITS_PER_GROUP];
+    for slot in printed.iter_mut().take(digits).rev() {
+        *slot = b'0' + (group % 10) as u8;
+        group /= 10;
+    }
+    text.extend_from_slice(&printed[..digits.min(DIGITS_PER_GROUP)]);
 }
 
 #[cfg(test)]
