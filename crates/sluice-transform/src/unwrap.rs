@@ -201,7 +201,7 @@ impl Field {
                 _ => None,
             }),
             Field::ServerId => long(mysql.as_ref().map(|m| i64::from(m.0))),
-            Field::Gtid => mysql.and_then(|m| m.5).map_or(Value::Null, |g| Value::Text(g.to_compact_string())),
+            Field::Gtid => mysql.and_then(|m| m.5).map_or(Value::Null, |g| Value::Text((&*g).into())),
             Field::File => mysql.and_then(|m| m.1).map_or(Value::Null, |f| Value::Text(f.into())),
             Field::Pos => long(mysql.as_ref().map(|m| m.2 as i64)),
             Field::Row => long(mysql.as_ref().map(|m| i64::from(m.3))),

@@ -56,7 +56,6 @@ pub(super) fn read(bytes: &[u8], meta: &[u8]) -> Option<(Vec<u8>, usize)> {
         count += 1;
         at += width;
     }
-    let size = at;
     let groups = &groups[..count];
     let int_groups = groups.len() - scale.div_ceil(DIGITS_PER_GROUP);
     let (int, frac) = groups.split_at(int_groups);
@@ -66,7 +65,7 @@ pub(super) fn read(bytes: &[u8], meta: &[u8]) -> Option<(Vec<u8>, usize)> {
     // All zeros with no fraction is `0`, unsigned, whatever the sign bit.
     if int.is_empty() && frac.is_empty() {
         text.push(b'0');
-        return Some((text, size));
+        return Some((text, at));
     }
     if negative {
         text.push(b'-');
@@ -86,7 +85,7 @@ pub(super) fn read(bytes: &[u8], meta: &[u8]) -> Option<(Vec<u8>, usize)> {
             push_padded(&mut text, *group, *digits);
         }
     }
-    Some((text, size))
+    Some((text, at))
 }
 
 /// The digits of each group in the order they are stored: a short group
