@@ -158,8 +158,15 @@ impl AvroWriter {
                 tracing::info!(sink = %sink, subject, id, table = %event.table, "registered a schema version");
                 Ok(id)
             }
-            // Another writer's version came between the check and this.
-            Err(RegistryError::Refused { status: 409, .. }) => Err(self.incompatible(subject, avro, event).await),
+            // Another writer's version came between the check and this:
+            // often the same schema, from another sink of this pipeline
+            // writing to the same subject, which then has an id to use.
+            Err(RegistryError::Refused { status: 409, .. }) => {
+                match registry.lookup(subject, avro.text()).await.map_err(fail)? {
+                    Some(id) => Ok(id),
+                    None => Err(self.incompatible(subject, avro, event).await),
+                }
+            }
             Err(e) => Err(fail(e)),
         }
     }
